@@ -1,0 +1,1043 @@
+"""The storage protocol on S3 (content), DynamoDB (state) and SQS (triggers).
+
+Table layout (one table, see README "Data model"):
+  pk = "M#<mail_id>"  sk = "M"            the mail: envelope summary, content key, sha256
+  pk = "M#<mail_id>"  sk = "G#<group>"    a destination group: recipients map, schedule, lease
+GSI "by_state" (sparse): partition `st` (queued | inflight | held | dsn | done), sort `due`
+(epoch ms: next attempt for queued, lease end for inflight, finish time for done/dsn).
+A group item carries everything an attempt needs, so a claim returns it whole and an
+attempt costs no extra read.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import logging
+import secrets
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta
+from typing import Any, BinaryIO
+
+from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
+from botocore.exceptions import ClientError
+
+from ..config import StorageSettings
+from ..errors import (
+    Conflict,
+    InvalidInput,
+    LeaseLost,
+    NotFound,
+    TransientStorageError,
+)
+from ..model import (
+    Attempt,
+    Claim,
+    Envelope,
+    Group,
+    GroupState,
+    MailRef,
+    Notify,
+    Page,
+    QueuedMail,
+    Recipient,
+    RecipientState,
+    Result,
+    Ret,
+    derive_group_state,
+    from_iso,
+    group_key_for,
+    mail_id_for_key,
+    new_mail_id,
+    to_iso,
+    utcnow,
+)
+from ..storage import ClaimRefused, InflightMail, PendingCleanup, Transition
+from ..validate import check_no_ctl, validate_address, validate_content, validate_sender
+from .clients import AwsClients, error_code, translate
+
+log = logging.getLogger(__name__)
+
+GSI_STATE = "by_state"
+MAX_VISIBILITY = 12 * 3600  # SQS ChangeMessageVisibility limit
+MAX_DELAY = 900  # SQS DelaySeconds limit
+_BATCH_RETRIES = 8
+
+_ser = TypeSerializer()
+_deser = TypeDeserializer()
+
+
+def _ms(ts: datetime) -> int:
+    return int(ts.timestamp() * 1000)
+
+
+def _to_ddb(value: dict[str, Any]) -> dict[str, Any]:
+    return {k: _ser.serialize(v) for k, v in value.items() if v is not None}
+
+
+def _from_ddb(item: dict[str, Any]) -> dict[str, Any]:
+    return {k: _plain(_deser.deserialize(v)) for k, v in item.items()}
+
+
+def _plain(v: Any) -> Any:
+    """Decimals from DynamoDB back to ints (we never store fractions)."""
+    from decimal import Decimal
+
+    if isinstance(v, Decimal):
+        return int(v)
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_plain(x) for x in v]
+    if isinstance(v, set):
+        return {_plain(x) for x in v}
+    return v
+
+
+def _pk(mail_id: str) -> str:
+    return f"M#{mail_id}"
+
+
+def _gsk(group: str) -> str:
+    return f"G#{group}"
+
+
+def _enc_cursor(key: dict[str, Any] | None) -> str | None:
+    if not key:
+        return None
+    return base64.urlsafe_b64encode(json.dumps(key, sort_keys=True).encode()).decode()
+
+
+def _dec_cursor(cursor: str | None) -> dict[str, Any] | None:
+    if not cursor:
+        return None
+    try:
+        value = json.loads(base64.urlsafe_b64decode(cursor.encode()))
+    except (ValueError, json.JSONDecodeError) as e:
+        raise InvalidInput("invalid_cursor", "cursor is not one this API issued", "cursor") from e
+    if not isinstance(value, dict):
+        raise InvalidInput("invalid_cursor", "cursor is not one this API issued", "cursor")
+    return value
+
+
+def plan_groups(recipients: Sequence[Recipient], limit: int) -> dict[str, list[Recipient]]:
+    """Split recipients into destination groups: per domain, at most `limit` per group."""
+    by_domain: dict[str, list[Recipient]] = {}
+    for r in recipients:
+        by_domain.setdefault(group_key_for(r.address), []).append(r)
+    groups: dict[str, list[Recipient]] = {}
+    for domain, rs in by_domain.items():
+        for i in range(0, len(rs), limit):
+            key = domain if i == 0 else f"{domain}#{i // limit}"
+            groups[key] = rs[i : i + limit]
+    return groups
+
+
+class AwsStorage:
+    """`Storage` on S3 + DynamoDB + SQS. Holds no mutable module state; clients are injected."""
+
+    def __init__(
+        self,
+        settings: StorageSettings,
+        clients: AwsClients,
+        *,
+        clock: Any = utcnow,
+    ) -> None:
+        self.s = settings
+        self.c = clients
+        self.clock = clock
+
+    # ------------------------------------------------------------------ helpers
+    def content_key(self, mail_id: str) -> str:
+        return f"{self.s.content_prefix}{mail_id}"
+
+    def _group_from_item(self, raw: dict[str, Any]) -> Group:
+        d = raw
+        rcpts = d.get("rcpts") or {}
+        recipients = tuple(
+            Recipient.from_json(rcpts[rid]) for rid in sorted(rcpts, key=_rid_order)
+        )
+        st = d.get("st")
+        derived = derive_group_state(recipients)
+        state = GroupState(st) if st else derived
+        if state == GroupState.INFLIGHT:
+            recipients = tuple(
+                r.with_(state=RecipientState.INFLIGHT) if r.state == RecipientState.QUEUED else r
+                for r in recipients
+            )
+        next_at = from_iso(d.get("next_at")) or self.clock()
+        arrival = from_iso(d.get("arrival")) or next_at
+        return Group(
+            mail_id=d["pk"][2:],
+            key=d["sk"][2:],
+            sender=d.get("sender", ""),
+            recipients=recipients,
+            state=state,
+            next_attempt_at=next_at,
+            arrival=arrival,
+            content_key=d.get("content_key") or self.content_key(d["pk"][2:]),
+            size=int(d.get("size", 0)),
+            ret=Ret(d["ret"]) if d.get("ret") else None,
+            envid=d.get("envid"),
+            smtputf8=bool(d.get("smtputf8", False)),
+            lease_until=from_iso(d.get("lease_until")),
+            lease_token=d.get("lease_token"),
+            history=tuple(Attempt.from_json(a) for a in d.get("history") or ()),
+        )
+
+    def _batch_write(self, requests: list[dict[str, Any]]) -> int:
+        """BatchWriteItem in chunks of 25; unprocessed items are retried with backoff."""
+        calls = 0
+        for i in range(0, len(requests), 25):
+            pending: dict[str, Any] = {self.s.table: requests[i : i + 25]}
+            for attempt in range(_BATCH_RETRIES):
+                with translate("dynamodb:BatchWriteItem"):
+                    resp = self.c.dynamodb.batch_write_item(RequestItems=pending)
+                calls += 1
+                pending = resp.get("UnprocessedItems") or {}
+                if not pending:
+                    break
+                time.sleep(min(0.05 * (2**attempt), 1.0))
+            else:
+                raise TransientStorageError(
+                    "dynamodb:BatchWriteItem: unprocessed items after retries"
+                )
+        return calls
+
+    def _send_triggers(self, refs: Sequence[MailRef], delay: int = 0) -> None:
+        """SendMessageBatch in chunks of 10; failed entries are retried, never dropped."""
+        entries = [
+            {
+                "Id": str(i),
+                "MessageBody": json.dumps({"v": 1, **ref.to_json()}, separators=(",", ":")),
+                "DelaySeconds": max(0, min(MAX_DELAY, delay)),
+            }
+            for i, ref in enumerate(refs)
+        ]
+        self._send_batch(self.s.delivery_queue_url, entries)
+
+    def _send_batch(self, queue_url: str, entries: list[dict[str, Any]]) -> None:
+        for i in range(0, len(entries), 10):
+            chunk = entries[i : i + 10]
+            for attempt in range(_BATCH_RETRIES):
+                with translate("sqs:SendMessageBatch"):
+                    resp = self.c.sqs.send_message_batch(QueueUrl=queue_url, Entries=chunk)
+                failed = resp.get("Failed") or []
+                if not failed:
+                    break
+                if any(f.get("SenderFault") for f in failed):
+                    raise TransientStorageError(
+                        f"sqs:SendMessageBatch: sender fault {failed[0].get('Code')}"
+                    )
+                ids = {f["Id"] for f in failed}
+                chunk = [e for e in chunk if e["Id"] in ids]
+                time.sleep(min(0.05 * (2**attempt), 1.0))
+            else:
+                raise TransientStorageError("sqs:SendMessageBatch: failed entries after retries")
+
+    def post_bounce(self, refs: Sequence[MailRef]) -> None:
+        entries = [
+            {
+                "Id": str(i),
+                "MessageBody": json.dumps({"v": 1, **ref.to_json()}, separators=(",", ":")),
+            }
+            for i, ref in enumerate(refs)
+        ]
+        self._send_batch(self.s.bounce_queue_url, entries)
+
+    def repost(self, refs: Sequence[MailRef], delay: int = 0) -> None:
+        """Post fresh triggers (sweeper: a trigger lost between state write and SQS send)."""
+        self._send_triggers(refs, delay)
+
+    # ------------------------------------------------------------------ enqueue
+    def validate(self, envelope: Envelope, content: bytes) -> None:
+        """Everything enqueue refuses, checked before anything is written."""
+        check_no_ctl(envelope.sender, "sender")
+        validate_sender(envelope.sender, smtputf8=envelope.smtputf8)
+        if not envelope.recipients:
+            raise InvalidInput("no_recipients", "at least one recipient is required", "recipients")
+        if len(envelope.recipients) > self.s.max_recipients:
+            raise InvalidInput(
+                "too_many_recipients",
+                f"at most {self.s.max_recipients} recipients",
+                "recipients",
+            )
+        for i, r in enumerate(envelope.recipients):
+            validate_address(r.address, f"recipients[{i}].address", smtputf8=envelope.smtputf8)
+            if r.orcpt is not None:
+                check_no_ctl(r.orcpt, f"recipients[{i}].orcpt")
+                if len(r.orcpt) > 500:
+                    raise InvalidInput("orcpt_too_long", "orcpt too long", f"recipients[{i}].orcpt")
+            if Notify.NEVER in r.notify and len(r.notify) > 1:
+                raise InvalidInput(
+                    "invalid_notify", "NEVER excludes other NOTIFY values", f"recipients[{i}].notify"
+                )
+        if envelope.envid is not None:
+            check_no_ctl(envelope.envid, "envid")
+            if len(envelope.envid) > 100:
+                raise InvalidInput("envid_too_long", "envid longer than 100 characters", "envid")
+        validate_content(content, max_size=self.s.max_size)
+
+    def enqueue(
+        self,
+        envelope: Envelope,
+        content: bytes,
+        *,
+        idempotency_key: str | None = None,
+        not_before: datetime | None = None,
+    ) -> QueuedMail:
+        self.validate(envelope, content)
+        now = self.clock()
+        if idempotency_key is not None:
+            check_no_ctl(idempotency_key, "idempotency_key")
+            mail_id = mail_id_for_key(self.s.idempotency_scope, idempotency_key)
+        else:
+            mail_id = new_mail_id()
+        recipients = tuple(
+            r.with_(rid=f"r{i}", state=RecipientState.QUEUED)
+            for i, r in enumerate(envelope.recipients)
+        )
+        sha = hashlib.sha256(content).hexdigest()
+        key = self.content_key(mail_id)
+        due = max(now, not_before) if not_before else now
+        groups = plan_groups(recipients, self.s.group_recipient_limit)
+        answer = QueuedMail(
+            mail_id=mail_id,
+            recipients=tuple((r.rid, r.address) for r in recipients),
+            groups=tuple(groups),
+        )
+
+        # 1. content, written once
+        try:
+            with translate("s3:PutObject"):
+                try:
+                    self.c.s3.put_object(
+                        Bucket=self.s.bucket,
+                        Key=key,
+                        Body=content,
+                        IfNoneMatch="*",
+                        ContentType="message/rfc822",
+                        Metadata={"sha256": sha},
+                    )
+                except ClientError as e:
+                    if error_code(e) in ("PreconditionFailed", "412"):
+                        raise _AlreadyStored() from e
+                    raise
+        except _AlreadyStored:
+            return self._resume_enqueue(mail_id, sha, answer, envelope, recipients, groups, now, due)
+
+        # 2. state: one mail item + one item per group, one BatchWriteItem for ≤ 24 groups
+        items = self._items_for(
+            mail_id, sha, envelope, recipients, groups, now, due, key, len(content)
+        )
+        self._batch_write([{"PutRequest": {"Item": it}} for it in items])
+        # 3. triggers
+        self._send_triggers([MailRef(mail_id, g) for g in groups], int((due - now).total_seconds()))
+        return answer
+
+    def _items_for(
+        self,
+        mail_id: str,
+        sha: str,
+        envelope: Envelope,
+        recipients: tuple[Recipient, ...],
+        groups: dict[str, list[Recipient]],
+        now: datetime,
+        due: datetime,
+        key: str,
+        size: int,
+    ) -> list[dict[str, Any]]:
+        common = {
+            "pk": _pk(mail_id),
+            "sender": envelope.sender,
+            "arrival": to_iso(now),
+            "content_key": key,
+            "size": size,
+            "ret": envelope.ret.value if envelope.ret else None,
+            "envid": envelope.envid,
+            "smtputf8": envelope.smtputf8,
+        }
+        mail = {
+            **common,
+            "sk": "M",
+            "sha256": sha,
+            "groups": list(groups),
+            "rcpt_count": len(recipients),
+        }
+        out = [mail]
+        for gkey, rs in groups.items():
+            out.append(
+                {
+                    **common,
+                    "sk": _gsk(gkey),
+                    "dom": group_key_for(rs[0].address),
+                    "rcpts": {r.rid: r.to_json() for r in rs},
+                    "st": GroupState.QUEUED.value,
+                    "due": _ms(due),
+                    "next_at": to_iso(due),
+                }
+            )
+        return [_to_ddb(it) for it in out]
+
+    def _resume_enqueue(
+        self,
+        mail_id: str,
+        sha: str,
+        answer: QueuedMail,
+        envelope: Envelope,
+        recipients: tuple[Recipient, ...],
+        groups: dict[str, list[Recipient]],
+        now: datetime,
+        due: datetime,
+    ) -> QueuedMail:
+        """A retried enqueue (same idempotency key): finish what the first call left."""
+        with translate("s3:HeadObject"):
+            head = self.c.s3.head_object(Bucket=self.s.bucket, Key=self.content_key(mail_id))
+        if head.get("Metadata", {}).get("sha256") != sha:
+            raise Conflict("idempotency key reused with different content")
+        existing = {it["sk"]: it for it in self._query_mail(mail_id)}
+        mail_item = existing.get("M")
+        if mail_item is not None:
+            if mail_item.get("sha256") != sha or mail_item.get("sender") != envelope.sender:
+                raise Conflict("idempotency key reused with a different envelope")
+            # answer with what was stored first (arrival, groups)
+            arrival = from_iso(mail_item.get("arrival")) or now
+            stored_groups = {g: groups.get(g, []) for g in mail_item.get("groups", [])}
+            if set(stored_groups) != set(groups):
+                raise Conflict("idempotency key reused with different recipients")
+            now = arrival
+        items = self._items_for(
+            mail_id,
+            sha,
+            envelope,
+            recipients,
+            groups,
+            now,
+            due,
+            self.content_key(mail_id),
+            int(head.get("ContentLength", 0)),
+        )
+        missing = [it for it in items if it["sk"]["S"] not in existing]
+        if missing:
+            self._batch_write([{"PutRequest": {"Item": it}} for it in missing])
+        # A trigger may have been lost with the first call; duplicates are harmless (claims
+        # are conditional), so re-post for groups that never had an attempt.
+        fresh = [
+            MailRef(mail_id, g)
+            for g in groups
+            if _gsk(g) not in existing
+            or (
+                existing[_gsk(g)].get("st") == GroupState.QUEUED.value
+                and not any(
+                    r.get("attempts") for r in (existing[_gsk(g)].get("rcpts") or {}).values()
+                )
+            )
+        ]
+        if fresh:
+            self._send_triggers(fresh, max(0, int((due - self.clock()).total_seconds())))
+        return replace(answer, duplicate=True)
+
+    # ------------------------------------------------------------------ reads
+    def _query_mail(self, mail_id: str) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        kw: dict[str, Any] = {
+            "TableName": self.s.table,
+            "KeyConditionExpression": "pk = :pk",
+            "ExpressionAttributeValues": {":pk": {"S": _pk(mail_id)}},
+            "ConsistentRead": True,
+        }
+        while True:
+            with translate("dynamodb:Query"):
+                resp = self.c.dynamodb.query(**kw)
+            out.extend(_from_ddb(it) for it in resp.get("Items", []))
+            lek = resp.get("LastEvaluatedKey")
+            if not lek:
+                return out
+            kw["ExclusiveStartKey"] = lek
+
+    def get_mail(self, mail_id: str) -> tuple[dict[str, Any] | None, list[Group]]:
+        """The mail item and its groups (consistent read). Raises NotFound if none exist."""
+        items = self._query_mail(mail_id)
+        if not items:
+            raise NotFound(mail_id)
+        mail = next((it for it in items if it["sk"] == "M"), None)
+        groups = [self._group_from_item(it) for it in items if it["sk"].startswith("G#")]
+        return mail, groups
+
+    def get_group(self, ref: MailRef) -> Group:
+        with translate("dynamodb:GetItem"):
+            resp = self.c.dynamodb.get_item(
+                TableName=self.s.table,
+                Key={"pk": {"S": _pk(ref.mail_id)}, "sk": {"S": _gsk(ref.group)}},
+                ConsistentRead=True,
+            )
+        if "Item" not in resp:
+            raise NotFound(f"{ref.mail_id}/{ref.group}")
+        return self._group_from_item(_from_ddb(resp["Item"]))
+
+    def _query_state(
+        self,
+        state: str,
+        *,
+        due_op: str | None,
+        due: datetime | None,
+        limit: int,
+        cursor: str | None,
+    ) -> Page:
+        kw: dict[str, Any] = {
+            "TableName": self.s.table,
+            "IndexName": GSI_STATE,
+            "KeyConditionExpression": "st = :st",
+            "ExpressionAttributeValues": {":st": {"S": state}},
+            "Limit": max(1, min(limit, 1000)),
+        }
+        if due_op and due is not None:
+            kw["KeyConditionExpression"] += f" AND due {due_op} :due"
+            kw["ExpressionAttributeValues"][":due"] = {"N": str(_ms(due))}
+        start = _dec_cursor(cursor)
+        if start:
+            kw["ExclusiveStartKey"] = start
+        with translate("dynamodb:Query"):
+            resp = self.c.dynamodb.query(**kw)
+        groups = tuple(self._group_from_item(_from_ddb(it)) for it in resp.get("Items", []))
+        return Page(items=groups, cursor=_enc_cursor(resp.get("LastEvaluatedKey")))
+
+    def list_queue(
+        self,
+        *,
+        state: GroupState = GroupState.QUEUED,
+        due_before: datetime | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+    ) -> Page:
+        return self._query_state(
+            GroupState(state).value, due_op="<=", due=due_before, limit=limit, cursor=cursor
+        )
+
+    def find_inflight(self, now: datetime, *, limit: int = 100, cursor: str | None = None) -> Page:
+        return self._query_state(
+            GroupState.INFLIGHT.value, due_op="<", due=now, limit=limit, cursor=cursor
+        )
+
+    def find_pending_cleanup(
+        self, now: datetime, *, grace_seconds: int = 300, orphan_grace_seconds: int = 129600
+    ) -> Iterator[PendingCleanup]:
+        seen: set[str] = set()
+        cursor: str | None = None
+        while True:
+            page = self._query_state(
+                GroupState.DONE.value,
+                due_op="<",
+                due=now - timedelta(seconds=grace_seconds),
+                limit=200,
+                cursor=cursor,
+            )
+            for g in page.items:
+                if g.mail_id not in seen:
+                    seen.add(g.mail_id)
+                    yield PendingCleanup(g.mail_id, "finished")
+            cursor = page.cursor
+            if not cursor:
+                break
+        yield from self.find_orphans(now - timedelta(seconds=orphan_grace_seconds))
+
+    def find_orphans(self, older_than: datetime) -> Iterator[PendingCleanup]:
+        """Content objects with no state, last modified before `older_than` (a failed enqueue).
+
+        Lists the content prefix (1 request per 1,000 objects) and checks candidates with
+        BatchGetItem; meant for a slow schedule (daily), not every sweep.
+        """
+        paginator = self.c.s3.get_paginator("list_objects_v2")
+        with translate("s3:ListObjectsV2"):
+            pages = list(paginator.paginate(Bucket=self.s.bucket, Prefix=self.s.content_prefix))
+        candidates = [
+            obj["Key"][len(self.s.content_prefix) :]
+            for p in pages
+            for obj in p.get("Contents", [])
+            if obj["LastModified"] < older_than
+        ]
+        for i in range(0, len(candidates), 100):
+            chunk = candidates[i : i + 100]
+            present = self._existing_mail_items(chunk)
+            for mid in chunk:
+                if mid in present:
+                    continue
+                if self._query_mail(mid):  # groups without a mail item: not an orphan
+                    continue
+                yield PendingCleanup(mid, "orphan")
+
+    def _existing_mail_items(self, mail_ids: list[str]) -> set[str]:
+        keys: list[dict[str, Any]] = [{"pk": {"S": _pk(m)}, "sk": {"S": "M"}} for m in mail_ids]
+        found: set[str] = set()
+        request: dict[str, Any] = {
+            self.s.table: {"Keys": keys, "ProjectionExpression": "pk", "ConsistentRead": True}
+        }
+        for attempt in range(_BATCH_RETRIES):
+            with translate("dynamodb:BatchGetItem"):
+                resp = self.c.dynamodb.batch_get_item(RequestItems=request)
+            for it in resp.get("Responses", {}).get(self.s.table, []):
+                found.add(it["pk"]["S"][2:])
+            request = resp.get("UnprocessedKeys") or {}
+            if not request:
+                return found
+            time.sleep(min(0.05 * (2**attempt), 1.0))
+        raise TransientStorageError("dynamodb:BatchGetItem: unprocessed keys after retries")
+
+    # ------------------------------------------------------------------ claims
+    def send_start(
+        self,
+        ref: MailRef,
+        now: datetime,
+        *,
+        lease_seconds: int | None = None,
+        receipt_handle: str | None = None,
+    ) -> Claim | ClaimRefused:
+        lease = lease_seconds or self.s.lease_seconds
+        token = secrets.token_hex(8)
+        lease_until = now + timedelta(seconds=lease)
+        try:
+            with translate("dynamodb:UpdateItem"):
+                try:
+                    resp = self.c.dynamodb.update_item(
+                        TableName=self.s.table,
+                        Key={"pk": {"S": _pk(ref.mail_id)}, "sk": {"S": _gsk(ref.group)}},
+                        UpdateExpression=(
+                            "SET st = :inflight, due = :lease_ms, lease_token = :tok, "
+                            "lease_until = :lu, started_at = :now"
+                        ),
+                        ConditionExpression=(
+                            "(st = :queued AND due <= :now_ms) OR (st = :inflight AND due < :now_ms)"
+                        ),
+                        ExpressionAttributeValues={
+                            ":inflight": {"S": GroupState.INFLIGHT.value},
+                            ":queued": {"S": GroupState.QUEUED.value},
+                            ":lease_ms": {"N": str(_ms(lease_until))},
+                            ":tok": {"S": token},
+                            ":lu": {"S": to_iso(lease_until)},
+                            ":now": {"S": to_iso(now)},
+                            ":now_ms": {"N": str(_ms(now))},
+                        },
+                        ReturnValues="ALL_NEW",
+                        ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                    )
+                except ClientError as e:
+                    if error_code(e) == "ConditionalCheckFailedException":
+                        raise _Refused(e.response.get("Item")) from e
+                    raise
+        except _Refused as r:
+            return self._refusal(r.item)
+        group = self._group_from_item(_from_ddb(resp["Attributes"]))
+        return Claim(group=group, token=token, receipt_handle=receipt_handle, started_at=now)
+
+    def _refusal(self, raw: dict[str, Any] | None) -> ClaimRefused:
+        if not raw:
+            return ClaimRefused("gone")
+        d = _from_ddb(raw)
+        st = d.get("st")
+        if st == GroupState.QUEUED.value:
+            return ClaimRefused("not_due", from_iso(d.get("next_at")))
+        if st == GroupState.INFLIGHT.value:
+            return ClaimRefused("claimed", from_iso(d.get("lease_until")))
+        if st == GroupState.HELD.value:
+            return ClaimRefused("held")
+        return ClaimRefused("finished")
+
+    def read_inflight(self, claim: Claim) -> InflightMail:
+        with translate("s3:GetObject"):
+            try:
+                obj = self.c.s3.get_object(Bucket=self.s.bucket, Key=claim.group.content_key)
+            except ClientError as e:
+                if error_code(e) in ("NoSuchKey", "404"):
+                    raise NotFound(claim.group.content_key) from e
+                raise
+        return InflightMail(group=claim.group, content=obj["Body"], size=int(obj["ContentLength"]))
+
+    # ------------------------------------------------------------------ transitions
+    def _transition(
+        self,
+        claim: Claim,
+        changed: dict[str, Recipient],
+        *,
+        next_attempt_at: datetime | None = None,
+        attempt: Attempt | None = None,
+        count_attempt: bool = True,
+    ) -> Transition:
+        """Write changed recipients; release the lease when none of the claim is unresolved."""
+        if claim.released:
+            raise LeaseLost("this claim was already released")
+        now = self.clock()
+        group = claim.group
+        by_rid = {r.rid: r for r in group.recipients}
+        for rid in changed:
+            if rid not in by_rid:
+                raise InvalidInput("unknown_recipient", f"{rid} is not in this group", "rids")
+        new_rcpts = {rid: changed.get(rid, r) for rid, r in by_rid.items()}
+        resolved = claim.resolved | set(changed)
+        unresolved = [r for r in group.pending() if r.rid not in resolved]
+        release = not unresolved
+
+        names: dict[str, str] = {}
+        values: dict[str, Any] = {":tok": {"S": claim.token}, ":inflight": {"S": "inflight"}}
+        sets: list[str] = []
+        removes: list[str] = []
+        for i, (rid, r) in enumerate(changed.items()):
+            old = by_rid[rid]
+            stored = r.with_(state=RecipientState.QUEUED) if r.state == RecipientState.INFLIGHT else r
+            old_json = (
+                old.with_(state=RecipientState.QUEUED)
+                if old.state == RecipientState.INFLIGHT
+                else old
+            ).to_json()
+            for j, (field, val) in enumerate(stored.to_json().items()):
+                if old_json.get(field) == val:
+                    continue
+                names[f"#r{i}"] = rid
+                names[f"#f{i}_{j}"] = field
+                values[f":v{i}_{j}"] = _ser.serialize(val)
+                sets.append(f"rcpts.#r{i}.#f{i}_{j} = :v{i}_{j}")
+        resting_rcpts = tuple(
+            (r.with_(state=RecipientState.QUEUED) if r.state == RecipientState.INFLIGHT else r)
+            for r in new_rcpts.values()
+        )
+        history = list(group.history)
+        if attempt is not None:
+            history = (history + [attempt])[-self.s.history_limit :]
+            values[":hist"] = _ser.serialize([a.to_json() for a in history])
+            sets.append("history = :hist")
+        next_at = next_attempt_at or group.next_attempt_at
+        state = GroupState.INFLIGHT
+        if release:
+            state = derive_group_state(resting_rcpts)
+            due = next_at if state == GroupState.QUEUED else now
+            values[":st"] = {"S": state.value}
+            values[":due"] = {"N": str(_ms(due))}
+            values[":next"] = {"S": to_iso(next_at)}
+            sets += ["st = :st", "due = :due", "next_at = :next"]
+            removes += ["lease_token", "lease_until"]
+            if state == GroupState.DONE:
+                values[":ttl"] = {"N": str(int(now.timestamp()) + self.s.done_ttl_seconds)}
+                sets.append("expires_at = :ttl")
+        elif next_attempt_at is not None:
+            values[":next"] = {"S": to_iso(next_at)}
+            sets.append("next_at = :next")
+        expr = "SET " + ", ".join(sets) if sets else ""
+        if removes:
+            expr += " REMOVE " + ", ".join(removes)
+        if not expr:
+            expr = "SET lease_token = :tok"
+        kw: dict[str, Any] = {
+            "TableName": self.s.table,
+            "Key": {"pk": {"S": _pk(group.mail_id)}, "sk": {"S": _gsk(group.key)}},
+            "UpdateExpression": expr,
+            "ConditionExpression": "lease_token = :tok AND st = :inflight",
+            "ExpressionAttributeValues": values,
+        }
+        if names:
+            kw["ExpressionAttributeNames"] = names
+        with translate("dynamodb:UpdateItem"):
+            try:
+                self.c.dynamodb.update_item(**kw)
+            except ClientError as e:
+                if error_code(e) == "ConditionalCheckFailedException":
+                    raise LeaseLost(f"{group.mail_id}/{group.key}") from e
+                raise
+        claim.resolved = resolved
+        new_group = replace(
+            group,
+            recipients=tuple(
+                r.with_(state=RecipientState.INFLIGHT)
+                if (not release and r.state == RecipientState.QUEUED and r.rid not in resolved)
+                else r
+                for r in resting_rcpts
+            ),
+            state=state,
+            next_attempt_at=next_at,
+            history=tuple(history),
+            lease_token=None if release else group.lease_token,
+            lease_until=None if release else group.lease_until,
+        )
+        claim.group = new_group
+        if release:
+            claim.released = True
+        finished = False
+        cleaned = False
+        if release and state == GroupState.DONE:
+            finished, cleaned = self._after_group_done(group.mail_id, group.key)
+        return Transition(group=new_group, released=release, mail_finished=finished, cleaned=cleaned)
+
+    def _after_group_done(self, mail_id: str, gkey: str) -> tuple[bool, bool]:
+        """The last group to finish cleans the mail; others leave the cleanup index.
+
+        Strongly consistent reads after our own write: of two groups finishing at once,
+        at least the later reader sees both done, so a finished mail is always cleaned
+        (or, if we crash here, found by `find_pending_cleanup`).
+        """
+        items = self._query_mail(mail_id)
+        groups = [self._group_from_item(it) for it in items if it["sk"].startswith("G#")]
+        if all(g.state == GroupState.DONE for g in groups):
+            return True, self.cleanup(mail_id, _items=items)
+        with translate("dynamodb:UpdateItem"):
+            try:
+                self.c.dynamodb.update_item(
+                    TableName=self.s.table,
+                    Key={"pk": {"S": _pk(mail_id)}, "sk": {"S": _gsk(gkey)}},
+                    UpdateExpression="REMOVE st, due",
+                    ConditionExpression="st = :done",
+                    ExpressionAttributeValues={":done": {"S": GroupState.DONE.value}},
+                )
+            except ClientError as e:
+                # the item is gone (another finisher cleaned the mail) or moved on: fine
+                if error_code(e) != "ConditionalCheckFailedException":
+                    raise
+        return False, False
+
+    def _attempt(self, claim: Claim, result: Result, tls: bool) -> Attempt:
+        return Attempt(
+            number=claim.attempt_number,
+            scheduled_at=claim.group.next_attempt_at,
+            started_at=claim.started_at,
+            finished_at=self.clock(),
+            result=result,
+            tls=tls,
+        )
+
+    def _attempted(self, r: Recipient, result: Result, now: datetime) -> Recipient:
+        return r.with_(
+            attempts=r.attempts + 1,
+            first_attempt_at=r.first_attempt_at or now,
+            last_attempt_at=now,
+            last_result=result,
+        )
+
+    def send_done(
+        self, claim: Claim, rids: Sequence[str], result: Result, *, tls: bool = False
+    ) -> Transition:
+        now = self.clock()
+        by_rid = {r.rid: r for r in claim.group.recipients}
+        changed: dict[str, Recipient] = {}
+        for rid in rids:
+            r = by_rid[rid]
+            wants = Notify.SUCCESS in r.notify and claim.group.sender != ""
+            changed[rid] = self._attempted(r, result, now).with_(
+                state=RecipientState.DELIVERED,
+                final_at=now,
+                dsn_pending="delivered" if wants else r.dsn_pending,
+            )
+        t = self._transition(claim, changed, attempt=self._attempt(claim, result, tls))
+        if any(c.dsn_pending == "delivered" for c in changed.values()):
+            self.post_bounce([claim.ref])
+        return t
+
+    def send_cancel(self, claim: Claim) -> Group:
+        if claim.released:
+            raise LeaseLost("this claim was already released")
+        group = claim.group
+        now = self.clock()
+        t = self._transition(
+            claim,
+            {r.rid: r.with_(state=RecipientState.QUEUED) for r in claim.unresolved()},
+            next_attempt_at=min(group.next_attempt_at, now),
+        )
+        self._rearm(claim, 0)
+        return t.group
+
+    def _rearm(self, claim: Claim, delay_seconds: int) -> None:
+        """Make the trigger come back after `delay_seconds` (≤ 12 h a hop)."""
+        if claim.receipt_handle:
+            with translate("sqs:ChangeMessageVisibility"):
+                try:
+                    self.c.sqs.change_message_visibility(
+                        QueueUrl=self.s.delivery_queue_url,
+                        ReceiptHandle=claim.receipt_handle,
+                        VisibilityTimeout=max(0, min(MAX_VISIBILITY, delay_seconds)),
+                    )
+                    return
+                except ClientError as e:
+                    # An expired receipt handle: the message is visible again anyway, or gone;
+                    # post a fresh trigger so the group is never left without one.
+                    if error_code(e) not in (
+                        "ReceiptHandleIsInvalid",
+                        "InvalidParameterValue",
+                        "MessageNotInflight",
+                        "AWS.SimpleQueueService.MessageNotInflight",
+                    ):
+                        raise
+        self._send_triggers([claim.ref], delay_seconds)
+
+    def reschedule(
+        self,
+        claim: Claim,
+        results: dict[str, Result],
+        next_attempt_at: datetime,
+        *,
+        delay_warning: bool = False,
+        tls: bool = False,
+    ) -> Transition:
+        now = self.clock()
+        by_rid = {r.rid: r for r in claim.group.recipients}
+        changed: dict[str, Recipient] = {}
+        warn = False
+        for rid, res in results.items():
+            r = self._attempted(by_rid[rid], res, now).with_(state=RecipientState.QUEUED)
+            if delay_warning and not r.delay_warned and claim.group.sender != "":
+                if Notify.NEVER not in r.notify:
+                    r = r.with_(delay_warned=True, dsn_pending=r.dsn_pending or "delayed")
+                    warn = True
+            changed[rid] = r
+        worst = next(iter(results.values()))
+        t = self._transition(
+            claim,
+            changed,
+            next_attempt_at=max(next_attempt_at, claim.group.next_attempt_at),
+            attempt=self._attempt(claim, worst, tls),
+        )
+        if warn:
+            self.post_bounce([claim.ref])
+        if t.released and t.group.state == GroupState.QUEUED:
+            delay = int((t.group.next_attempt_at - self.clock()).total_seconds())
+            self._rearm(claim, max(0, delay))
+        return t
+
+    def drop(self, claim: Claim, results: dict[str, Result], *, tls: bool = False) -> Transition:
+        now = self.clock()
+        by_rid = {r.rid: r for r in claim.group.recipients}
+        changed: dict[str, Recipient] = {}
+        for rid, res in results.items():
+            r = by_rid[rid]
+            dsn = claim.group.sender != "" and Notify.NEVER not in r.notify
+            changed[rid] = self._attempted(r, res, now).with_(
+                state=RecipientState.BOUNCED,
+                final_at=now,
+                dsn_pending="failed" if dsn else r.dsn_pending,
+            )
+        worst = next(iter(results.values()))
+        t = self._transition(claim, changed, attempt=self._attempt(claim, worst, tls))
+        if any(c.dsn_pending for c in changed.values()):
+            self.post_bounce([claim.ref])
+        return t
+
+    def dsn_sent(self, ref: MailRef, rids: Sequence[str], kind: str) -> Transition | None:
+        """The DSN of `kind` for `rids` is enqueued: clear their pending flag.
+
+        Not one of the eleven primitives: the bounce path's release of the content.
+        Conditional per recipient, so a repeat is a no-op; returns None when nothing was
+        pending any more.
+        """
+        if not rids:
+            return None
+        names = {f"#r{i}": rid for i, rid in enumerate(rids)}
+        names["#p"] = "dsn_pending"
+        conds = " AND ".join(f"rcpts.#r{i}.#p = :kind" for i in range(len(rids)))
+        removes = ", ".join(f"rcpts.#r{i}.#p" for i in range(len(rids)))
+        try:
+            with translate("dynamodb:UpdateItem"):
+                try:
+                    resp = self.c.dynamodb.update_item(
+                        TableName=self.s.table,
+                        Key={"pk": {"S": _pk(ref.mail_id)}, "sk": {"S": _gsk(ref.group)}},
+                        UpdateExpression=f"REMOVE {removes}",
+                        ConditionExpression=conds,
+                        ExpressionAttributeNames=names,
+                        ExpressionAttributeValues={":kind": {"S": kind}},
+                        ReturnValues="ALL_NEW",
+                    )
+                except ClientError as e:
+                    if error_code(e) == "ConditionalCheckFailedException":
+                        raise _Refused(None) from e
+                    raise
+        except _Refused:
+            return None
+        group = self._group_from_item(_from_ddb(resp["Attributes"]))
+        return self._settle(group)
+
+    def _settle(self, group: Group) -> Transition:
+        """Move a group that is at rest (no lease) to the state its recipients imply."""
+        if group.state in (GroupState.INFLIGHT, GroupState.HELD, GroupState.QUEUED):
+            return Transition(group=group, released=False, mail_finished=False, cleaned=False)
+        target = derive_group_state(group.recipients)
+        if target == group.state:
+            if target == GroupState.DONE:
+                finished, cleaned = self._after_group_done(group.mail_id, group.key)
+                return Transition(group, False, finished, cleaned)
+            return Transition(group, False, False, False)
+        now = self.clock()
+        with translate("dynamodb:UpdateItem"):
+            try:
+                self.c.dynamodb.update_item(
+                    TableName=self.s.table,
+                    Key={"pk": {"S": _pk(group.mail_id)}, "sk": {"S": _gsk(group.key)}},
+                    UpdateExpression="SET st = :to, due = :due, expires_at = :ttl",
+                    ConditionExpression="st = :from",
+                    ExpressionAttributeValues={
+                        ":to": {"S": target.value},
+                        ":from": {"S": group.state.value},
+                        ":due": {"N": str(_ms(now))},
+                        ":ttl": {"N": str(int(now.timestamp()) + self.s.done_ttl_seconds)},
+                    },
+                )
+            except ClientError as e:
+                if error_code(e) == "ConditionalCheckFailedException":
+                    return Transition(group, False, False, False)
+                raise
+        group = replace(group, state=target)
+        if target == GroupState.DONE:
+            finished, cleaned = self._after_group_done(group.mail_id, group.key)
+            return Transition(group, False, finished, cleaned)
+        return Transition(group, False, False, False)
+
+    # ------------------------------------------------------------------ cleanup
+    def cleanup(self, mail_id: str, *, _items: list[dict[str, Any]] | None = None) -> bool:
+        items = self._query_mail(mail_id) if _items is None else _items
+        groups = [self._group_from_item(it) for it in items if it["sk"].startswith("G#")]
+        if any(g.state != GroupState.DONE for g in groups):
+            return False
+        key = next((it.get("content_key") for it in items if it.get("content_key")), None)
+        with translate("s3:DeleteObject"):
+            self.c.s3.delete_object(Bucket=self.s.bucket, Key=key or self.content_key(mail_id))
+        if items:
+            self._batch_write(
+                [
+                    {"DeleteRequest": {"Key": {"pk": {"S": it["pk"]}, "sk": {"S": it["sk"]}}}}
+                    for it in items
+                ]
+            )
+        return True
+
+    def content_exists(self, mail_id: str) -> bool:
+        with translate("s3:HeadObject"):
+            try:
+                self.c.s3.head_object(Bucket=self.s.bucket, Key=self.content_key(mail_id))
+            except ClientError as e:
+                if error_code(e) in ("404", "NoSuchKey", "NotFound"):
+                    return False
+                raise
+        return True
+
+    def read_content(self, mail_id: str) -> BinaryIO:
+        with translate("s3:GetObject"):
+            try:
+                obj = self.c.s3.get_object(Bucket=self.s.bucket, Key=self.content_key(mail_id))
+            except ClientError as e:
+                if error_code(e) in ("NoSuchKey", "404"):
+                    raise NotFound(mail_id) from e
+                raise
+        body: BinaryIO = obj["Body"]
+        return body
+
+
+class _AlreadyStored(Exception):
+    pass
+
+
+class _Refused(Exception):
+    def __init__(self, item: dict[str, Any] | None) -> None:
+        super().__init__("refused")
+        self.item = item
+
+
+def _rid_order(rid: str) -> tuple[int, str]:
+    digits = rid[1:]
+    return (int(digits), rid) if digits.isdigit() else (1 << 30, rid)

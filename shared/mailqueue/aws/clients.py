@@ -1,0 +1,111 @@
+"""boto3 clients and the translation of botocore errors into the core's exceptions."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    ConnectionError as BotoConnectionError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
+    ReadTimeoutError,
+)
+
+from ..errors import PermanentStorageError, TransientStorageError
+
+TRANSIENT_CODES = frozenset(
+    {
+        "ProvisionedThroughputExceededException",
+        "ThrottlingException",
+        "Throttling",
+        "RequestLimitExceeded",
+        "InternalServerError",
+        "InternalError",
+        "ServiceUnavailable",
+        "SlowDown",
+        "RequestTimeout",
+        "RequestTimeoutException",
+        "TransactionInProgressException",
+        "TransactionConflictException",
+        "LimitExceededException",
+        "KMSThrottlingException",
+        "AWS.SimpleQueueService.ServiceUnavailable",
+        "AWS.SimpleQueueService.InternalError",
+    }
+)
+
+
+def error_code(e: ClientError) -> str:
+    return str(e.response.get("Error", {}).get("Code", ""))
+
+
+def is_transient(e: ClientError) -> bool:
+    status = int(e.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+    return error_code(e) in TRANSIENT_CODES or status >= 500
+
+
+@contextmanager
+def translate(operation: str) -> Iterator[None]:
+    """Map provider errors to TransientStorageError / PermanentStorageError."""
+    try:
+        yield
+    except ClientError as e:
+        code = error_code(e)
+        if is_transient(e):
+            raise TransientStorageError(f"{operation}: {code}") from e
+        raise PermanentStorageError(f"{operation}: {code}") from e
+    except (
+        EndpointConnectionError,
+        ConnectTimeoutError,
+        ReadTimeoutError,
+        BotoConnectionError,
+    ) as e:
+        raise TransientStorageError(f"{operation}: {type(e).__name__}") from e
+    except BotoCoreError as e:
+        raise PermanentStorageError(f"{operation}: {type(e).__name__}") from e
+
+
+@dataclass(frozen=True, slots=True)
+class AwsClients:
+    s3: Any
+    dynamodb: Any
+    sqs: Any
+
+    def all(self) -> tuple[Any, ...]:
+        return (self.s3, self.dynamodb, self.sqs)
+
+
+def make_clients(
+    *,
+    region: str | None = None,
+    endpoint_url: str | None = None,
+    max_attempts: int = 4,
+    connect_timeout: float = 2.0,
+    read_timeout: float = 10.0,
+    session: boto3.session.Session | None = None,
+) -> AwsClients:
+    """Clients with bounded retries and timeouts (a Lambda must not hang on AWS)."""
+    sess = session or boto3.session.Session()
+    cfg = Config(
+        retries={"max_attempts": max_attempts, "mode": "standard"},
+        connect_timeout=connect_timeout,
+        read_timeout=read_timeout,
+        s3={"addressing_style": "path"} if endpoint_url else None,
+    )
+    kw: dict[str, Any] = {"config": cfg}
+    if region:
+        kw["region_name"] = region
+    if endpoint_url:
+        kw["endpoint_url"] = endpoint_url
+    return AwsClients(
+        s3=sess.client("s3", **kw),
+        dynamodb=sess.client("dynamodb", **kw),
+        sqs=sess.client("sqs", **kw),
+    )

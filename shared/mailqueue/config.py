@@ -1,0 +1,86 @@
+"""Typed settings, validated at start. Explicit arguments beat environment variables.
+
+Nothing here reads the environment at import time: `from_env` is called by a handler's
+factory, once per container, and tests pass values explicitly.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any, TypeVar
+
+from .errors import MailqueueError
+
+T = TypeVar("T")
+
+
+class ConfigError(MailqueueError):
+    """A setting is missing or invalid: the function refuses to start."""
+
+
+def _coerce(value: str, typ: Any) -> Any:
+    if typ in (int, "int"):
+        return int(value)
+    if typ in (float, "float"):
+        return float(value)
+    if typ in (bool, "bool"):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    return value
+
+
+def settings_from_env(
+    cls: type[T],
+    prefix: str = "MQ_",
+    env: Mapping[str, str] | None = None,
+    **explicit: Any,
+) -> T:
+    """Build a settings dataclass: explicit kwargs first, then `<prefix><FIELD>` variables."""
+    source = os.environ if env is None else env
+    kwargs: dict[str, Any] = {}
+    for f in fields(cls):  # type: ignore[arg-type]
+        if f.name in explicit and explicit[f.name] is not None:
+            kwargs[f.name] = explicit[f.name]
+            continue
+        raw = source.get(prefix + f.name.upper())
+        if raw is not None and raw != "":
+            try:
+                kwargs[f.name] = _coerce(raw, f.type if not isinstance(f.type, str) else f.type.split(" ")[0])
+            except ValueError as e:
+                raise ConfigError(f"{prefix}{f.name.upper()}: {e}") from e
+    try:
+        return cls(**kwargs)
+    except TypeError as e:
+        raise ConfigError(f"{cls.__name__}: {e}") from e
+
+
+@dataclass(frozen=True, slots=True)
+class StorageSettings:
+    table: str
+    bucket: str
+    delivery_queue_url: str
+    bounce_queue_url: str
+    region: str | None = None
+    endpoint_url: str | None = None  # moto / local stack only
+    content_prefix: str = "content/"
+    max_size: int = 40 * 1024 * 1024
+    max_recipients: int = 1000
+    group_recipient_limit: int = 50  # recipients per SMTP transaction, as Postfix's default
+    lease_seconds: int = 360
+    done_ttl_seconds: int = 7 * 86400  # DynamoDB TTL backstop on finished items
+    history_limit: int = 10
+    idempotency_scope: str = "default"
+
+    def __post_init__(self) -> None:
+        for name in ("table", "bucket", "delivery_queue_url", "bounce_queue_url"):
+            if not getattr(self, name):
+                raise ConfigError(f"{name} is required")
+        if not 1 <= self.group_recipient_limit <= 200:
+            raise ConfigError("group_recipient_limit must be within 1..200")
+        if self.lease_seconds < 10:
+            raise ConfigError("lease_seconds must be at least 10")
+        if self.max_size <= 0 or self.max_recipients <= 0:
+            raise ConfigError("max_size and max_recipients must be positive")
+        if not self.content_prefix.endswith("/"):
+            raise ConfigError("content_prefix must end with '/'")

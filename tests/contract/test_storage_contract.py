@@ -1,0 +1,299 @@
+"""The storage protocol's contract, written once, run against every backend.
+
+Only the `Storage` protocol is used here (plus the backend's `inspect` helpers through the
+`backend` fixture), so a new backend is tested by adding it to the fixture's params.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+
+import pytest
+
+from mailqueue.errors import Conflict, InvalidInput, LeaseLost
+from mailqueue.model import (
+    Claim,
+    GroupState,
+    MailRef,
+    Notify,
+    RecipientState,
+    Result,
+    utcnow,
+)
+from mailqueue.storage import ClaimRefused, Storage
+from tests.support import factories as f
+from tests.support.aws import AwsEnv
+
+OK = Result(250, "2.0.0", "Ok: queued", "mx.example.net")
+TEMP = Result(451, "4.3.0", "try again later", "mx.example.net")
+PERM = Result(550, "5.1.1", "user unknown", "mx.example.net")
+
+
+@dataclass
+class Backend:
+    storage: Storage
+    name: str
+
+    def content_exists(self, mail_id: str) -> bool:
+        return bool(self.storage.content_exists(mail_id))  # type: ignore[attr-defined]
+
+    def all_groups(self, mail_id: str) -> list[object]:
+        _, groups = self.storage.get_mail(mail_id)  # type: ignore[attr-defined]
+        return list(groups)
+
+
+@pytest.fixture(params=["aws"])
+def backend(request: pytest.FixtureRequest, aws: AwsEnv) -> Iterator[Backend]:
+    if request.param == "aws":
+        yield Backend(aws.storage(), "aws")
+
+
+def claim(b: Backend, mail_id: str, group: str, **kw: object) -> Claim:
+    c = b.storage.send_start(MailRef(mail_id, group), kw.pop("now", utcnow()), lease_seconds=60)  # type: ignore[arg-type]
+    assert isinstance(c, Claim), c
+    return c
+
+
+def test_enqueue_then_list_queue_shows_each_group_due(backend: Backend) -> None:
+    q = backend.storage.enqueue(f.envelope("a@x.example", "b@x.example", "c@y.example"), f.content())
+    assert sorted(q.groups) == ["x.example", "y.example"]
+    assert [rid for rid, _ in q.recipients] == ["r0", "r1", "r2"]
+    page = backend.storage.list_queue(due_before=utcnow() + timedelta(seconds=1))
+    mine = {g.key: g for g in page.items if g.mail_id == q.mail_id}
+    assert set(mine) == {"x.example", "y.example"}
+    assert [r.address for r in mine["x.example"].recipients] == ["a@x.example", "b@x.example"]
+    assert all(g.state == GroupState.QUEUED and g.attempts == 0 for g in mine.values())
+
+
+def test_list_queue_paginates_with_a_cursor(backend: Backend) -> None:
+    ids = {backend.storage.enqueue(f.envelope(), f.content()).mail_id for _ in range(5)}
+    seen: list[str] = []
+    cursor = None
+    pages = 0
+    while True:
+        page = backend.storage.list_queue(limit=2, cursor=cursor)
+        pages += 1
+        seen += [g.mail_id for g in page.items]
+        cursor = page.cursor
+        if not cursor:
+            break
+    assert set(seen) == ids and len(seen) == 5
+    assert pages >= 3
+
+
+def test_second_claim_of_the_same_group_is_refused(backend: Backend) -> None:
+    q = backend.storage.enqueue(f.envelope(), f.content())
+    first = claim(backend, q.mail_id, q.groups[0])
+    second = backend.storage.send_start(MailRef(q.mail_id, q.groups[0]), utcnow(), lease_seconds=60)
+    assert isinstance(second, ClaimRefused) and second.reason == "claimed"
+    assert first.group.state == GroupState.INFLIGHT
+
+
+def test_claim_of_a_missing_group_says_gone(backend: Backend) -> None:
+    r = backend.storage.send_start(MailRef("nope", "x.example"), utcnow(), lease_seconds=60)
+    assert isinstance(r, ClaimRefused) and r.reason == "gone"
+
+
+def test_read_inflight_streams_the_stored_content(backend: Backend) -> None:
+    body = f.content(20_000)
+    q = backend.storage.enqueue(f.envelope(), body)
+    c = claim(backend, q.mail_id, q.groups[0])
+    mail = backend.storage.read_inflight(c)
+    assert mail.content.read() == body and mail.size == len(body)
+    assert mail.group.sender == "alice@example.org"
+
+
+def test_send_cancel_returns_the_group_unchanged(backend: Backend) -> None:
+    q = backend.storage.enqueue(f.envelope("a@x.example", "b@x.example"), f.content())
+    before = backend.storage.list_queue().items[0]
+    c = claim(backend, q.mail_id, "x.example")
+    g = backend.storage.send_cancel(c)
+    assert g.state == GroupState.QUEUED
+    after = backend.storage.list_queue().items[0]
+    assert after.recipients == before.recipients
+    assert after.attempts == 0
+    again = claim(backend, q.mail_id, "x.example")  # immediately claimable again
+    assert again.group.attempts == 0
+
+
+def test_reschedule_moves_next_attempt_and_counts_the_attempt(backend: Backend) -> None:
+    q = backend.storage.enqueue(f.envelope(), f.content())
+    c = claim(backend, q.mail_id, q.groups[0])
+    later = utcnow() + timedelta(minutes=5)
+    t = backend.storage.reschedule(c, {"r0": TEMP}, later)
+    assert t.released and t.group.state == GroupState.QUEUED
+    refused = backend.storage.send_start(MailRef(q.mail_id, q.groups[0]), utcnow(), lease_seconds=60)
+    assert isinstance(refused, ClaimRefused) and refused.reason == "not_due"
+    assert refused.next_attempt_at is not None
+    assert abs((refused.next_attempt_at - later).total_seconds()) < 1
+    g = backend.storage.list_queue().items[0]
+    assert g.recipients[0].attempts == 1 and g.recipients[0].last_result == TEMP
+    assert g.history[-1].number == 1
+    c2 = claim(backend, q.mail_id, q.groups[0], now=later + timedelta(seconds=1))
+    assert c2.attempt_number == 2
+
+
+def test_send_done_of_the_last_recipient_cleans_up_only_then(backend: Backend) -> None:
+    q = backend.storage.enqueue(f.envelope("a@x.example", "b@y.example"), f.content())
+    cx = claim(backend, q.mail_id, "x.example")
+    tx = backend.storage.send_done(cx, ["r0"], OK)
+    assert tx.released and not tx.mail_finished
+    assert backend.content_exists(q.mail_id)
+    assert backend.storage.cleanup(q.mail_id) is False  # y.example still queued
+    assert backend.content_exists(q.mail_id)
+    cy = claim(backend, q.mail_id, "y.example")
+    ty = backend.storage.send_done(cy, ["r1"], OK)
+    assert ty.mail_finished and ty.cleaned
+    assert not backend.content_exists(q.mail_id)
+    assert backend.storage.cleanup(q.mail_id) is True  # idempotent
+
+
+def test_lease_is_checked_on_every_transition(backend: Backend) -> None:
+    q = backend.storage.enqueue(f.envelope(), f.content())
+    old = claim(backend, q.mail_id, q.groups[0])
+    # the holder stalls past its lease; another attempt takes over
+    late = utcnow() + timedelta(seconds=61)
+    new = claim(backend, q.mail_id, q.groups[0], now=late)
+    with pytest.raises(LeaseLost):
+        backend.storage.send_done(old, ["r0"], OK)
+    t = backend.storage.send_done(new, ["r0"], OK)
+    assert t.mail_finished
+    with pytest.raises(LeaseLost):  # a repeat after release
+        backend.storage.send_done(new, ["r0"], OK)
+
+
+def test_find_inflight_returns_only_expired_leases(backend: Backend) -> None:
+    q1 = backend.storage.enqueue(f.envelope(), f.content())
+    q2 = backend.storage.enqueue(f.envelope(), f.content())
+    now = utcnow()
+    backend.storage.send_start(MailRef(q1.mail_id, q1.groups[0]), now, lease_seconds=10)
+    backend.storage.send_start(MailRef(q2.mail_id, q2.groups[0]), now, lease_seconds=3600)
+    assert backend.storage.find_inflight(now).items == ()
+    expired = backend.storage.find_inflight(now + timedelta(seconds=11)).items
+    assert [g.mail_id for g in expired] == [q1.mail_id]
+
+
+def test_partial_results_in_one_group(backend: Backend) -> None:
+    q = backend.storage.enqueue(f.envelope("a@x.example", "b@x.example", "c@x.example"), f.content())
+    c = claim(backend, q.mail_id, "x.example")
+    t1 = backend.storage.send_done(c, ["r0"], OK)
+    assert not t1.released
+    t2 = backend.storage.drop(c, {"r1": PERM})
+    assert not t2.released
+    later = utcnow() + timedelta(minutes=5)
+    t3 = backend.storage.reschedule(c, {"r2": TEMP}, later)
+    assert t3.released and t3.group.state == GroupState.QUEUED
+    g = backend.storage.list_queue().items[0]
+    states = {r.rid: r.state for r in g.recipients}
+    assert states == {
+        "r0": RecipientState.DELIVERED,
+        "r1": RecipientState.BOUNCED,
+        "r2": RecipientState.QUEUED,
+    }
+    assert [r.rid for r in g.pending()] == ["r2"]
+
+
+def test_drop_marks_bounced_and_a_dsn_due(backend: Backend) -> None:
+    q = backend.storage.enqueue(f.envelope(), f.content())
+    c = claim(backend, q.mail_id, q.groups[0])
+    t = backend.storage.drop(c, {"r0": PERM})
+    assert t.released and t.group.state == GroupState.DSN and not t.mail_finished
+    assert backend.content_exists(q.mail_id)  # the DSN still needs it
+    assert t.group.recipients[0].dsn_pending == "failed"
+
+
+@pytest.mark.parametrize(
+    ("sender", "notify"), [("", ()), ("alice@example.org", (Notify.NEVER,))]
+)
+def test_drop_without_dsn_finishes_the_mail(
+    backend: Backend, sender: str, notify: tuple[Notify, ...]
+) -> None:
+    q = backend.storage.enqueue(f.envelope(sender=sender, notify=notify), f.content())
+    c = claim(backend, q.mail_id, q.groups[0])
+    t = backend.storage.drop(c, {"r0": PERM})
+    assert t.group.state == GroupState.DONE and t.mail_finished and t.cleaned
+    assert not backend.content_exists(q.mail_id)
+
+
+def test_enqueue_retried_with_the_same_key_stores_nothing_twice(backend: Backend) -> None:
+    env = f.envelope("a@x.example", "b@y.example")
+    body = f.content()
+    first = backend.storage.enqueue(env, body, idempotency_key="k-1")
+    second = backend.storage.enqueue(env, body, idempotency_key="k-1")
+    assert second.mail_id == first.mail_id and second.duplicate and not first.duplicate
+    groups = backend.storage.list_queue().items
+    assert sorted((g.mail_id, g.key) for g in groups) == [
+        (first.mail_id, "x.example"),
+        (first.mail_id, "y.example"),
+    ]
+    with pytest.raises(Conflict):
+        backend.storage.enqueue(env, f.content(subject="other"), idempotency_key="k-1")
+
+
+def test_enqueue_retry_after_progress_does_not_reset_state(backend: Backend) -> None:
+    env = f.envelope()
+    body = f.content()
+    q = backend.storage.enqueue(env, body, idempotency_key="k-2")
+    c = claim(backend, q.mail_id, q.groups[0])
+    backend.storage.reschedule(c, {"r0": TEMP}, utcnow() + timedelta(minutes=5))
+    again = backend.storage.enqueue(env, body, idempotency_key="k-2")
+    assert again.duplicate
+    g = backend.storage.list_queue().items[0]
+    assert g.recipients[0].attempts == 1  # not overwritten by the retry
+
+
+@pytest.mark.parametrize(
+    ("addresses", "sender", "code"),
+    [
+        ((), "alice@example.org", "no_recipients"),
+        (("not-an-address",), "alice@example.org", "invalid_address"),
+        (("a\r\nRCPT TO:<evil@x.example>@x.example",), "alice@example.org", "forbidden_character"),
+        (("bob@x.example",), "ali\x00ce@example.org", "forbidden_character"),
+        ((("a" * 65) + "@x.example",), "alice@example.org", "address_too_long"),
+        (("bob@" + ("d" * 63 + ".") * 4 + "example",), "alice@example.org", "address_too_long"),
+        (("bøb@x.example",), "alice@example.org", "smtputf8_required"),
+    ],
+)
+def test_bad_envelopes_are_refused_before_anything_is_written(
+    backend: Backend, addresses: tuple[str, ...], sender: str, code: str
+) -> None:
+    from mailqueue.model import Envelope, Recipient
+
+    env = Envelope(
+        sender=sender, recipients=tuple(Recipient(rid="", address=a) for a in addresses)
+    )
+    with pytest.raises(InvalidInput) as err:
+        backend.storage.enqueue(env, f.content())
+    assert err.value.code == code
+    assert backend.storage.list_queue().items == ()
+
+
+def test_oversized_content_is_refused(backend: Backend, aws: AwsEnv) -> None:
+    small = aws.storage(max_size=2048)
+    with pytest.raises(InvalidInput) as err:
+        small.enqueue(f.envelope(), f.content(4096))
+    assert err.value.code == "too_large"
+    assert small.list_queue().items == ()
+
+
+def test_find_pending_cleanup_finds_a_finished_mail_whose_cleanup_was_cut_short(
+    backend: Backend, aws: AwsEnv
+) -> None:
+    from tests.support.faults import InjectedCrash, short_circuit
+
+    q = backend.storage.enqueue(f.envelope(), f.content())
+    c = claim(backend, q.mail_id, q.groups[0])
+
+    def die(params: dict[str, object]) -> None:
+        raise InjectedCrash("died before cleanup")
+
+    with short_circuit(aws.clients.s3, "DeleteObject", die), pytest.raises(InjectedCrash):
+        backend.storage.send_done(c, ["r0"], OK)
+    assert backend.content_exists(q.mail_id)
+    pending = list(backend.storage.find_pending_cleanup(utcnow() + timedelta(minutes=10)))
+    assert [p.mail_id for p in pending if p.reason == "finished"] == [q.mail_id]
+    assert backend.storage.cleanup(q.mail_id) is True
+    assert not backend.content_exists(q.mail_id)
+    assert list(backend.storage.find_pending_cleanup(utcnow() + timedelta(minutes=10))) == []

@@ -1,0 +1,36 @@
+"""Factories for envelopes and content: variations without copy-paste."""
+
+from __future__ import annotations
+
+from mailqueue.model import Envelope, Notify, Recipient, Ret
+
+
+def content(size: int = 1024, subject: str = "hello") -> bytes:
+    head = (
+        f"From: Alice <alice@example.org>\r\nTo: bob@example.net\r\nSubject: {subject}\r\n"
+        "Message-ID: <orig-1@example.org>\r\nDate: Sat, 21 Nov 2026 06:00:00 +0000\r\n\r\n"
+    ).encode()
+    line = b"The quick brown fox jumps over the lazy dog 0123456789.\r\n"
+    body = (line * (max(0, size - len(head)) // len(line) + 1))[: max(0, size - len(head))]
+    return head + body
+
+
+def envelope(
+    *addresses: str,
+    sender: str = "alice@example.org",
+    notify: tuple[Notify, ...] = (),
+    ret: Ret | None = None,
+    envid: str | None = None,
+) -> Envelope:
+    addrs = addresses or ("bob@example.net",)
+    return Envelope(
+        sender=sender,
+        recipients=tuple(Recipient(rid="", address=a, notify=notify) for a in addrs),
+        ret=ret,
+        envid=envid,
+    )
+
+
+def spread(n: int, domains: int) -> tuple[str, ...]:
+    """n recipients spread evenly over `domains` domains."""
+    return tuple(f"user{i}@d{i % domains}.example" for i in range(n))

@@ -1,0 +1,220 @@
+"""AWS-backend specifics: request counts, batching retries, error mapping, SQS effects."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from mailqueue.aws.accounting import RequestCounter
+from mailqueue.errors import PermanentStorageError, TransientStorageError
+from mailqueue.model import Claim, MailRef, Result, utcnow
+from tests.support import factories as f
+from mailqueue.aws.clients import make_clients
+from tests.support.aws import AwsEnv, make_env, session
+from tests.support.faults import short_circuit
+
+OK = Result(250, "2.0.0", "Ok", "mx.example.net")
+TEMP = Result(451, "4.3.0", "later", "mx.example.net")
+
+
+def test_enqueue_one_recipient_10kb_takes_three_requests(aws: AwsEnv) -> None:
+    st = aws.storage()
+    aws.counter.reset()
+    st.enqueue(f.envelope(), f.content(10 * 1024))
+    assert aws.counter.snapshot() == {
+        "dynamodb:BatchWriteItem": 1,
+        "s3:PutObject": 1,
+        "sqs:SendMessageBatch": 1,
+    }
+    assert aws.counter.total <= 3
+
+
+def test_enqueue_100_recipients_over_10_domains(aws: AwsEnv) -> None:
+    st = aws.storage()
+    aws.counter.reset()
+    q = st.enqueue(f.envelope(*f.spread(100, 10)), f.content(10 * 1024))
+    calls = aws.counter.snapshot()
+    assert calls["s3:PutObject"] == 1
+    assert calls["dynamodb:BatchWriteItem"] <= 4
+    assert calls["sqs:SendMessageBatch"] == 1
+    assert len(q.groups) == 10
+    msgs = _drain(aws, aws.resources.delivery_queue_url)
+    assert sorted(m["group"] for m in msgs) == sorted(q.groups)
+
+
+def test_claim_to_cleanup_request_count(aws: AwsEnv, capsys: pytest.CaptureFixture[str]) -> None:
+    st = aws.storage()
+    q = st.enqueue(f.envelope(), f.content(10 * 1024))
+    aws.counter.reset()
+    c = st.send_start(MailRef(q.mail_id, q.groups[0]), utcnow(), lease_seconds=60)
+    assert isinstance(c, Claim)
+    st.read_inflight(c).content.read()
+    t = st.send_done(c, ["r0"], OK)
+    assert t.cleaned
+    calls = aws.counter.snapshot()
+    # claim (1 update) + content (1 get) + done (1 update) + finish check (1 query)
+    # + content delete (1) + item deletes (1 batch)
+    assert calls == {
+        "dynamodb:UpdateItem": 2,
+        "dynamodb:Query": 1,
+        "dynamodb:BatchWriteItem": 1,
+        "s3:GetObject": 1,
+        "s3:DeleteObject": 1,
+    }
+    with capsys.disabled():
+        print(f"\n[requests] claim→cleanup of one group: {aws.counter.total} {calls}")
+
+
+def test_unprocessed_items_are_retried_not_dropped(aws: AwsEnv) -> None:
+    """The first BatchWriteItem really writes half and reports the other half unprocessed."""
+    st = aws.storage()
+    plain = make_clients(endpoint_url=aws.endpoint, region="us-east-1", session=session())
+    calls = {"n": 0}
+
+    def half(params: dict[str, Any]) -> dict[str, Any] | None:
+        calls["n"] += 1
+        if calls["n"] > 1:
+            return None
+        (table, reqs), = params["RequestItems"].items()
+        keep, rest = reqs[: len(reqs) // 2], reqs[len(reqs) // 2 :]
+        plain.dynamodb.batch_write_item(RequestItems={table: keep})
+        return {"UnprocessedItems": {table: rest}}
+
+    with short_circuit(aws.clients.dynamodb, "BatchWriteItem", half):
+        q = st.enqueue(f.envelope(*f.spread(20, 10)), f.content())
+    assert calls["n"] == 2
+    _, groups = st.get_mail(q.mail_id)
+    assert sorted(g.key for g in groups) == sorted(q.groups) and len(groups) == 10
+
+
+def test_failed_sqs_batch_entries_are_retried(aws: AwsEnv) -> None:
+    st = aws.storage()
+    calls = {"n": 0}
+
+    def fail_some(params: dict[str, Any]) -> dict[str, Any] | None:
+        calls["n"] += 1
+        if calls["n"] > 1:
+            return None
+        return {
+            "Successful": [],
+            "Failed": [
+                {"Id": e["Id"], "SenderFault": False, "Code": "InternalError"}
+                for e in params["Entries"]
+            ],
+        }
+
+    with short_circuit(aws.clients.sqs, "SendMessageBatch", fail_some):
+        q = st.enqueue(f.envelope(*f.spread(3, 3)), f.content())
+    assert calls["n"] == 2
+    assert sorted(m["group"] for m in _drain(aws, aws.resources.delivery_queue_url)) == sorted(
+        q.groups
+    )
+
+
+def test_throttling_maps_to_a_transient_error(moto_endpoint: str) -> None:
+    from botocore.exceptions import ClientError
+
+    env = make_env_fresh(moto_endpoint)
+    st = env.storage()
+
+    def throttle(params: dict[str, Any]) -> dict[str, Any]:
+        raise ClientError(
+            {
+                "Error": {"Code": "ProvisionedThroughputExceededException", "Message": "slow"},
+                "ResponseMetadata": {"HTTPStatusCode": 400},
+            },
+            "UpdateItem",
+        )
+
+    with short_circuit(env.clients.dynamodb, "UpdateItem", throttle), pytest.raises(
+        TransientStorageError
+    ) as err:
+        st.send_start(MailRef("m", "g"), utcnow(), lease_seconds=60)
+    assert isinstance(err.value.__cause__, ClientError)
+
+
+def test_access_denied_maps_to_a_permanent_error(aws: AwsEnv) -> None:
+    from dataclasses import replace
+
+    from mailqueue.aws.backend import AwsStorage
+
+    st = AwsStorage(replace(aws.settings, table="no-such-table"), aws.clients)
+    with pytest.raises(PermanentStorageError):
+        st.send_start(MailRef("m", "g"), utcnow(), lease_seconds=60)
+
+
+def test_reschedule_sets_the_trigger_visibility(aws: AwsEnv) -> None:
+    st = aws.storage()
+    q = st.enqueue(f.envelope(), f.content())
+    msg = aws.clients.sqs.receive_message(
+        QueueUrl=aws.resources.delivery_queue_url, MaxNumberOfMessages=1, WaitTimeSeconds=1
+    )["Messages"][0]
+    c = st.send_start(
+        MailRef(q.mail_id, q.groups[0]), utcnow(), lease_seconds=60, receipt_handle=msg["ReceiptHandle"]
+    )
+    assert isinstance(c, Claim)
+    aws.counter.reset()
+    st.reschedule(c, {"r0": TEMP}, utcnow() + timedelta(hours=20))
+    assert aws.counter.calls["sqs:ChangeMessageVisibility"] == 1
+    # capped at 12 h: the message is invisible now
+    again = aws.clients.sqs.receive_message(
+        QueueUrl=aws.resources.delivery_queue_url, MaxNumberOfMessages=1, WaitTimeSeconds=0
+    )
+    assert "Messages" not in again
+
+
+def test_send_cancel_makes_the_trigger_visible_again(aws: AwsEnv) -> None:
+    st = aws.storage()
+    q = st.enqueue(f.envelope(), f.content())
+    msg = aws.clients.sqs.receive_message(
+        QueueUrl=aws.resources.delivery_queue_url, MaxNumberOfMessages=1, VisibilityTimeout=600
+    )["Messages"][0]
+    c = st.send_start(
+        MailRef(q.mail_id, q.groups[0]), utcnow(), lease_seconds=60, receipt_handle=msg["ReceiptHandle"]
+    )
+    assert isinstance(c, Claim)
+    st.send_cancel(c)
+    again = aws.clients.sqs.receive_message(
+        QueueUrl=aws.resources.delivery_queue_url, MaxNumberOfMessages=1, WaitTimeSeconds=1
+    )
+    assert json.loads(again["Messages"][0]["Body"])["mail_id"] == q.mail_id
+
+
+def test_drop_posts_to_the_bounce_queue(aws: AwsEnv) -> None:
+    st = aws.storage()
+    q = st.enqueue(f.envelope(), f.content())
+    c = st.send_start(MailRef(q.mail_id, q.groups[0]), utcnow(), lease_seconds=60)
+    assert isinstance(c, Claim)
+    st.drop(c, {"r0": Result(550, "5.1.1", "unknown")})
+    msgs = _drain(aws, aws.resources.bounce_queue_url)
+    assert msgs == [{"v": 1, "mail_id": q.mail_id, "group": q.groups[0]}]
+
+
+def test_counter_counts_calls_by_service() -> None:
+    c = RequestCounter()
+    c.calls.update({"s3:PutObject": 2, "sqs:SendMessageBatch": 1})
+    assert c.by_service() == {"s3": 2, "sqs": 1} and c.total == 3
+
+
+def make_env_fresh(endpoint: str) -> AwsEnv:
+    from tests.support.aws import reset_moto
+
+    reset_moto(endpoint)
+    return make_env(endpoint)
+
+
+def _drain(aws: AwsEnv, url: str) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    while True:
+        resp = aws.clients.sqs.receive_message(
+            QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=0
+        )
+        msgs = resp.get("Messages", [])
+        if not msgs:
+            return out
+        for m in msgs:
+            out.append(json.loads(m["Body"]))
+            aws.clients.sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
