@@ -202,7 +202,6 @@ OUTCOME_SCHEMA = StructType(
         StructField("deferrals", LongType(), False),
         StructField("delivered_attempt", IntegerType(), True),
         StructField("hard_bounce", BooleanType(), False),
-        _s("bounce_status"),
         StructField("time_to_final_s", DoubleType(), True),
     ]
 )

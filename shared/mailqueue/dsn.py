@@ -16,10 +16,11 @@ Layout of every DSN (RFC 6522 §3, RFC 3464 §2):
    - ``message/global`` + quoted-printable: the same when the original has 8-bit data;
      RFC 6532 §3.5/§3.7 allow any transfer encoding for message/global, so the DSN stays
      7-bit clean and the original still comes back byte for byte;
-   - ``text/rfc822-headers``: the header section verbatim (encoded-words stay as they
-     were), otherwise, also when a full return is too large (a truncated message/rfc822
-     would be malformed) or the content is not UTF-8 (then the headers are quoted-printable,
-     which RFC 6522 §4 allows for "broken or extended" headers);
+   - ``text/rfc822-headers``: the header section verbatim, encoded-words as they were, in
+     every other case: RET=HDRS or no RET, non-failure reports, postmaster copies, and a
+     RET=FULL original over the size limit (a truncated message/rfc822 would be
+     malformed; part 1 says so). Headers with 8-bit octets that are not UTF-8 go
+     quoted-printable, which RFC 6522 §4 allows for "broken or extended" headers;
    - ``message/global-headers`` + quoted-printable (RFC 6533 §6.3): raw UTF-8 (RFC 6532)
      headers. This is what RFC 6533 says to use for internationalised headers rather than
      down-converting to text/rfc822-headers. The registration prefers 8bit "whenever

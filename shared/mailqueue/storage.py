@@ -99,10 +99,16 @@ class Storage(Protocol):
         ...
 
     def find_pending_cleanup(
-        self, now: datetime, *, grace_seconds: int = 300, orphan_grace_seconds: int = 129600
+        self,
+        now: datetime,
+        *,
+        grace_seconds: int = 300,
+        orphan_grace_seconds: int = 129600,
+        orphans: bool = True,
     ) -> Iterator[PendingCleanup]:
         """Mails whose cleanup did not complete: finished mails older than `grace_seconds`,
-        and content with no state older than `orphan_grace_seconds` (36 h, as qmail)."""
+        and (with `orphans`) content with no state older than `orphan_grace_seconds` (36 h,
+        as qmail). The orphan part lists the content prefix, so schedule it rarely."""
         ...
 
     def send_start(

@@ -523,7 +523,12 @@ class AwsStorage:
         )
 
     def find_pending_cleanup(
-        self, now: datetime, *, grace_seconds: int = 300, orphan_grace_seconds: int = 129600
+        self,
+        now: datetime,
+        *,
+        grace_seconds: int = 300,
+        orphan_grace_seconds: int = 129600,
+        orphans: bool = True,
     ) -> Iterator[PendingCleanup]:
         seen: set[str] = set()
         cursor: str | None = None
@@ -542,7 +547,8 @@ class AwsStorage:
             cursor = page.cursor
             if not cursor:
                 break
-        yield from self.find_orphans(now - timedelta(seconds=orphan_grace_seconds))
+        if orphans:
+            yield from self.find_orphans(now - timedelta(seconds=orphan_grace_seconds))
 
     def find_orphans(self, older_than: datetime) -> Iterator[PendingCleanup]:
         """Content objects with no state, last modified before `older_than` (a failed enqueue).
@@ -632,6 +638,79 @@ class AwsStorage:
         group = self._group_from_item(_from_ddb(resp["Attributes"]))
         return Claim(group=group, token=token, receipt_handle=receipt_handle, started_at=now)
 
+    def admin_claim(
+        self, ref: MailRef, now: datetime, *, lease_seconds: int = 60
+    ) -> Claim | ClaimRefused:
+        """Claim a queued (due or not) or held group for an operator action.
+
+        The same lease as delivery, so an operator action and a delivery attempt exclude
+        each other: a live delivery lease refuses the operator ("claimed"), and vice versa.
+        """
+        token = secrets.token_hex(8)
+        lease_until = now + timedelta(seconds=lease_seconds)
+        try:
+            with translate("dynamodb:UpdateItem"):
+                try:
+                    resp = self.c.dynamodb.update_item(
+                        TableName=self.s.table,
+                        Key={"pk": {"S": _pk(ref.mail_id)}, "sk": {"S": _gsk(ref.group)}},
+                        UpdateExpression=(
+                            "SET st = :inflight, due = :lease_ms, lease_token = :tok, "
+                            "lease_until = :lu, started_at = :now"
+                        ),
+                        ConditionExpression=(
+                            "st = :queued OR st = :held OR (st = :inflight AND due < :now_ms)"
+                        ),
+                        ExpressionAttributeValues={
+                            ":inflight": {"S": GroupState.INFLIGHT.value},
+                            ":queued": {"S": GroupState.QUEUED.value},
+                            ":held": {"S": GroupState.HELD.value},
+                            ":lease_ms": {"N": str(_ms(lease_until))},
+                            ":tok": {"S": token},
+                            ":lu": {"S": to_iso(lease_until)},
+                            ":now": {"S": to_iso(now)},
+                            ":now_ms": {"N": str(_ms(now))},
+                        },
+                        ReturnValues="ALL_NEW",
+                        ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                    )
+                except ClientError as e:
+                    if error_code(e) == "ConditionalCheckFailedException":
+                        raise _Refused(e.response.get("Item")) from e
+                    raise
+        except _Refused as r:
+            refusal = self._refusal(r.item)
+            return ClaimRefused("finished") if refusal.reason == "not_due" else refusal
+        group = self._group_from_item(_from_ddb(resp["Attributes"]))
+        # held recipients count as pending for an operator claim
+        group = replace(
+            group,
+            recipients=tuple(
+                r.with_(state=RecipientState.INFLIGHT) if r.state == RecipientState.HELD else r
+                for r in group.recipients
+            ),
+        )
+        return Claim(group=group, token=token, started_at=now)
+
+    def mark(
+        self,
+        claim: Claim,
+        changed: dict[str, Recipient],
+        *,
+        next_attempt_at: datetime | None = None,
+        op: dict[str, Any] | None = None,
+    ) -> Transition:
+        """An operator transition under a claim (hold, release, delete, retry-now).
+
+        `op` ({action, actor, job}) is recorded on the item so the event writer can emit
+        an Operator event per affected recipient.
+        """
+        t = self._transition(claim, changed, next_attempt_at=next_attempt_at, op=op)
+        if t.released and t.group.state == GroupState.QUEUED:
+            delay = max(0, int((t.group.next_attempt_at - self.clock()).total_seconds()))
+            self._send_triggers([claim.ref], delay)
+        return t
+
     def _refusal(self, raw: dict[str, Any] | None) -> ClaimRefused:
         if not raw:
             return ClaimRefused("gone")
@@ -663,7 +742,7 @@ class AwsStorage:
         *,
         next_attempt_at: datetime | None = None,
         attempt: Attempt | None = None,
-        count_attempt: bool = True,
+        op: dict[str, Any] | None = None,
     ) -> Transition:
         """Write changed recipients; release the lease when none of the claim is unresolved."""
         if claim.released:
@@ -692,8 +771,8 @@ class AwsStorage:
                 else old
             ).to_json()
             for j, (field, val) in enumerate(stored.to_json().items()):
-                if old_json.get(field) == val:
-                    continue
+                if old_json.get(field) == val and field != "state":
+                    continue  # state always written: an operator claim's view may differ
                 names[f"#r{i}"] = rid
                 names[f"#f{i}_{j}"] = field
                 values[f":v{i}_{j}"] = _ser.serialize(val)
@@ -707,6 +786,11 @@ class AwsStorage:
             history = (history + [attempt])[-self.s.history_limit :]
             values[":hist"] = _ser.serialize([a.to_json() for a in history])
             sets.append("history = :hist")
+        if op is not None:
+            values[":op"] = _ser.serialize({**op, "at": to_iso(now)})
+            sets.append("op = :op")
+        else:
+            removes.append("op")
         next_at = next_attempt_at or group.next_attempt_at
         state = GroupState.INFLIGHT
         if release:
@@ -843,6 +927,15 @@ class AwsStorage:
         )
         self._rearm(claim, 0)
         return t.group
+
+    def rearm(self, receipt_handle: str, delay_seconds: int) -> None:
+        """Keep a delivery trigger invisible for `delay_seconds` (capped at 12 h a hop)."""
+        with translate("sqs:ChangeMessageVisibility"):
+            self.c.sqs.change_message_visibility(
+                QueueUrl=self.s.delivery_queue_url,
+                ReceiptHandle=receipt_handle,
+                VisibilityTimeout=max(0, min(MAX_VISIBILITY, delay_seconds)),
+            )
 
     def _rearm(self, claim: Claim, delay_seconds: int) -> None:
         """Make the trigger come back after `delay_seconds` (≤ 12 h a hop)."""

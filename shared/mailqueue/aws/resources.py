@@ -55,6 +55,7 @@ def create_resources(
         KeySchema=TABLE_KEYS,
         GlobalSecondaryIndexes=[STATE_INDEX],
         BillingMode="PAY_PER_REQUEST",
+        StreamSpecification={"StreamEnabled": True, "StreamViewType": "NEW_AND_OLD_IMAGES"},
     )
     clients.s3.create_bucket(Bucket=bucket)
     urls: dict[str, str] = {}

@@ -1,0 +1,61 @@
+"""Delivery Lambda: SQS batch → one claimed SMTP attempt per record (partial batch failures)."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.batch import (
+    BatchProcessor,
+    EventType,
+    process_partial_response,
+)
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from mailqueue.delivery import DeliveryService
+from mailqueue.secrets import powertools_credentials
+from mailqueue.smtp import lambda_deadline
+
+logger = Logger(service="delivery")
+tracer = Tracer(service="delivery")
+metrics = Metrics(namespace="mailqueue", service="delivery")
+
+
+@functools.cache
+def default_service() -> DeliveryService:
+    """Built once per container, on first use (never at import)."""
+    return DeliveryService.from_env(credentials=powertools_credentials)
+
+
+def handle(event: dict[str, Any], context: LambdaContext, service: DeliveryService) -> Any:
+    processor = BatchProcessor(event_type=EventType.SQS)
+    with service.invocation(lambda_deadline(context, reserve=5.0)) as inv:
+
+        def record_handler(record: SQSRecord) -> str:
+            return inv.handle(record.body, record.receipt_handle)
+
+        response = process_partial_response(
+            event=event, record_handler=record_handler, processor=processor, context=context
+        )
+    s = inv.stats
+    for name, value in (
+        ("RecipientsDelivered", s.delivered),
+        ("RecipientsBounced", s.bounced),
+        ("RecipientsDeferred", s.deferred),
+        ("ClaimsLost", s.lost_claims),
+        ("TriggersRearmed", s.rearmed),
+        ("GroupsHandedBack", s.handed_back),
+        ("GroupsAttempted", s.groups),
+    ):
+        metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
+    return response
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> Any:
+    return handle(event, context, default_service())

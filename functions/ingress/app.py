@@ -1,0 +1,149 @@
+"""Ingress Lambda: API Gateway HTTP API (payload 2.0, IAM auth) and SES receipt rules.
+
+Routes (the template declares them with `AuthorizationType: AWS_IAM`):
+  POST /v1/messages  submit a mail (inline base64 content or an upload id)  → 202
+  POST /v1/uploads   a presigned S3 PUT URL for content too large to inline → 201
+SES: a receipt rule's S3 action stores the raw mail, its Lambda action invokes us.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from mailqueue import ingress
+from mailqueue.aws.clients import AwsClients, make_clients
+from mailqueue.errors import PermanentStorageError, TransientStorageError
+from mailqueue.events import EventEmitter
+from mailqueue.ingress import Answer, IngressService, IngressSettings
+from mailqueue.ingress.ses import is_ses_event
+
+logger = Logger(service="mailqueue-ingress")
+tracer = Tracer(service="mailqueue-ingress")
+metrics = Metrics(namespace="mailqueue", service="ingress")
+
+
+def build_service(
+    settings: IngressSettings, clients: AwsClients, emitter: EventEmitter | None = None
+) -> IngressService:
+    return ingress.build_service(settings, clients, emitter=emitter)
+
+
+@functools.cache
+def default_service() -> IngressService:
+    """Built once per container from MQ_* variables; a bad setting fails the cold start."""
+    settings = ingress.ingress_settings_from_env()
+    clients = make_clients(
+        region=settings.storage.region, endpoint_url=settings.storage.endpoint_url
+    )
+    return build_service(settings, clients)
+
+
+def _json(status: int, body: Mapping[str, Any], headers: Mapping[str, str] | None = None) -> Response:
+    return Response(
+        status_code=status,
+        content_type=content_types.APPLICATION_JSON,
+        body=json.dumps(body, separators=(",", ":")),
+        headers=dict(headers or {}),
+    )
+
+
+def _principal(event: Mapping[str, Any]) -> str | None:
+    """The caller's IAM principal, as API Gateway's IAM authorizer verified it."""
+    ctx = event.get("requestContext") or {}
+    iam = (ctx.get("authorizer") or {}).get("iam") or {}
+    arn = iam.get("userArn")
+    return arn if isinstance(arn, str) and arn else None
+
+
+def _body(event: Mapping[str, Any]) -> bytes | None:
+    raw = event.get("body")
+    if raw is None:
+        return None
+    if event.get("isBase64Encoded"):
+        try:
+            return base64.b64decode(raw)
+        except ValueError:
+            return b"\xff"  # not JSON: refused as invalid_json
+    return str(raw).encode()
+
+
+def make_router(service: IngressService, metrics: Metrics | None = None) -> APIGatewayHttpResolver:
+    router = APIGatewayHttpResolver()
+
+    def answer(a: Answer) -> Response:
+        if metrics is not None:
+            if a.error:
+                metrics.add_metric(name="Rejected", unit=MetricUnit.Count, value=1)
+            elif a.status == 202:
+                metrics.add_metric(name="Accepted", unit=MetricUnit.Count, value=1)
+                if a.duplicate:
+                    metrics.add_metric(name="Replayed", unit=MetricUnit.Count, value=1)
+        return _json(a.status, a.body, a.headers)
+
+    @router.post("/v1/messages")
+    def post_message() -> Response:
+        ev = router.current_event
+        return answer(
+            service.submit(
+                _body(ev.raw_event),
+                principal=_principal(ev.raw_event),
+                idempotency_key=ev.headers.get("idempotency-key"),
+            )
+        )
+
+    @router.post("/v1/uploads")
+    def post_upload() -> Response:
+        return answer(service.create_upload(_principal(router.current_event.raw_event)))
+
+    @router.not_found
+    def not_found(_: Exception) -> Response:
+        return _json(404, {"error": "not_found", "message": "no such route", "field": None})
+
+    @router.exception_handler(TransientStorageError)
+    def unavailable(e: TransientStorageError) -> Response:
+        logger.warning("storage unavailable", extra={"cause": str(e)})
+        return _json(
+            503,
+            {"error": "unavailable", "message": "try again", "field": None},
+            {"Retry-After": "1"},
+        )
+
+    @router.exception_handler(PermanentStorageError)
+    def internal(e: PermanentStorageError) -> Response:
+        logger.exception("storage failure")
+        return _json(500, {"error": "internal", "message": "storage failure", "field": None})
+
+    return router
+
+
+def handle(
+    event: dict[str, Any],
+    context: LambdaContext,
+    service: IngressService,
+    metrics: Metrics | None = None,
+) -> dict[str, Any]:
+    """Dispatch one invocation: SES receipt records or an HTTP API request."""
+    if is_ses_event(event):
+        result = service.receive_ses(event)
+        if metrics is not None:
+            metrics.add_metric(name="SesAccepted", unit=MetricUnit.Count, value=result.accepted)
+            metrics.add_metric(name="SesRefused", unit=MetricUnit.Count, value=result.refused)
+        # Event invocations ignore the answer; RequestResponse ones act on the disposition
+        return result.to_json()
+    return make_router(service, metrics).resolve(event, context)
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    return handle(event, context, default_service(), metrics)

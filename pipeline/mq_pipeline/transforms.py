@@ -1,0 +1,258 @@
+"""Pure DataFrame -> DataFrame transforms: raw events to normalised events to outcomes.
+
+Nothing here reads or writes: the job (`job.py`) wires sources and sinks, so each step can
+be tested on a tiny DataFrame built with an explicit schema.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+# Diagnostic text normalisation: applied in order, identically by Spark (Java regex) and
+# by `normalise_reason_py` (Python re); the patterns use only syntax both engines share.
+# Lower-casing happens first. The aim is that one cause groups into one row: the SMTP
+# basic and enhanced codes (reported separately as `status`) are stripped from the front,
+# addresses, IPs, ids and numbers are masked.
+REASON_RULES: tuple[tuple[str, str], ...] = (
+    (r"^\s*smtp;\s*", ""),
+    (r"^\d{1,3}[ -]+", ""),
+    (r"^[245]\.\d{1,3}\.\d{1,3}\s*", ""),
+    (r"<?[a-z0-9._%+=\-]+@[a-z0-9.\-]+>?", "<addr>"),
+    (r"\[?\b\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}\b\]?", "<ip>"),
+    (r"\b[a-z_]+\d[a-z0-9_]*\b|\b\d+[a-z_][a-z0-9_]*\b", "<id>"),
+    (r"\d+", "#"),
+    (r"\s+", " "),
+)
+REASON_MAX_LEN = 160
+STATUS_RE = r"\b([245]\.\d{1,3}\.\d{1,3})\b"
+
+
+@dataclass(frozen=True, slots=True)
+class TimeRange:
+    """A half-open UTC interval [start, end); None ends mean "whatever the data holds"."""
+
+    start: datetime | None
+    end: datetime | None
+
+    @classmethod
+    def day(cls, day: str) -> TimeRange:
+        d = datetime.fromisoformat(day).replace(tzinfo=UTC)
+        return cls(d, d + timedelta(days=1))
+
+    @classmethod
+    def parse(cls, start: str | None, end: str | None) -> TimeRange:
+        """`--from`/`--to`: a date (the whole day; `--to` is inclusive) or an ISO time."""
+        s = _parse_bound(start, end_side=False) if start else None
+        e = _parse_bound(end, end_side=True) if end else None
+        if s and e and e <= s:
+            raise ValueError(f"empty range: {start} .. {end}")
+        return cls(s, e)
+
+    @property
+    def bounded(self) -> bool:
+        return self.start is not None and self.end is not None
+
+
+def _parse_bound(value: str, end_side: bool) -> datetime:
+    if len(value) == 10:  # YYYY-MM-DD
+        d = datetime.fromisoformat(value).replace(tzinfo=UTC)
+        return d + timedelta(days=1) if end_side else d
+    t = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
+
+
+def normalise_reason_col(c: Column) -> Column:
+    """Spark version of the reason normaliser (see REASON_RULES)."""
+    out = F.lower(c)
+    for pattern, repl in REASON_RULES:
+        out = F.regexp_replace(out, pattern, repl)
+    return F.substring(F.trim(out), 1, REASON_MAX_LEN)
+
+
+def normalise_reason_py(text: str | None) -> str | None:
+    """Python version of the same normaliser, for the renderer and cross-checks."""
+    import re
+
+    if text is None:
+        return None
+    out = text.lower()
+    for pattern, repl in REASON_RULES:
+        out = re.sub(pattern, repl, out)
+    return out.strip()[:REASON_MAX_LEN]
+
+
+def _ts_lit(t: datetime) -> Column:
+    return F.lit(t.astimezone(UTC).replace(tzinfo=None)).cast("timestamp_ntz").cast("timestamp")
+
+
+def partition_filter(raw: DataFrame, rng: TimeRange, late_hours: int) -> DataFrame:
+    """Keep the dt/hr partitions that can hold events of `rng`.
+
+    Partitions are by *write* time, so an event is never in an earlier hour than its own
+    time, but a late one can be up to `late_hours` after it. The predicate uses only the
+    partition columns so Spark prunes directories before opening files.
+    """
+    cond: Column | None = None
+    if rng.start is not None:
+        lo = rng.start.astimezone(UTC).strftime("%Y-%m-%d%H")
+        cond = F.concat(F.col("dt"), F.lpad(F.col("hr").cast("string"), 2, "0")) >= lo
+    if rng.end is not None:
+        hi_t = rng.end.astimezone(UTC) + timedelta(hours=late_hours)
+        hi = (hi_t - timedelta(microseconds=1)).strftime("%Y-%m-%d%H")
+        c = F.concat(F.col("dt"), F.lpad(F.col("hr").cast("string"), 2, "0")) <= hi
+        cond = c if cond is None else cond & c
+    return raw if cond is None else raw.where(cond)
+
+
+def normalise(raw: DataFrame) -> DataFrame:
+    """Flatten the SES-shaped document into one narrow row per event (no explode).
+
+    Every event has exactly one recipient except a Reject without one, whose
+    `mail.destination` lists them all; it keeps the first for its domain and `n_dest`.
+    """
+    m = F.col("mail")
+    dest = m.getField("destination")
+    rcpt = F.element_at(dest, 1)
+    bounce_r = F.element_at(F.col("bounce.bouncedRecipients"), 1)
+    delay_r = F.element_at(F.col("deliveryDelay.delayedRecipients"), 1)
+    diag = F.coalesce(
+        bounce_r.getField("diagnosticCode"),
+        delay_r.getField("diagnosticCode"),
+        F.col("reject.reason"),
+    )
+    status = F.coalesce(
+        bounce_r.getField("status"),
+        delay_r.getField("status"),
+        F.nullif(F.regexp_extract(diag, STATUS_RE, 1), F.lit("")),
+    )
+    ts = F.coalesce(
+        F.col("delivery.timestamp"),
+        F.col("deliveryDelay.timestamp"),
+        F.col("bounce.timestamp"),
+        F.col("operator.timestamp"),
+        F.col("reject.timestamp"),
+        m.getField("timestamp"),
+    )
+    started = F.col("attempt.startedAt")
+    scheduled = F.col("attempt.scheduledAt")
+    lag = (F.unix_micros(started) - F.unix_micros(scheduled)) / F.lit(1_000_000.0)
+    return raw.where(F.col("eventId").isNotNull() & F.col("eventType").isNotNull()).select(
+        F.col("eventId").alias("event_id"),
+        F.col("eventType").alias("event_type"),
+        m.getField("messageId").alias("message_id"),
+        F.when(F.col("eventType") != "Reject", rcpt).alias("rcpt"),
+        F.lower(F.substring_index(rcpt, "@", -1)).alias("domain"),
+        F.size(dest).cast("int").alias("n_dest"),
+        m.getField("timestamp").alias("accepted_at"),
+        ts.alias("ts"),
+        status.alias("status"),
+        normalise_reason_col(diag).alias("reason"),
+        F.col("bounce.bounceType").alias("bounce_type"),
+        F.col("operator.action").alias("action"),
+        F.col("attempt.number").alias("attempt"),
+        lag.cast("double").alias("sched_lag_s"),
+        (
+            F.concat(F.col("dt"), F.lpad(F.col("hr").cast("string"), 2, "0"))
+            > F.date_format(ts, "yyyy-MM-ddHH")
+        ).alias("late"),
+    )
+
+
+def in_range(events: DataFrame, rng: TimeRange) -> DataFrame:
+    """Events whose own time is in the range (late ones included, early partitions not)."""
+    out = events
+    if rng.start is not None:
+        out = out.where(F.col("ts") >= _ts_lit(rng.start))
+    if rng.end is not None:
+        out = out.where(F.col("ts") < _ts_lit(rng.end))
+    return out
+
+
+def dedupe(events: DataFrame, partitions: int) -> DataFrame:
+    """One row per eventId, with `copies` (how often it was seen) and `late` only if every
+    copy was late.
+
+    Copies of one event share the mail and recipient (the id is derived from them), so the
+    data is hash-partitioned by message_id once, here, and both this aggregation and the
+    per-recipient outcome aggregation downstream reuse that partitioning: one shuffle for
+    the whole job. Copies are re-emissions of the same event; if their timing differs the
+    earliest timing is kept.
+    """
+    keys = ["message_id", "event_id"]
+    rest = [c for c in events.columns if c not in (*keys, "late")]
+    return (
+        events.repartition(partitions, "message_id")
+        .groupBy(*keys)
+        .agg(
+            *[F.min(c).alias(c) for c in rest],
+            F.min(F.col("late")).alias("late"),
+            F.count(F.lit(1)).alias("copies"),
+        )
+    )
+
+
+def _seconds_between(a: Column, b: Column) -> Column:
+    return ((F.unix_micros(b) - F.unix_micros(a)) / F.lit(1_000_000.0)).cast("double")
+
+
+def outcomes(events: DataFrame, rng: TimeRange) -> DataFrame:
+    """One row per mail x recipient accepted in the range: its final state as of the end.
+
+    Final events: Delivery -> delivered; Bounce or operator "bounced" -> bounced; operator
+    "deleted" -> deleted; the earliest final event wins. A hard bounce is a Permanent
+    bounce with a 5.x.x status (a 4.4.7 lifetime expiry is a bounce but not a hard one).
+    `attempts` is the highest attempt number seen, `deferrals` the DeliveryDelay count.
+    """
+    et = F.col("event_type")
+    ts = F.col("ts")
+    is_bounce = (et == "Bounce") | ((et == "Operator") & (F.col("action") == "bounced"))
+    is_hard = (
+        (et == "Bounce") & (F.col("bounce_type") == "Permanent") & F.col("status").startswith("5")
+    )
+    agg = (
+        events.where((et != "Reject") & F.col("rcpt").isNotNull())
+        .groupBy("message_id", "rcpt", "domain")
+        .agg(
+            F.min("accepted_at").alias("accepted_at"),
+            F.min(F.when(et == "Delivery", ts)).alias("delivered_at"),
+            F.min(F.when(is_bounce, ts)).alias("bounced_at"),
+            F.min(F.when(is_hard, ts)).alias("hard_at"),
+            F.min(F.when((et == "Operator") & (F.col("action") == "deleted"), ts)).alias(
+                "deleted_at"
+            ),
+            F.coalesce(F.max("attempt"), F.lit(0)).cast("int").alias("attempts"),
+            F.count(F.when(et == "DeliveryDelay", 1)).alias("deferrals"),
+            F.min(F.when(et == "Delivery", F.col("attempt"))).alias("delivered_attempt"),
+        )
+    )
+    final_at = F.least("delivered_at", "bounced_at", "deleted_at")
+    state = (
+        F.when(F.col("final_at").isNull(), "pending")
+        .when(F.col("delivered_at") == F.col("final_at"), "delivered")
+        .when(F.col("bounced_at") == F.col("final_at"), "bounced")
+        .otherwise("deleted")
+    )
+    out = agg.withColumn("final_at", final_at).withColumn("final_state", state)
+    if rng.start is not None:
+        out = out.where(F.col("accepted_at") >= _ts_lit(rng.start))
+    if rng.end is not None:
+        out = out.where(F.col("accepted_at") < _ts_lit(rng.end))
+    return out.select(
+        "message_id",
+        "rcpt",
+        "domain",
+        "accepted_at",
+        "final_state",
+        "final_at",
+        "attempts",
+        "deferrals",
+        "delivered_attempt",
+        ((F.col("final_state") == "bounced") & F.col("hard_at").isNotNull()).alias(
+            "hard_bounce"
+        ),
+        _seconds_between(F.col("accepted_at"), F.col("final_at")).alias("time_to_final_s"),
+    )

@@ -1,0 +1,327 @@
+"""Delivery: one SQS record → claim → route → SMTP → per-recipient results.
+
+The handler calls `DeliveryService.invocation(...)` once per Lambda invocation (one SMTP
+connection pool for the whole batch) and `Invocation.handle(body, receipt_handle)` per
+record. A record that must come back later (not yet due, temporary failure, handed back
+before the deadline) raises `KeepMessage`, so the batch reports it as a failure and SQS
+keeps it with the visibility we set; everything else completes and the message is deleted.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import dns.resolver
+
+from .aws.backend import AwsStorage
+from .config import ConfigError, StorageSettings, settings_from_env
+from .errors import LeaseLost, MailqueueError, NotFound
+from .model import Claim, MailRef, Result, utcnow
+from .policy import RetryPolicy, backoff, delay_warning_due, expired
+from .routing import CredentialsProvider, Hop, NextHopError, RoutingTable, resolve_next_hops
+from .smtp import ConnectionPool, DeliveryOutcome, SmtpClient, Timeouts
+
+log = logging.getLogger(__name__)
+
+
+class KeepMessage(MailqueueError):  # noqa: N818 - a control signal, not a failure
+    """The record must stay on the queue (its visibility is already set as intended)."""
+
+
+class PoisonMessage(MailqueueError):  # noqa: N818
+    """The record cannot be understood; it fails until SQS moves it to the DLQ."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeliverySettings:
+    hostname: str = "mailqueue.invalid"  # EHLO name and Reporting-MTA
+    routes: str = "{}"  # routing table JSON (see routing.py)
+    lease_seconds: int = 360
+    min_time_left_seconds: float = 20.0  # below this, hand the group back
+    retry_min_backoff_seconds: int = 300
+    retry_max_backoff_seconds: int = 4 * 3600
+    max_queue_lifetime_seconds: int = 5 * 86400
+    delay_warning_seconds: int = 4 * 3600  # 0 turns delay warnings off
+    dns_nameservers: str = ""  # "127.0.0.1:5353,..." for local runs; empty: system resolver
+    dns_timeout_seconds: float = 5.0
+    mx_port: int = 25  # tests and the local stack use unprivileged ports
+    smtp_max_sessions: int = 2
+
+    def __post_init__(self) -> None:
+        if not self.hostname or " " in self.hostname:
+            raise ConfigError("hostname must be a host name")
+        if self.lease_seconds < 30:
+            raise ConfigError("lease_seconds must be at least 30")
+        try:
+            self.routing_table()
+            self.retry_policy()
+        except (ValueError, MailqueueError) as e:
+            raise ConfigError(str(e)) from e
+
+    def routing_table(self) -> RoutingTable:
+        return RoutingTable.from_json(self.routes or "{}")
+
+    def retry_policy(self) -> RetryPolicy:
+        return RetryPolicy(
+            minimal_backoff=timedelta(seconds=self.retry_min_backoff_seconds),
+            maximal_backoff=timedelta(seconds=self.retry_max_backoff_seconds),
+            maximal_queue_lifetime=timedelta(seconds=self.max_queue_lifetime_seconds),
+            delay_warning=(
+                timedelta(seconds=self.delay_warning_seconds)
+                if self.delay_warning_seconds > 0
+                else None
+            ),
+        )
+
+    def resolver(self) -> dns.resolver.Resolver:
+        if not self.dns_nameservers:
+            r = dns.resolver.Resolver()
+        else:
+            r = dns.resolver.Resolver(configure=False)
+            servers = [s.strip() for s in self.dns_nameservers.split(",") if s.strip()]
+            r.nameservers = [s.rsplit(":", 1)[0] for s in servers]
+            ports = {int(s.rsplit(":", 1)[1]) for s in servers if ":" in s}
+            if len(ports) > 1:
+                raise ConfigError("all dns_nameservers must share one port")
+            if ports:
+                r.port = ports.pop()
+        r.lifetime = self.dns_timeout_seconds
+        return r
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None, **explicit: Any) -> DeliverySettings:
+        return settings_from_env(cls, env=env, **explicit)
+
+
+@dataclass
+class Stats:
+    """Per-invocation counters, published as metrics by the handler."""
+
+    delivered: int = 0
+    bounced: int = 0
+    deferred: int = 0
+    lost_claims: int = 0
+    rearmed: int = 0
+    handed_back: int = 0
+    groups: int = 0
+    extra: dict[str, int] = field(default_factory=dict)
+
+
+class DeliveryService:
+    """Built once per container: settings, storage, routing table, resolver."""
+
+    def __init__(
+        self,
+        settings: DeliverySettings,
+        storage: AwsStorage,
+        *,
+        resolver: dns.resolver.Resolver | None = None,
+        credentials: CredentialsProvider | None = None,
+        clock: Callable[[], datetime] = utcnow,
+        rng: random.Random | None = None,
+        timeouts: Timeouts | None = None,
+    ) -> None:
+        self.settings = settings
+        self.storage = storage
+        self.routes = settings.routing_table()
+        self.policy = settings.retry_policy()
+        self.resolver = resolver or settings.resolver()
+        self.credentials = credentials
+        self.clock = clock
+        self.rng = rng or random.Random()
+        self.timeouts = timeouts
+
+    @classmethod
+    def from_env(cls, credentials: CredentialsProvider | None = None) -> DeliveryService:
+        from .aws.clients import make_clients
+
+        storage_settings = settings_from_env(StorageSettings)
+        clients = make_clients(
+            region=storage_settings.region, endpoint_url=storage_settings.endpoint_url
+        )
+        return cls(
+            DeliverySettings.from_env(),
+            AwsStorage(storage_settings, clients),
+            credentials=credentials,
+        )
+
+    @contextmanager
+    def invocation(self, time_left: Callable[[], float] | None = None) -> Iterator[Invocation]:
+        """One SMTP connection pool per invocation, closed at the end whatever happens."""
+        pool = ConnectionPool()
+        client = SmtpClient(
+            self.settings.hostname,
+            timeouts=self.timeouts,
+            pool=pool,
+            credentials=self.credentials,
+            max_sessions=self.settings.smtp_max_sessions,
+        )
+        inv = Invocation(self, client, time_left or (lambda: 900.0))
+        try:
+            yield inv
+        finally:
+            pool.close()
+
+
+class Invocation:
+    def __init__(self, svc: DeliveryService, client: SmtpClient, time_left: Callable[[], float]):
+        self.svc = svc
+        self.client = client
+        self.time_left = time_left
+        self.stats = Stats()
+        self._hops: dict[str, list[Hop] | Result] = {}
+
+    # -------------------------------------------------------------- per record
+    def handle(self, body: str, receipt_handle: str | None) -> str:
+        """Process one trigger; returns what happened (for logs and tests)."""
+        ref = parse_trigger(body)
+        st = self.svc.storage
+        now = self.svc.clock()
+        claim = st.send_start(
+            ref, now, lease_seconds=self.svc.settings.lease_seconds, receipt_handle=receipt_handle
+        )
+        if not isinstance(claim, Claim):
+            if claim.reason == "not_due" and claim.next_attempt_at is not None:
+                # early receipt (SQS delay cap, or a re-arm hop): wait, do not attempt
+                self.stats.rearmed += 1
+                if receipt_handle:
+                    wait = int((claim.next_attempt_at - now).total_seconds()) + 1
+                    st.rearm(receipt_handle, wait)
+                    raise KeepMessage(f"not due for {wait}s")
+                return "not_due"
+            self.stats.lost_claims += 1
+            log.info("claim skipped", extra={"mail_id": ref.mail_id, "reason": claim.reason})
+            return f"skipped:{claim.reason}"
+        self.stats.groups += 1
+        return self._attempt(claim)
+
+    def _attempt(self, claim: Claim) -> str:
+        st = self.svc.storage
+        group = claim.group
+        now = self.svc.clock()
+        age = now - group.arrival
+        if age > self.svc.policy.maximal_queue_lifetime:
+            last = next((r.last_result for r in group.pending() if r.last_result), None)
+            res = expired(last, self.svc.policy.maximal_queue_lifetime)
+            st.drop(claim, {r.rid: res for r in group.pending()})
+            self.stats.bounced += len(group.pending())
+            return "expired"
+        if self.time_left() < self.svc.settings.min_time_left_seconds:
+            st.send_cancel(claim)
+            self.stats.handed_back += 1
+            raise KeepMessage("not enough time left; handed back")
+
+        hops = self._route(group.key.split("#", 1)[0])
+        if isinstance(hops, Result):
+            return self._record(claim, {r.rid: hops for r in group.pending()}, None)
+        try:
+            mail = st.read_inflight(claim)
+        except NotFound:
+            # The content vanished under a live group: never silently drop; bounce so the
+            # sender learns of it (a DSN without returned content).
+            lost = Result(0, "5.3.0", "message content unavailable in the queue")
+            return self._record(claim, {r.rid: lost for r in group.pending()}, None)
+        try:
+            outcome = self.client.deliver(
+                hops,
+                group.sender,
+                group.pending(),
+                mail.content,
+                mail.size,
+                ret=group.ret,
+                envid=group.envid,
+                smtputf8=group.smtputf8,
+                deadline=self.time_left,
+            )
+        finally:
+            close = getattr(mail.content, "close", None)
+            if close is not None:
+                close()
+        return self._record(claim, outcome.results, outcome)
+
+    def _route(self, domain: str) -> list[Hop] | Result:
+        cached = self._hops.get(domain)
+        if cached is not None:
+            return cached
+        try:
+            value: list[Hop] | Result = resolve_next_hops(
+                domain,
+                self.svc.routes,
+                self.svc.resolver,
+                rng=self.svc.rng,
+                port=self.svc.settings.mx_port,
+            )
+        except NextHopError as e:
+            value = e.result
+        self._hops[domain] = value
+        return value
+
+    def _record(
+        self, claim: Claim, results: dict[str, Result], outcome: DeliveryOutcome | None
+    ) -> str:
+        """Record per-recipient results: delivered first, then bounced, then deferred."""
+        st = self.svc.storage
+        tls = bool(outcome and outcome.tls)
+        group = claim.group
+        pending = {r.rid: r for r in group.pending()}
+        missing = set(pending) - set(results)
+        if missing:  # the client answers every rid; be safe rather than lose one
+            results = {
+                **results,
+                **{rid: Result(0, "4.3.0", "no result recorded") for rid in missing},
+            }
+        ok = {rid: r for rid, r in results.items() if r.success}
+        perm = {rid: r for rid, r in results.items() if r.permanent}
+        temp = {rid: r for rid, r in results.items() if rid not in ok and rid not in perm}
+        try:
+            if ok:
+                by_result: dict[Result, list[str]] = {}
+                for rid, r in ok.items():
+                    by_result.setdefault(r, []).append(rid)
+                for r, rids in by_result.items():
+                    st.send_done(claim, rids, r, tls=tls)
+                self.stats.delivered += len(ok)
+            now = self.svc.clock()
+            attempts = max((pending[rid].attempts for rid in temp), default=0) + 1
+            delay = backoff(attempts, now - group.arrival, self.svc.policy) if temp else None
+            if temp and delay is None:
+                last = next(iter(temp.values()))
+                res = expired(last, self.svc.policy.maximal_queue_lifetime)
+                perm.update({rid: res for rid in temp})
+                temp = {}
+            if perm:
+                st.drop(claim, perm, tls=tls)
+                self.stats.bounced += len(perm)
+            if temp:
+                assert delay is not None
+                warn = delay_warning_due(
+                    now - group.arrival,
+                    self.svc.policy,
+                    all(pending[rid].delay_warned for rid in temp),
+                )
+                st.reschedule(claim, temp, now + delay, delay_warning=warn, tls=tls)
+                self.stats.deferred += len(temp)
+                if claim.receipt_handle:
+                    raise KeepMessage(f"deferred {int(delay.total_seconds())}s")
+                return "deferred"
+        except LeaseLost:
+            # our lease expired and another attempt took over: it will record its own results
+            log.warning("lease lost while recording", extra={"mail_id": group.mail_id})
+            self.stats.lost_claims += 1
+            return "lease_lost"
+        return "bounced" if perm and not ok else ("partial" if perm else "delivered")
+
+
+def parse_trigger(body: str) -> MailRef:
+    try:
+        data = json.loads(body)
+        return MailRef(mail_id=str(data["mail_id"]), group=str(data["group"]))
+    except (ValueError, KeyError, TypeError) as e:
+        raise PoisonMessage("unreadable trigger message") from e

@@ -1,0 +1,42 @@
+"""Ingress: the HTTP API (`POST /v1/messages`, `POST /v1/uploads`) and SES receipt.
+
+`build_service` wires the AWS adapters; `IngressService` holds the logic and knows no
+boto3 types.
+"""
+
+from __future__ import annotations
+
+from ..aws.backend import AwsStorage
+from ..aws.clients import AwsClients
+from ..events import EventEmitter
+from .objects import RawStore, S3RawStore
+from .outbox import TableOutboxEmitter
+from .service import Answer, IngressService, IngressStorage, SesResult, http_status
+from .settings import IngressSettings, ingress_settings_from_env
+
+__all__ = [
+    "Answer",
+    "IngressService",
+    "IngressSettings",
+    "IngressStorage",
+    "RawStore",
+    "S3RawStore",
+    "SesResult",
+    "TableOutboxEmitter",
+    "build_service",
+    "http_status",
+    "ingress_settings_from_env",
+]
+
+
+def build_service(
+    settings: IngressSettings, clients: AwsClients, *, emitter: EventEmitter | None = None
+) -> IngressService:
+    """The service on S3/DynamoDB/SQS; Reject events go to the table outbox by default."""
+    return IngressService(
+        settings,
+        AwsStorage(settings.enqueue_storage, clients),
+        uploads=S3RawStore(clients.s3, settings.storage.bucket),
+        inbound=S3RawStore(clients.s3, settings.inbound_bucket),
+        emitter=emitter or TableOutboxEmitter(settings.outbox_table, clients.dynamodb),
+    )

@@ -1,0 +1,75 @@
+"""S3 objects ingress reads once and removes: client uploads and SES's raw mails.
+
+The adapter translates botocore errors into the core's; the service sees only the
+`RawStore` protocol.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from botocore.exceptions import ClientError
+
+from ..aws.clients import error_code, translate
+
+_MISSING = ("404", "NoSuchKey", "NotFound")
+
+
+class RawStore(Protocol):
+    def size(self, key: str) -> int | None:
+        """The object's size, None when there is no such object."""
+        ...
+
+    def read(self, key: str, limit: int) -> bytes | None:
+        """At most `limit` + 1 bytes (so the caller sees an overflow); None when gone."""
+        ...
+
+    def delete(self, key: str) -> None: ...
+
+    def presign_put(self, key: str, expires: int) -> str: ...
+
+
+class S3RawStore:
+    def __init__(self, s3: Any, bucket: str) -> None:
+        self.s3 = s3
+        self.bucket = bucket
+
+    def size(self, key: str) -> int | None:
+        with translate("s3:HeadObject"):
+            try:
+                head = self.s3.head_object(Bucket=self.bucket, Key=key)
+            except ClientError as e:
+                if error_code(e) in _MISSING:
+                    return None
+                raise
+        return int(head.get("ContentLength", 0))
+
+    def read(self, key: str, limit: int) -> bytes | None:
+        with translate("s3:GetObject"):
+            try:
+                obj = self.s3.get_object(Bucket=self.bucket, Key=key)
+            except ClientError as e:
+                if error_code(e) in _MISSING:
+                    return None
+                raise
+            body = obj["Body"]
+            try:
+                data: bytes = body.read(limit + 1)
+            finally:
+                body.close()
+        return data
+
+    def delete(self, key: str) -> None:
+        with translate("s3:DeleteObject"):
+            self.s3.delete_object(Bucket=self.bucket, Key=key)
+
+    def presign_put(self, key: str, expires: int) -> str:
+        """Signed locally (no request): the URL carries our role's signature, not a secret."""
+        with translate("s3:PresignPutObject"):
+            url: str = self.s3.generate_presigned_url(
+                "put_object",
+                Params={"Bucket": self.bucket, "Key": key},
+                ExpiresIn=expires,
+                HttpMethod="PUT",
+            )
+        return url

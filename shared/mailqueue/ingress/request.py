@@ -1,0 +1,244 @@
+"""Parsing of `POST /v1/messages` bodies into an envelope: pure, raises InvalidInput.
+
+Only the shape of the request is checked here (types, required fields, base64, enums);
+RFC 5321/5322 rules stay in `mailqueue.validate` and `AwsStorage.validate`, which the
+service calls, so each rule lives in one place.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from ..errors import InvalidInput
+from ..model import Envelope, Notify, Recipient, Ret
+from ..validate import check_no_ctl
+
+FIELDS = frozenset(
+    {"sender", "recipients", "content", "upload_id", "ret", "envid", "not_before", "smtputf8"}
+)
+RECIPIENT_FIELDS = frozenset({"address", "notify", "orcpt"})
+UPLOAD_ID_RE = re.compile(r"^[0-9a-f]{32}$")
+IDEMPOTENCY_KEY_RE = re.compile(r"^[\x21-\x7e]{1,255}$")
+_ORCPT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]*;\S.*$")
+_PRINTABLE_RE = re.compile(r"^[\x20-\x7e]*$")
+
+
+@dataclass(frozen=True, slots=True)
+class Submission:
+    """A parsed request: the envelope and either inline content or an upload to fetch."""
+
+    envelope: Envelope
+    content: bytes | None
+    upload_id: str | None
+    not_before: datetime | None
+
+
+def _type_error(field: str, expected: str) -> InvalidInput:
+    return InvalidInput("invalid_type", f"{field} must be {expected}", field)
+
+
+def parse_body(body: bytes | str | None) -> dict[str, Any]:
+    if body is None or body == b"" or body == "":
+        raise InvalidInput("invalid_json", "request body is empty", None)
+    try:
+        doc = json.loads(body)
+    except ValueError as e:  # JSONDecodeError and UnicodeDecodeError
+        raise InvalidInput("invalid_json", "request body is not valid JSON", None) from e
+    if not isinstance(doc, dict):
+        raise InvalidInput("invalid_json", "request body must be a JSON object", None)
+    return doc
+
+
+def parse_submission(
+    doc: dict[str, Any], *, max_size: int, now: datetime, max_delay_seconds: int
+) -> Submission:
+    unknown = sorted(set(doc) - FIELDS)
+    if unknown:
+        raise InvalidInput("unknown_field", f"unknown field {unknown[0]!r}", unknown[0])
+    if "sender" not in doc:
+        raise InvalidInput("missing_field", "sender is required (\"\" for the null sender)", "sender")
+    sender = doc["sender"]
+    if not isinstance(sender, str):
+        raise _type_error("sender", "a string")
+    smtputf8 = doc.get("smtputf8", False)
+    if not isinstance(smtputf8, bool):
+        raise _type_error("smtputf8", "true or false")
+    if "recipients" not in doc:
+        raise InvalidInput("missing_field", "recipients is required", "recipients")
+    raw_rcpts = doc["recipients"]
+    if not isinstance(raw_rcpts, list):
+        raise _type_error("recipients", "a list")
+    recipients = tuple(_recipient(r, i) for i, r in enumerate(raw_rcpts))
+    envelope = Envelope(
+        sender=sender,
+        recipients=recipients,
+        ret=_ret(doc.get("ret")),
+        envid=_envid(doc.get("envid")),
+        smtputf8=smtputf8,
+    )
+    content, upload_id = _content(doc, max_size)
+    return Submission(
+        envelope=envelope,
+        content=content,
+        upload_id=upload_id,
+        not_before=_not_before(doc.get("not_before"), now, max_delay_seconds),
+    )
+
+
+def _recipient(raw: Any, i: int) -> Recipient:
+    field = f"recipients[{i}]"
+    if isinstance(raw, str):
+        return Recipient(rid="", address=raw)
+    if not isinstance(raw, dict):
+        raise _type_error(field, "an address string or an object")
+    unknown = sorted(set(raw) - RECIPIENT_FIELDS)
+    if unknown:
+        raise InvalidInput("unknown_field", f"unknown field {unknown[0]!r}", f"{field}.{unknown[0]}")
+    if "address" not in raw:
+        raise InvalidInput("missing_field", "address is required", f"{field}.address")
+    address = raw["address"]
+    if not isinstance(address, str):
+        raise _type_error(f"{field}.address", "a string")
+    return Recipient(
+        rid="",
+        address=address,
+        notify=_notify(raw.get("notify"), f"{field}.notify"),
+        orcpt=_orcpt(raw.get("orcpt"), f"{field}.orcpt"),
+    )
+
+
+def _notify(raw: Any, field: str) -> tuple[Notify, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not all(isinstance(n, str) for n in raw):
+        raise _type_error(field, "a list of NOTIFY keywords")
+    if not raw:
+        raise InvalidInput("invalid_notify", "notify must not be empty (omit it instead)", field)
+    out: list[Notify] = []
+    for n in raw:
+        try:
+            value = Notify(n.upper())
+        except ValueError as e:
+            raise InvalidInput(
+                "invalid_notify", "notify values are NEVER, SUCCESS, FAILURE, DELAY", field
+            ) from e
+        if value not in out:
+            out.append(value)
+    return tuple(out)  # NEVER combined with others is refused by the storage's validate
+
+
+def _orcpt(raw: Any, field: str) -> str | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, str):
+        raise _type_error(field, "a string")
+    check_no_ctl(raw, field)
+    if not _ORCPT_RE.match(raw):
+        raise InvalidInput("invalid_orcpt", "orcpt must be '<addr-type>;<address>'", field)
+    return raw
+
+
+def _ret(raw: Any) -> Ret | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, str):
+        raise _type_error("ret", "a string")
+    try:
+        return Ret(raw.upper())
+    except ValueError as e:
+        raise InvalidInput("invalid_ret", "ret must be FULL or HDRS", "ret") from e
+
+
+def _envid(raw: Any) -> str | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, str):
+        raise _type_error("envid", "a string")
+    check_no_ctl(raw, "envid")
+    if not raw or not _PRINTABLE_RE.match(raw):
+        raise InvalidInput("invalid_envid", "envid must be printable ASCII", "envid")
+    return raw  # the length limit is the storage's
+
+
+def _content(doc: dict[str, Any], max_size: int) -> tuple[bytes | None, str | None]:
+    has_content = "content" in doc and doc["content"] is not None
+    has_upload = "upload_id" in doc and doc["upload_id"] is not None
+    if has_content and has_upload:
+        raise InvalidInput(
+            "ambiguous_content", "give either content or upload_id, not both", "upload_id"
+        )
+    if has_upload:
+        upload_id = doc["upload_id"]
+        if not isinstance(upload_id, str):
+            raise _type_error("upload_id", "a string")
+        if not UPLOAD_ID_RE.match(upload_id):
+            # checked strictly: the id becomes part of an S3 key we read and delete
+            raise InvalidInput("unknown_upload", "no such upload", "upload_id")
+        return None, upload_id
+    if not has_content:
+        raise InvalidInput("missing_field", "content (base64) or upload_id is required", "content")
+    raw = doc["content"]
+    if not isinstance(raw, str):
+        raise _type_error("content", "a base64 string")
+    if len(raw) > (max_size + 2) // 3 * 4:  # refuse before decoding
+        raise InvalidInput("too_large", f"content exceeds {max_size} octets", "content")
+    try:
+        content = base64.b64decode(raw, validate=True)
+    except (binascii.Error, ValueError) as e:
+        raise InvalidInput("invalid_base64", "content is not valid base64", "content") from e
+    return content, None
+
+
+def _not_before(raw: Any, now: datetime, max_delay_seconds: int) -> datetime | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, str):
+        raise _type_error("not_before", "an ISO-8601 string")
+    try:
+        ts = datetime.fromisoformat(raw)
+    except ValueError as e:
+        raise InvalidInput(
+            "invalid_not_before", "not_before is not an ISO-8601 timestamp", "not_before"
+        ) from e
+    if ts.tzinfo is None:
+        raise InvalidInput(
+            "invalid_not_before", "not_before needs a time zone (e.g. 'Z')", "not_before"
+        )
+    if ts - now > timedelta(seconds=max_delay_seconds):
+        raise InvalidInput(
+            "invalid_not_before",
+            f"not_before lies more than {max_delay_seconds} s in the future",
+            "not_before",
+        )
+    return ts
+
+
+def check_idempotency_key(key: str) -> str:
+    if not IDEMPOTENCY_KEY_RE.match(key):
+        raise InvalidInput(
+            "invalid_idempotency_key",
+            "Idempotency-Key must be 1..255 printable ASCII characters without spaces",
+            "Idempotency-Key",
+        )
+    return key
+
+
+def preview(doc: Any) -> tuple[str, tuple[str, ...]]:
+    """Sender and recipients of a (possibly invalid) request, bounded, for Reject events."""
+    if not isinstance(doc, dict):
+        return "", ()
+    sender = doc.get("sender")
+    rcpts = doc.get("recipients")
+    out: list[str] = []
+    if isinstance(rcpts, list):
+        for r in rcpts[:50]:
+            a = r.get("address") if isinstance(r, dict) else r
+            if isinstance(a, str):
+                out.append(a[:320])
+    return (sender[:320] if isinstance(sender, str) else ""), tuple(out)

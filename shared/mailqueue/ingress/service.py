@@ -1,0 +1,410 @@
+"""Ingress: requests and received mail in, queued mails (or refusals) out.
+
+Ingress emits only `Reject` events (one per refused request, or per refused recipient
+of a received mail). `Send` events are not emitted here: the event writer derives them
+from the table's stream when the mail's state items appear, so a mail is announced
+exactly when it is durable, and a retried request that stores nothing announces nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import secrets
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+from ..errors import Conflict, InvalidInput, MailqueueError, NotFound
+from ..events import EventEmitter, MailInfo, QueueEvent
+from ..model import (
+    Envelope,
+    Group,
+    QueuedMail,
+    Recipient,
+    mail_id_for_key,
+    new_mail_id,
+    utcnow,
+)
+from ..validate import validate_address, validate_sender
+from .objects import RawStore
+from .request import (
+    Submission,
+    check_idempotency_key,
+    parse_body,
+    parse_submission,
+    preview,
+)
+from .ses import SesReceipt, is_ses_event, parse_record, screen
+from .settings import IngressSettings
+
+log = logging.getLogger(__name__)
+
+# HTTP status per error code; anything not listed is 422 (well-formed but refused)
+_STATUS = {
+    "invalid_json": 400,
+    "invalid_type": 400,
+    "missing_field": 400,
+    "unknown_field": 400,
+    "invalid_base64": 400,
+    "ambiguous_content": 400,
+    "invalid_idempotency_key": 400,
+    "forbidden_character": 400,
+    "unauthenticated": 403,
+    "null_sender_forbidden": 403,
+    "sender_domain_not_allowed": 403,
+    "idempotency_conflict": 409,
+    "too_large": 413,
+}
+
+
+def http_status(code: str) -> int:
+    return _STATUS.get(code, 422)
+
+
+class IngressStorage(Protocol):
+    """What ingress needs of the queue core (AwsStorage provides it)."""
+
+    def enqueue(
+        self,
+        envelope: Envelope,
+        content: bytes,
+        *,
+        idempotency_key: str | None = None,
+        not_before: datetime | None = None,
+    ) -> QueuedMail: ...
+
+    def get_mail(self, mail_id: str) -> tuple[dict[str, Any] | None, list[Group]]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """An HTTP answer, independent of API Gateway's response format."""
+
+    status: int
+    body: dict[str, Any]
+    headers: dict[str, str] = field(default_factory=dict)
+    error: str | None = None  # the error code of a refusal
+    duplicate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SesResult:
+    disposition: str  # CONTINUE | STOP_RULE
+    accepted: int = 0  # recipients queued
+    refused: int = 0  # recipients refused (or all of a refused mail)
+    duplicate: bool = False
+
+    def to_json(self) -> dict[str, str]:
+        return {"disposition": self.disposition}
+
+
+def _refusal(e: InvalidInput) -> Answer:
+    return Answer(http_status(e.code), e.to_json(), error=e.code)
+
+
+class IngressService:
+    def __init__(
+        self,
+        settings: IngressSettings,
+        storage: IngressStorage,
+        uploads: RawStore,
+        inbound: RawStore,
+        emitter: EventEmitter,
+        *,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self.s = settings
+        self.storage = storage
+        self.uploads = uploads
+        self.inbound = inbound
+        self.emitter = emitter
+        self.clock = clock
+
+    # ------------------------------------------------------------------ keys
+    def _key(self, principal: str, key: str) -> str:
+        """Idempotency keys are scoped per caller: two callers never share a mail."""
+        return f"http\x1f{principal}\x1f{key}"
+
+    def _mail_id(self, full_key: str) -> str:
+        return mail_id_for_key(self.s.storage.idempotency_scope, full_key)
+
+    def upload_key(self, principal: str, upload_id: str) -> str:
+        """Uploads live under a per-caller folder: one caller cannot send another's upload."""
+        tag = hashlib.sha256(principal.encode()).hexdigest()[:20]
+        return f"{self.s.upload_prefix}{tag}/{upload_id}"
+
+    # ------------------------------------------------------------------ HTTP
+    def create_upload(self, principal: str | None) -> Answer:
+        if not principal:
+            return _refusal(
+                InvalidInput("unauthenticated", "no IAM principal in the request", None)
+            )
+        upload_id = secrets.token_hex(16)
+        url = self.uploads.presign_put(self.upload_key(principal, upload_id), self.s.upload_expires)
+        return Answer(
+            201,
+            {
+                "upload_id": upload_id,
+                "url": url,
+                "method": "PUT",
+                "expires_in": self.s.upload_expires,
+                "max_size": self.s.max_size,
+            },
+        )
+
+    def submit(
+        self, body: bytes | str | None, *, principal: str | None, idempotency_key: str | None
+    ) -> Answer:
+        """POST /v1/messages: 202 only once content, state and trigger are durable."""
+        now = self.clock()
+        doc: Any = None
+        key: str | None = None
+        size = 0
+        try:
+            if not principal:
+                raise InvalidInput("unauthenticated", "no IAM principal in the request", None)
+            if idempotency_key is not None:
+                key = self._key(principal, check_idempotency_key(idempotency_key))
+            doc = parse_body(body)
+            sub = parse_submission(
+                doc, max_size=self.s.max_size, now=now, max_delay_seconds=self.s.max_delay_seconds
+            )
+            self._check_envelope(sub.envelope, principal)
+            if sub.upload_id is not None:
+                # an upload is sent once: its id is the idempotency key unless one was given
+                key = key or self._key(principal, f"upload:{sub.upload_id}")
+                content = self._read_upload(principal, sub.upload_id, key, sub)
+                if isinstance(content, Answer):
+                    return content  # the upload was consumed by an earlier, identical request
+            else:
+                assert sub.content is not None
+                content = sub.content
+            size = len(content)
+            queued = self.storage.enqueue(
+                sub.envelope, content, idempotency_key=key, not_before=sub.not_before
+            )
+            if queued.duplicate:
+                queued = self._first_answer(queued.mail_id, sub.envelope)
+        except InvalidInput as e:
+            self._reject_request(e, doc, key, now, size)
+            return _refusal(e)
+        except Conflict as e:
+            err = InvalidInput("idempotency_conflict", str(e), "Idempotency-Key")
+            self._reject_request(err, doc, key, now, size)
+            return _refusal(err)
+        if sub.upload_id is not None:
+            self.uploads.delete(self.upload_key(principal, sub.upload_id))
+        return self._accepted(queued)
+
+    def _accepted(self, queued: QueuedMail) -> Answer:
+        body = queued.to_json()
+        body.pop("duplicate", None)
+        headers = {"Idempotent-Replayed": "true"} if queued.duplicate else {}
+        log.info(
+            "queued",
+            extra={"mail_id": queued.mail_id, "groups": len(queued.groups),
+                   "recipients": len(queued.recipients), "duplicate": queued.duplicate},
+        )
+        return Answer(202, body, headers, duplicate=queued.duplicate)
+
+    def _check_envelope(self, env: Envelope, principal: str) -> None:
+        """Syntax of the addresses (the core's rules), then who may send what."""
+        validate_sender(env.sender, smtputf8=env.smtputf8)
+        if len(env.recipients) > self.s.max_recipients:
+            raise InvalidInput(
+                "too_many_recipients", f"at most {self.s.max_recipients} recipients", "recipients"
+            )
+        for i, r in enumerate(env.recipients):
+            validate_address(r.address, f"recipients[{i}].address", smtputf8=env.smtputf8)
+        if env.null_sender:
+            if principal not in self.s.null_sender_principals:
+                raise InvalidInput(
+                    "null_sender_forbidden", "this caller may not use the null sender", "sender"
+                )
+        elif self.s.allowed_sender_domains:
+            domain = env.sender.rpartition("@")[2].lower().rstrip(".")
+            if domain not in self.s.allowed_sender_domains:
+                raise InvalidInput(
+                    "sender_domain_not_allowed", "sender domain is not allowed", "sender"
+                )
+
+    def _read_upload(
+        self, principal: str, upload_id: str, key: str, sub: Submission
+    ) -> bytes | Answer:
+        obj = self.upload_key(principal, upload_id)
+        size = self.uploads.size(obj)
+        if size is None:
+            replay = self._replay(key, sub.envelope)
+            if replay is not None:
+                return replay
+            raise InvalidInput("unknown_upload", "no such upload (or it expired)", "upload_id")
+        if size > self.s.max_size:
+            raise InvalidInput("too_large", f"upload exceeds {self.s.max_size} octets", "upload_id")
+        data = self.uploads.read(obj, self.s.max_size)
+        if data is None:  # removed between HEAD and GET: a concurrent identical request
+            replay = self._replay(key, sub.envelope)
+            if replay is not None:
+                return replay
+            raise InvalidInput("unknown_upload", "no such upload (or it expired)", "upload_id")
+        if len(data) > self.s.max_size:
+            raise InvalidInput("too_large", f"upload exceeds {self.s.max_size} octets", "upload_id")
+        return data
+
+    def _replay(self, key: str, envelope: Envelope) -> Answer | None:
+        """The first answer for `key`, if that request queued a mail that still exists."""
+        mail_id = self._mail_id(key)
+        try:
+            queued = self._first_answer(mail_id, envelope)
+        except NotFound:
+            return None
+        return self._accepted(queued)
+
+    def _first_answer(self, mail_id: str, envelope: Envelope) -> QueuedMail:
+        """Rebuild the first answer from the stored mail; other recipients are a conflict.
+
+        The core compares content, sender and the set of destination groups; recipients
+        within the same domain are compared here.
+        """
+        mail, groups = self.storage.get_mail(mail_id)
+        if mail is None:
+            raise NotFound(mail_id)
+        stored: dict[str, Recipient] = {r.rid: r for g in groups for r in g.recipients}
+        ordered = sorted(stored.values(), key=lambda r: int(r.rid[1:]) if r.rid[1:].isdigit() else 0)
+        if [r.address for r in ordered] != [r.address for r in envelope.recipients]:
+            raise Conflict("idempotency key reused with different recipients")
+        if mail.get("sender") != envelope.sender:
+            raise Conflict("idempotency key reused with a different sender")
+        return QueuedMail(
+            mail_id=mail_id,
+            recipients=tuple((r.rid, r.address) for r in ordered),
+            groups=tuple(mail.get("groups") or (g.key for g in groups)),
+            duplicate=True,
+        )
+
+    def _reject_request(
+        self, e: InvalidInput, doc: Any, key: str | None, now: datetime, size: int
+    ) -> None:
+        """One Reject event per refused request; a failure to emit never turns a 4xx into a 5xx."""
+        sender, rcpts = preview(doc)
+        # a keyed request refused twice produces the same eventId (de-duplicated downstream)
+        mail_id = self._mail_id(key) if key else new_mail_id()
+        event = QueueEvent(
+            event_type="Reject",
+            mail=MailInfo(message_id=mail_id, source=sender, timestamp=now,
+                          destination=rcpts, size=size),
+            recipient=None,
+            timestamp=now,
+            discriminator=e.code,
+            extra={"reason": e.code, "field": e.field},
+        )
+        log.info("refused", extra={"error": e.code, "field": e.field})
+        try:
+            self.emitter.emit([event])
+        except MailqueueError:
+            log.exception("could not emit the Reject event", extra={"error": e.code})
+
+    # ------------------------------------------------------------------ SES
+    def receive_ses(self, event: Mapping[str, Any]) -> SesResult:
+        """An SES receipt (Lambda action). Refusals return STOP_RULE; storage errors raise,
+        so Lambda retries the event, and the SES messageId keeps the retry idempotent."""
+        if not is_ses_event(event):
+            raise ValueError("not an SES receipt event")
+        results = [self._receive_record(rec) for rec in event["Records"]]
+        ok = [r for r in results if r.disposition == "CONTINUE"]
+        return SesResult(
+            disposition="CONTINUE" if ok else "STOP_RULE",
+            accepted=sum(r.accepted for r in results),
+            refused=sum(r.refused for r in results),
+            duplicate=any(r.duplicate for r in results),
+        )
+
+    def _receive_record(self, record: Mapping[str, Any]) -> SesResult:
+        try:
+            r = parse_record(record)
+        except InvalidInput as e:
+            # SES never sends this; nothing to retry, and nothing we could name in an event
+            log.error("malformed SES record", extra={"error": e.code, "field": e.field})
+            return SesResult("STOP_RULE")
+        key = f"ses\x1f{r.message_id}"
+        mail_id = self._mail_id(key)
+        raw_key = f"{self.s.ses_prefix}{r.message_id}"
+        sc = screen(
+            r,
+            receiving_domains=self.s.receiving_domains,
+            spam_policy=self.s.spam_verdict,
+            virus_policy=self.s.virus_verdict,
+        )
+        if sc.reason is not None:
+            return self._refuse_mail(r, mail_id, raw_key, sc.reason)
+        if sc.refused:
+            self._emit_ses(r, mail_id, [(rcpt, e) for rcpt, e in sc.refused])
+        if not sc.accepted:
+            self._drop_raw(raw_key)
+            return SesResult("STOP_RULE", refused=len(sc.refused))
+        content = self.inbound.read(raw_key, self.s.max_size)
+        envelope = Envelope(
+            sender=r.source,
+            recipients=tuple(Recipient(rid="", address=a) for a in sc.accepted),
+            smtputf8=r.smtputf8,
+        )
+        if content is None:
+            try:
+                self._first_answer(mail_id, envelope)
+            except NotFound:
+                raise NotFound(f"SES raw mail {raw_key} is missing") from None
+            return SesResult("CONTINUE", len(sc.accepted), len(sc.refused), duplicate=True)
+        if len(content) > self.s.max_size:
+            return self._refuse_mail(
+                r, mail_id, raw_key, InvalidInput("too_large", "mail exceeds the size limit", None)
+            )
+        try:
+            queued = self.storage.enqueue(envelope, content, idempotency_key=key)
+        except InvalidInput as e:
+            return self._refuse_mail(r, mail_id, raw_key, e, size=len(content))
+        self._drop_raw(raw_key)
+        log.info(
+            "received",
+            extra={"mail_id": queued.mail_id, "recipients": len(sc.accepted),
+                   "refused": len(sc.refused), "duplicate": queued.duplicate},
+        )
+        return SesResult("CONTINUE", len(sc.accepted), len(sc.refused), queued.duplicate)
+
+    def _refuse_mail(
+        self, r: SesReceipt, mail_id: str, raw_key: str, e: InvalidInput, size: int = 0
+    ) -> SesResult:
+        self._emit_ses(r, mail_id, [(None, e)], size)
+        self._drop_raw(raw_key)
+        return SesResult("STOP_RULE", refused=len(r.recipients))
+
+    def _emit_ses(
+        self,
+        r: SesReceipt,
+        mail_id: str,
+        refusals: Sequence[tuple[str | None, InvalidInput]],
+        size: int = 0,
+    ) -> None:
+        """Emitted before anything is deleted; an emit failure raises (the retry re-emits
+        with the same eventIds)."""
+        now = self.clock()
+        info = MailInfo(
+            message_id=mail_id, source=r.source[:320], timestamp=now,
+            destination=tuple(a[:320] for a in r.recipients[:50]), size=size,
+        )
+        self.emitter.emit(
+            QueueEvent(
+                event_type="Reject",
+                mail=info,
+                recipient=rcpt,
+                timestamp=now,
+                discriminator=e.code,
+                extra={"reason": e.code, "field": e.field},
+            )
+            for rcpt, e in refusals
+        )
+        log.info("refused received mail", extra={"errors": sorted({e.code for _, e in refusals})})
+
+    def _drop_raw(self, raw_key: str) -> None:
+        if self.s.ses_delete_raw:
+            self.inbound.delete(raw_key)

@@ -1,0 +1,115 @@
+"""Ingress settings: one typed dataclass, validated at start (fail fast, never per request)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ..config import ConfigError, StorageSettings, settings_from_env
+from ..routing import RoutingConfigError, RoutingTable
+
+VERDICT_POLICIES = ("reject", "accept")
+_DOMAIN_RE = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)(?:\.(?!-)[a-z0-9-]{1,63}(?<!-))+$")
+
+
+def _split(value: Any) -> tuple[str, ...]:
+    """Lists arrive from the environment as one string: comma or whitespace separated."""
+    if isinstance(value, str):
+        return tuple(p for p in re.split(r"[\s,]+", value) if p)
+    return tuple(str(v) for v in value)
+
+
+@dataclass(frozen=True, slots=True)
+class IngressSettings:
+    """What ingress accepts. Env vars: ``MQ_<FIELD>`` (lists comma separated).
+
+    `max_size` and `max_recipients` override the storage's own limits for everything
+    ingress enqueues, so the two can never disagree.
+    """
+
+    storage: StorageSettings
+    max_size: int = 40 * 1024 * 1024
+    max_recipients: int = 1000
+    # senders the HTTP API accepts (domain of the envelope sender; empty: any)
+    allowed_sender_domains: tuple[str, ...] = ()
+    # IAM principal ARNs allowed to submit with the null sender (DSN producers)
+    null_sender_principals: tuple[str, ...] = ()
+    # SES receipt: recipients outside these domains are dropped (no open relay)
+    receiving_domains: tuple[str, ...] = ()
+    ses_bucket: str = ""  # "" = the content bucket
+    ses_prefix: str = "ses-inbound/"
+    ses_delete_raw: bool = True  # the raw SES object is removed once the mail is queued
+    spam_verdict: str = "reject"  # what a FAIL spam verdict does: reject | accept
+    virus_verdict: str = "reject"  # what a FAIL virus verdict does: reject | accept
+    routes: str = ""  # JSON routing table (mailqueue.routing), validated here at start
+    upload_prefix: str = "uploads/"
+    upload_expires: int = 900  # seconds a presigned upload URL stays valid
+    max_delay_seconds: int = 30 * 86400  # how far in the future `not_before` may lie
+    events_table: str = ""  # outbox table for Reject events; "" = the state table
+
+    def __post_init__(self) -> None:
+        for name in (
+            "allowed_sender_domains",
+            "receiving_domains",
+        ):
+            vals = tuple(v.lower().rstrip(".") for v in _split(getattr(self, name)))
+            bad = [v for v in vals if not _DOMAIN_RE.match(v)]
+            if bad:
+                raise ConfigError(f"{name}: not a domain name: {bad[0]!r}")
+            object.__setattr__(self, name, vals)
+        principals = _split(self.null_sender_principals)
+        if any(not p.startswith("arn:") for p in principals):
+            raise ConfigError("null_sender_principals must be IAM principal ARNs")
+        object.__setattr__(self, "null_sender_principals", principals)
+        if not 0 < self.max_size <= 40 * 1024 * 1024:
+            # the enqueue path holds the whole mail in memory (and SES receives at most 40 MB)
+            raise ConfigError("max_size must be within 1..41943040")
+        if self.max_recipients <= 0:
+            raise ConfigError("max_recipients must be positive")
+        for name in ("spam_verdict", "virus_verdict"):
+            if getattr(self, name) not in VERDICT_POLICIES:
+                raise ConfigError(f"{name} must be one of {', '.join(VERDICT_POLICIES)}")
+        for name in ("ses_prefix", "upload_prefix"):
+            value = getattr(self, name)
+            if value and not value.endswith("/"):
+                raise ConfigError(f"{name} must end with '/'")
+        if not self.upload_prefix:
+            raise ConfigError("upload_prefix must not be empty")
+        if self.upload_prefix == self.storage.content_prefix:
+            raise ConfigError("upload_prefix must differ from the content prefix")
+        if not 1 <= self.upload_expires <= 7 * 86400:
+            raise ConfigError("upload_expires must be within 1..604800 seconds")
+        if self.max_delay_seconds < 0:
+            raise ConfigError("max_delay_seconds must not be negative")
+        self.routing_table()  # fail fast on a bad routing table
+
+    def routing_table(self) -> RoutingTable | None:
+        if not self.routes.strip():
+            return None
+        try:
+            return RoutingTable.from_json(self.routes)
+        except RoutingConfigError as e:
+            raise ConfigError(f"routes: {e}") from e
+
+    @property
+    def enqueue_storage(self) -> StorageSettings:
+        """The storage settings enqueue runs with: ingress's limits win."""
+        return replace(self.storage, max_size=self.max_size, max_recipients=self.max_recipients)
+
+    @property
+    def inbound_bucket(self) -> str:
+        return self.ses_bucket or self.storage.bucket
+
+    @property
+    def outbox_table(self) -> str:
+        return self.events_table or self.storage.table
+
+
+def ingress_settings_from_env(
+    env: Mapping[str, str] | None = None, **explicit: Any
+) -> IngressSettings:
+    """Storage settings and ingress settings from ``MQ_*`` (explicit arguments win)."""
+    storage = explicit.pop("storage", None) or settings_from_env(StorageSettings, env=env)
+    return settings_from_env(IngressSettings, env=env, storage=storage, **explicit)

@@ -1,0 +1,154 @@
+"""A tiny authoritative DNS server on 127.0.0.1 (UDP) serving a zone from a dict.
+
+Built on dnspython's message API, so MX/A/AAAA answers, NXDOMAIN, NODATA, SERVFAIL and
+silence (client timeouts) are real DNS on the wire, and code under test can use a real
+``dns.resolver.Resolver`` pointed at it::
+
+    zone = {
+        "example.org": {"MX": ["10 mx1.example.org.", "20 mx2.example.org."]},
+        "mx1.example.org": {"A": ["127.0.0.1"]},
+        "nullmx.example": {"MX": ["0 ."]},
+        "alias.example": {"CNAME": ["mx1.example.org."]},
+    }
+    with dns_server(zone, servfail={"broken.example"}, silent={"slow.example"}) as dns:
+        resolver = dns.resolver()
+        ...
+        assert ("example.org.", "MX") in dns.queries
+
+A name absent from the zone is NXDOMAIN; a present name without the asked type is
+NOERROR with an empty answer (NODATA). Names are case-insensitive, trailing dot optional.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+
+import dns.exception
+import dns.flags
+import dns.message
+import dns.name
+import dns.rcode
+import dns.rdataclass
+import dns.rdatatype
+import dns.resolver
+import dns.rrset
+
+__all__ = ["DnsPeer", "dns_server"]
+
+Zone = Mapping[str, Mapping[str, Sequence[str]]]
+
+
+def _canon(name: str) -> str:
+    return name.lower().rstrip(".") + "."
+
+
+class DnsPeer:
+    """The running server: ``port``, ``queries`` seen, and a ``resolver()`` for it."""
+
+    def __init__(
+        self, zone: Zone, servfail: Iterable[str] = (), silent: Iterable[str] = ()
+    ) -> None:
+        self.zone = {
+            _canon(name): {t.upper(): list(v) for t, v in types.items()}
+            for name, types in zone.items()
+        }
+        self.servfail = {_canon(n) for n in servfail}
+        self.silent = {_canon(n) for n in silent}
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.settimeout(0.1)
+        self.port: int = self._sock.getsockname()[1]
+        self._queries: list[tuple[str, str]] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @property
+    def queries(self) -> list[tuple[str, str]]:
+        with self._lock:
+            return list(self._queries)
+
+    def resolver(self, *, timeout: float = 1.0, lifetime: float = 2.0) -> dns.resolver.Resolver:
+        """A resolver that asks only this server (no /etc/resolv.conf, no cache)."""
+        r = dns.resolver.Resolver(configure=False)
+        r.nameservers = ["127.0.0.1"]
+        r.port = self.port
+        r.timeout = timeout
+        r.lifetime = lifetime
+        r.retry_servfail = False
+        return r
+
+    def start(self) -> DnsPeer:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self._sock.close()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                data, addr = self._sock.recvfrom(4096)
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            try:
+                reply = self._answer(dns.message.from_wire(data))
+            except dns.exception.DNSException:
+                continue
+            if reply is not None:
+                self._sock.sendto(reply.to_wire(), addr)
+
+    def _answer(self, query: dns.message.Message) -> dns.message.Message | None:
+        response = dns.message.make_response(query)
+        response.flags |= dns.flags.AA
+        if not query.question:
+            response.set_rcode(dns.rcode.FORMERR)
+            return response
+        question = query.question[0]
+        name = _canon(question.name.to_text())
+        rdtype = dns.rdatatype.to_text(question.rdtype)
+        with self._lock:
+            self._queries.append((name, rdtype))
+        if name in self.silent:
+            return None
+        if name in self.servfail:
+            response.set_rcode(dns.rcode.SERVFAIL)
+            return response
+        for _ in range(8):  # follow CNAMEs inside the zone
+            records = self.zone.get(name)
+            if records is None:
+                response.set_rcode(dns.rcode.NXDOMAIN)
+                return response
+            if rdtype != "CNAME" and "CNAME" in records:
+                target = records["CNAME"][0]
+                response.answer.append(
+                    dns.rrset.from_text_list(name, 60, dns.rdataclass.IN, "CNAME", [target])
+                )
+                name = _canon(target)
+                continue
+            values = records.get(rdtype)
+            if values:
+                response.answer.append(
+                    dns.rrset.from_text_list(name, 60, dns.rdataclass.IN, rdtype, values)
+                )
+            return response
+        response.set_rcode(dns.rcode.SERVFAIL)
+        return response
+
+
+@contextmanager
+def dns_server(
+    zone: Zone, *, servfail: Iterable[str] = (), silent: Iterable[str] = ()
+) -> Iterator[DnsPeer]:
+    peer = DnsPeer(zone, servfail, silent).start()
+    try:
+        yield peer
+    finally:
+        peer.stop()
