@@ -20,3 +20,6 @@ def aws(moto_endpoint: str) -> Iterator[AwsEnv]:
     env = make_env(moto_endpoint)
     env.counter.reset()
     yield env
+
+
+from tests.support.rigs import rig  # noqa: E402,F401  (the delivery rig fixture, shared)

@@ -28,7 +28,7 @@ def default_service() -> BounceService:
 
 
 def handle(event: dict[str, Any], context: LambdaContext, service: BounceService) -> Any:
-    processor = BatchProcessor(event_type=EventType.SQS)
+    processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
     stats = BounceStats()
     done: set[str] = set()
 

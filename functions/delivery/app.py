@@ -31,7 +31,7 @@ def default_service() -> DeliveryService:
 
 
 def handle(event: dict[str, Any], context: LambdaContext, service: DeliveryService) -> Any:
-    processor = BatchProcessor(event_type=EventType.SQS)
+    processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
     with service.invocation(lambda_deadline(context, reserve=5.0)) as inv:
 
         def record_handler(record: SQSRecord) -> str:

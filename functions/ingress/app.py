@@ -14,11 +14,11 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+import boto3
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
-
 from mailqueue import ingress
 from mailqueue.aws.clients import AwsClients, make_clients
 from mailqueue.errors import PermanentStorageError, TransientStorageError
@@ -32,9 +32,12 @@ metrics = Metrics(namespace="mailqueue", service="ingress")
 
 
 def build_service(
-    settings: IngressSettings, clients: AwsClients, emitter: EventEmitter | None = None
+    settings: IngressSettings,
+    clients: AwsClients,
+    emitter: EventEmitter | None = None,
+    session: boto3.session.Session | None = None,
 ) -> IngressService:
-    return ingress.build_service(settings, clients, emitter=emitter)
+    return ingress.build_service(settings, clients, emitter=emitter, session=session)
 
 
 @functools.cache
@@ -47,7 +50,9 @@ def default_service() -> IngressService:
     return build_service(settings, clients)
 
 
-def _json(status: int, body: Mapping[str, Any], headers: Mapping[str, str] | None = None) -> Response:
+def _json(
+    status: int, body: Mapping[str, Any], headers: Mapping[str, str] | None = None
+) -> Response[str]:
     return Response(
         status_code=status,
         content_type=content_types.APPLICATION_JSON,
@@ -79,7 +84,7 @@ def _body(event: Mapping[str, Any]) -> bytes | None:
 def make_router(service: IngressService, metrics: Metrics | None = None) -> APIGatewayHttpResolver:
     router = APIGatewayHttpResolver()
 
-    def answer(a: Answer) -> Response:
+    def answer(a: Answer) -> Response[str]:
         if metrics is not None:
             if a.error:
                 metrics.add_metric(name="Rejected", unit=MetricUnit.Count, value=1)
@@ -90,7 +95,7 @@ def make_router(service: IngressService, metrics: Metrics | None = None) -> APIG
         return _json(a.status, a.body, a.headers)
 
     @router.post("/v1/messages")
-    def post_message() -> Response:
+    def post_message() -> Response[str]:
         ev = router.current_event
         return answer(
             service.submit(
@@ -101,15 +106,14 @@ def make_router(service: IngressService, metrics: Metrics | None = None) -> APIG
         )
 
     @router.post("/v1/uploads")
-    def post_upload() -> Response:
+    def post_upload() -> Response[str]:
         return answer(service.create_upload(_principal(router.current_event.raw_event)))
 
     @router.not_found
-    def not_found(_: Exception) -> Response:
+    def not_found(_: Exception) -> Response[str]:
         return _json(404, {"error": "not_found", "message": "no such route", "field": None})
 
-    @router.exception_handler(TransientStorageError)
-    def unavailable(e: TransientStorageError) -> Response:
+    def unavailable(e: TransientStorageError) -> Response[str]:
         logger.warning("storage unavailable", extra={"cause": str(e)})
         return _json(
             503,
@@ -117,11 +121,13 @@ def make_router(service: IngressService, metrics: Metrics | None = None) -> APIG
             {"Retry-After": "1"},
         )
 
-    @router.exception_handler(PermanentStorageError)
-    def internal(e: PermanentStorageError) -> Response:
+    def internal(e: PermanentStorageError) -> Response[str]:
         logger.exception("storage failure")
         return _json(500, {"error": "internal", "message": "storage failure", "field": None})
 
+    # registered by call: the decorator form is untyped
+    router.exception_handler(TransientStorageError)(unavailable)
+    router.exception_handler(PermanentStorageError)(internal)
     return router
 
 

@@ -352,9 +352,10 @@ class Hop:
             raise ValueError(f"invalid port {self.port}")
 
     @property
-    def pool_key(self) -> tuple[str, int, TlsPolicy, str | None]:
-        """Connections are shared per (host, port, TLS policy, credentials)."""
-        return (self.host.lower(), self.port, self.tls, self.credentials)
+    def pool_key(self) -> tuple[str, int, TlsPolicy, str | None, str | None]:
+        """Connections are shared per (host, port, TLS policy, credentials, CA file):
+        a session authenticated or verified one way is never lent to another."""
+        return (self.host.lower(), self.port, self.tls, self.credentials, self.ca_file)
 
     @property
     def name(self) -> str:
@@ -504,7 +505,7 @@ class _Resolve:
     ) -> list[Hop]:
         """Resolve each host's A/AAAA; skip unresolvable hosts, fail if none resolve."""
         hops: list[Hop] = []
-        seen: set[str] = set()
+        seen: set[tuple[str, str]] = set()  # per host, as Postfix: names may differ for TLS
         temporary: Result | None = None
         missing: list[str] = []
         for pref, host in hosts:
@@ -518,8 +519,8 @@ class _Resolve:
                 if not found and temp is None:
                     missing.append(host)
             for addr in found:
-                if addr not in seen and len(hops) < limit:
-                    seen.add(addr)
+                if (host, addr) not in seen and len(hops) < limit:
+                    seen.add((host, addr))
                     hops.append(Hop(host=host, address=addr, preference=pref, **opts))
         if hops:
             return hops

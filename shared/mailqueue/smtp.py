@@ -411,7 +411,7 @@ class _Session:
 class ConnectionPool:
     """Idle sessions kept between transactions of one invocation (Postfix's scache).
 
-    Keyed by ``Hop.pool_key``: (host, port, TLS policy, credentials reference). A session
+    Keyed by ``Hop.pool_key``: (host, port, TLS policy, credentials, CA file). A session
     is reused only after a successful RSET, which also detects dead connections; it is
     closed when idle longer than ``max_idle`` seconds, older than ``max_age``
     (``smtp_connection_reuse_time_limit``) or used ``max_transactions`` times. Thread-safe;
@@ -432,7 +432,7 @@ class ConnectionPool:
         self.max_transactions = max_transactions
         self.quit_timeout = quit_timeout
         self._clock = clock
-        self._idle: dict[tuple[str, int, TlsPolicy, str | None], list[_Session]] = {}
+        self._idle: dict[tuple[str, int, TlsPolicy, str | None, str | None], list[_Session]] = {}
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -445,7 +445,9 @@ class ConnectionPool:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _checkout(self, key: tuple[str, int, TlsPolicy, str | None]) -> _Session | None:
+    def _checkout(
+        self, key: tuple[str, int, TlsPolicy, str | None, str | None]
+    ) -> _Session | None:
         now = self._clock()
         expired: list[_Session] = []
         found: _Session | None = None
@@ -520,13 +522,17 @@ class _Message:
             content: Any = self.content
             seekable = getattr(content, "seekable", None)
             if callable(seekable) and seekable():
-                start = content.tell()
-                found = False
-                while chunk := content.read(_CHUNK):
-                    if _HIGH_BIT.search(chunk):
-                        found = True
-                        break
-                content.seek(start)
+                found = True  # if the scan fails, the DATA phase reports the read error
+                try:
+                    start = content.tell()
+                    found = False
+                    while chunk := content.read(_CHUNK):
+                        if _HIGH_BIT.search(chunk):
+                            found = True
+                            break
+                    content.seek(start)
+                except (OSError, ValueError):
+                    found = True
                 self.body_8bit = found
             else:
                 # Declaring 8BITMIME for 7-bit content is harmless (RFC 6152 §3).
@@ -608,6 +614,8 @@ class SmtpClient:
         rcpts = [_as_rcpt(r) for r in recipients]
         if len({r.rid for r in rcpts}) != len(rcpts):
             raise ValueError("recipient ids must be unique")
+        for r in rcpts:
+            _notify_param(r.notify)  # a bad NOTIFY value is a caller bug: fail before any I/O
         if not hops:
             raise ValueError("no hops to deliver to")
         clock = _Deadline(deadline)
@@ -1024,9 +1032,10 @@ class SmtpClient:
         res = classify(code, _text(raw), hop.host)
         all_get(res, accepted)
         log.info(
-            "%s: %d recipient(s) %s %s, tls=%s", hop.name, len(accepted), res.status,
-            res.text, session.tls,
+            "%s: %d recipient(s) %d %s, tls=%s", hop.name, len(accepted), code, res.status,
+            session.tls,
         )
+        log.debug("%s: end of data reply: %s", hop.name, res.text)
         if res.success or code // 100 in (4, 5):
             self._after_failure(session, code)
         else:

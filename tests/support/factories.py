@@ -11,7 +11,8 @@ def content(size: int = 1024, subject: str = "hello") -> bytes:
         "Message-ID: <orig-1@example.org>\r\nDate: Sat, 21 Nov 2026 06:00:00 +0000\r\n\r\n"
     ).encode()
     line = b"The quick brown fox jumps over the lazy dog 0123456789.\r\n"
-    body = (line * (max(0, size - len(head)) // len(line) + 1))[: max(0, size - len(head))]
+    n = max(2, size - len(head))
+    body = (line * (n // len(line) + 1))[: n - 2] + b"\r\n"
     return head + body
 
 

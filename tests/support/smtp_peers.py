@@ -33,6 +33,7 @@ import socket
 import ssl
 import tempfile
 import threading
+import warnings
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -436,14 +437,16 @@ class SmtpPeer:
                     isinstance(data, LoginPassword)
                     and users.get(data.login.decode()) == data.password.decode()
                 )
-                return AuthResult(success=ok, auth_data=data if ok else None)
+                return AuthResult(success=ok, handled=False, auth_data=data if ok else None)
 
             kwargs.update(
                 authenticator=authenticate,
                 auth_required=True,
                 auth_require_tls=b.auth_require_tls,
             )
-        proto = _ScriptedSMTP(self, number, **kwargs)
+        with warnings.catch_warnings():  # AUTH without TLS is what some tests want
+            warnings.filterwarnings("ignore", "Requiring AUTH while not requiring TLS")
+            proto = _ScriptedSMTP(self, number, **kwargs)
         with self._lock:
             self._protocols.append(proto)
         return proto

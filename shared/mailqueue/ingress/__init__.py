@@ -6,10 +6,12 @@ boto3 types.
 
 from __future__ import annotations
 
+import boto3
+
 from ..aws.backend import AwsStorage
 from ..aws.clients import AwsClients
 from ..events import EventEmitter
-from .objects import RawStore, S3RawStore
+from .objects import RawStore, S3RawStore, presigning_client
 from .outbox import TableOutboxEmitter
 from .service import Answer, IngressService, IngressStorage, SesResult, http_status
 from .settings import IngressSettings, ingress_settings_from_env
@@ -24,19 +26,31 @@ __all__ = [
     "SesResult",
     "TableOutboxEmitter",
     "build_service",
+    "presigning_client",
     "http_status",
     "ingress_settings_from_env",
 ]
 
 
 def build_service(
-    settings: IngressSettings, clients: AwsClients, *, emitter: EventEmitter | None = None
+    settings: IngressSettings,
+    clients: AwsClients,
+    *,
+    emitter: EventEmitter | None = None,
+    session: boto3.session.Session | None = None,
 ) -> IngressService:
-    """The service on S3/DynamoDB/SQS; Reject events go to the table outbox by default."""
+    """The service on S3/DynamoDB/SQS; Reject events go to the table outbox by default.
+
+    `session` supplies the credentials upload URLs are presigned with (default: the
+    Lambda's own).
+    """
+    presigner = presigning_client(
+        region=settings.storage.region, endpoint_url=settings.storage.endpoint_url, session=session
+    )
     return IngressService(
         settings,
         AwsStorage(settings.enqueue_storage, clients),
-        uploads=S3RawStore(clients.s3, settings.storage.bucket),
+        uploads=S3RawStore(clients.s3, settings.storage.bucket, presigner=presigner),
         inbound=S3RawStore(clients.s3, settings.inbound_bucket),
         emitter=emitter or TableOutboxEmitter(settings.outbox_table, clients.dynamodb),
     )

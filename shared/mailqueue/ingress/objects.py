@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+import boto3
+from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from ..aws.clients import error_code, translate
@@ -29,10 +31,31 @@ class RawStore(Protocol):
     def presign_put(self, key: str, expires: int) -> str: ...
 
 
+def presigning_client(
+    *,
+    region: str | None,
+    endpoint_url: str | None,
+    session: boto3.session.Session | None = None,
+) -> Any:
+    """An S3 client that presigns with SigV4: S3 refuses SigV2 URLs for newer buckets,
+    and botocore still presigns with SigV2 unless told otherwise."""
+    cfg = Config(
+        signature_version="s3v4",
+        s3={"addressing_style": "path"} if endpoint_url else None,
+    )
+    kw: dict[str, Any] = {"config": cfg}
+    if region:
+        kw["region_name"] = region
+    if endpoint_url:
+        kw["endpoint_url"] = endpoint_url
+    return (session or boto3.session.Session()).client("s3", **kw)
+
+
 class S3RawStore:
-    def __init__(self, s3: Any, bucket: str) -> None:
+    def __init__(self, s3: Any, bucket: str, *, presigner: Any = None) -> None:
         self.s3 = s3
         self.bucket = bucket
+        self.presigner = presigner or s3
 
     def size(self, key: str) -> int | None:
         with translate("s3:HeadObject"):
@@ -66,7 +89,7 @@ class S3RawStore:
     def presign_put(self, key: str, expires: int) -> str:
         """Signed locally (no request): the URL carries our role's signature, not a secret."""
         with translate("s3:PresignPutObject"):
-            url: str = self.s3.generate_presigned_url(
+            url: str = self.presigner.generate_presigned_url(
                 "put_object",
                 Params={"Bucket": self.bucket, "Key": key},
                 ExpiresIn=expires,

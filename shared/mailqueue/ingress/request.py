@@ -62,7 +62,9 @@ def parse_submission(
     if unknown:
         raise InvalidInput("unknown_field", f"unknown field {unknown[0]!r}", unknown[0])
     if "sender" not in doc:
-        raise InvalidInput("missing_field", "sender is required (\"\" for the null sender)", "sender")
+        raise InvalidInput(
+            "missing_field", "sender is required (\"\" for the null sender)", "sender"
+        )
     sender = doc["sender"]
     if not isinstance(sender, str):
         raise _type_error("sender", "a string")
@@ -99,7 +101,8 @@ def _recipient(raw: Any, i: int) -> Recipient:
         raise _type_error(field, "an address string or an object")
     unknown = sorted(set(raw) - RECIPIENT_FIELDS)
     if unknown:
-        raise InvalidInput("unknown_field", f"unknown field {unknown[0]!r}", f"{field}.{unknown[0]}")
+        name = unknown[0]
+        raise InvalidInput("unknown_field", f"unknown field {name!r}", f"{field}.{name}")
     if "address" not in raw:
         raise InvalidInput("missing_field", "address is required", f"{field}.address")
     address = raw["address"]

@@ -271,7 +271,7 @@ class IngressService:
         if mail is None:
             raise NotFound(mail_id)
         stored: dict[str, Recipient] = {r.rid: r for g in groups for r in g.recipients}
-        ordered = sorted(stored.values(), key=lambda r: int(r.rid[1:]) if r.rid[1:].isdigit() else 0)
+        ordered = sorted(stored.values(), key=lambda r: _rid_number(r.rid))
         if [r.address for r in ordered] != [r.address for r in envelope.recipients]:
             raise Conflict("idempotency key reused with different recipients")
         if mail.get("sender") != envelope.sender:
@@ -408,3 +408,7 @@ class IngressService:
     def _drop_raw(self, raw_key: str) -> None:
         if self.s.ses_delete_raw:
             self.inbound.delete(raw_key)
+
+
+def _rid_number(rid: str) -> int:
+    return int(rid[1:]) if rid[1:].isdigit() else 0

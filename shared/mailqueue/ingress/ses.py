@@ -122,5 +122,6 @@ def screen(
             continue
         accepted.append(rcpt)
     if not r.recipients:
-        return Screening((), (), InvalidInput("no_recipients", "no recipients", "receipt.recipients"))
+        err = InvalidInput("no_recipients", "no recipients", "receipt.recipients")
+        return Screening((), (), err)
     return Screening(tuple(accepted), tuple(refused))

@@ -1,0 +1,108 @@
+"""Ingress test wiring: the real service on the `aws` fixture's moto resources."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+import pytest
+from mailqueue.events import ListEmitter
+from mailqueue.ingress import IngressService, IngressSettings
+
+from functions.ingress import app
+from tests.support.aws import AwsEnv, session
+from tests.support.lambda_context import LambdaContext
+
+DSN_PRINCIPAL = "arn:aws:sts::123456789012:assumed-role/mailqueue-bounce/bounce"
+
+
+@dataclass
+class Trace:
+    """Everything the queue stores: content keys, table keys, queued triggers."""
+
+    s3: frozenset[str]
+    ddb: frozenset[tuple[str, str]]
+    sqs: int
+
+    def new_since(self, before: Trace) -> tuple[set[str], set[tuple[str, str]], int]:
+        return set(self.s3 - before.s3), set(self.ddb - before.ddb), self.sqs - before.sqs
+
+
+def trace(aws: AwsEnv) -> Trace:
+    keys: set[str] = set()
+    for page in aws.clients.s3.get_paginator("list_objects_v2").paginate(
+        Bucket=aws.resources.bucket
+    ):
+        keys.update(o["Key"] for o in page.get("Contents", []))
+    items: set[tuple[str, str]] = set()
+    for page in aws.clients.dynamodb.get_paginator("scan").paginate(
+        TableName=aws.resources.table, ProjectionExpression="pk, sk"
+    ):
+        items.update((it["pk"]["S"], it["sk"]["S"]) for it in page["Items"])
+    msgs = 0
+    for url in (aws.resources.delivery_queue_url, aws.resources.bounce_queue_url):
+        attrs = aws.clients.sqs.get_queue_attributes(
+            QueueUrl=url,
+            AttributeNames=[
+                "ApproximateNumberOfMessages",
+                "ApproximateNumberOfMessagesNotVisible",
+                "ApproximateNumberOfMessagesDelayed",
+            ],
+        )["Attributes"]
+        msgs += sum(int(v) for v in attrs.values())
+    return Trace(frozenset(keys), frozenset(items), msgs)
+
+
+@dataclass
+class Ingress:
+    """The handler under test, with its collaborators for assertions."""
+
+    aws: AwsEnv
+    settings: IngressSettings
+    service: IngressService
+    events: ListEmitter
+    context: LambdaContext
+
+    def __call__(self, event: dict[str, Any]) -> dict[str, Any]:
+        return app.handle(event, self.context, self.service)  # type: ignore[arg-type]
+
+    def http(self, event: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, Any]]:
+        """Status, JSON body and headers of an HTTP API answer."""
+        resp = self(event)
+        return resp["statusCode"], json.loads(resp["body"]), resp.get("headers") or {}
+
+    def trace(self) -> Trace:
+        return trace(self.aws)
+
+    def with_settings(self, **changes: Any) -> Ingress:
+        settings = replace(self.settings, **changes)
+        events = ListEmitter()
+        service = app.build_service(settings, self.aws.clients, events, session())
+        return Ingress(self.aws, settings, service, events, self.context)
+
+    def rejects(self) -> list[dict[str, Any]]:
+        return [e.to_json() for e in self.events.of_type("Reject")]
+
+
+def make_ingress(aws: AwsEnv, **changes: Any) -> Ingress:
+    settings = IngressSettings(
+        storage=aws.settings,
+        receiving_domains=("example.com",),
+        null_sender_principals=(DSN_PRINCIPAL,),
+    )
+    settings = replace(settings, **changes)
+    events = ListEmitter()
+    service = app.build_service(settings, aws.clients, events, session())
+    return Ingress(aws, settings, service, events, LambdaContext())
+
+
+@pytest.fixture()
+def ingress(aws: AwsEnv) -> Ingress:
+    return make_ingress(aws)
+
+
+@pytest.fixture()
+def ingress_factory(aws: AwsEnv) -> Callable[..., Ingress]:
+    return lambda **changes: make_ingress(aws, **changes)
