@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -p no:cacheprovider
 
 run: $(STAMP)
 	$(PY) -m mailqueue.local.run

@@ -237,12 +237,14 @@ class DotStuffer:
         self._skip_lf = False  # previous chunk ended in CR, already emitted as CRLF
 
     def feed(self, chunk: bytes) -> bytes:
+        if not chunk:
+            return b""
         if self._skip_lf:
             self._skip_lf = False
             if chunk[:1] == b"\n":
                 chunk = chunk[1:]
-        if not chunk:
-            return b""
+                if not chunk:
+                    return b""
         self._skip_lf = chunk[-1:] == b"\r"
         data = re.sub(rb"\r\n|\r|\n", b"\r\n", chunk).replace(b"\r\n.", b"\r\n..")
         if self._bol and data[:1] == b".":

@@ -28,7 +28,9 @@ def _upload(ingress: Ingress, content: bytes, **kw: Any) -> str:
     return upload_id
 
 
-def _send(ingress: Ingress, upload_id: str, **kw: Any) -> tuple[int, dict[str, Any], dict[str, Any]]:
+def _send(
+    ingress: Ingress, upload_id: str, **kw: Any
+) -> tuple[int, dict[str, Any], dict[str, Any]]:
     return ingress.http(ev.http_send(content=None, upload_id=upload_id, **kw))
 
 
@@ -64,7 +66,6 @@ def test_upload_flow_queues_the_uploaded_content_and_removes_the_upload(
 
 
 def test_a_retry_after_the_upload_was_consumed_gets_the_first_answer(ingress: Ingress) -> None:
-    upload_id = _upload(ingress, f.content(5000))
     for key in (None, "with-a-key"):
         upload_id = _upload(ingress, f.content(5000, subject=str(key)))
         before = ingress.trace()

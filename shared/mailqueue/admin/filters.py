@@ -113,9 +113,9 @@ class QueueFilter:
         candidates = group.recipients if finished else [
             r for r in group.recipients if not r.state.final
         ]
-        return any(self._rcpt_matches(r) for r in candidates)
+        return any(self.recipient_matches(r) for r in candidates)
 
-    def _rcpt_matches(self, r: Recipient) -> bool:
+    def recipient_matches(self, r: Recipient) -> bool:
         if self.recipient is not None and r.address.lower() != self.recipient:
             return False
         if self.domain is not None and r.domain != self.domain:

@@ -205,7 +205,7 @@ class DynamoJobStore:
                     UpdateExpression="SET lease_token = :t, lease_ms = :until",
                     ConditionExpression=(
                         "job_state = :running AND "
-                        "(attribute_not_exists(lease_ms) OR lease_ms < :now)"
+                        "(attribute_not_exists(lease_ms) OR lease_ms <= :now)"
                     ),
                     ExpressionAttributeValues={
                         ":t": {"S": token},
@@ -267,7 +267,7 @@ class DynamoJobStore:
 
 
 def lease_expired(job: Job, now: datetime) -> bool:
-    return job.lease_until is None or job.lease_until < now
+    return job.lease_until is None or job.lease_until <= now
 
 
 # ---------------------------------------------------------------------- launchers

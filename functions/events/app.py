@@ -1,0 +1,36 @@
+"""Event writer Lambda: the table's change stream → SES-shaped events → S3 (gzip JSON lines)."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from mailqueue.eventlog import EventWriterService
+
+logger = Logger(service="events")
+tracer = Tracer(service="events")
+metrics = Metrics(namespace="mailqueue", service="events")
+
+
+@functools.cache
+def default_service() -> EventWriterService:
+    return EventWriterService.from_env()
+
+
+def handle(event: dict[str, Any], context: LambdaContext, service: EventWriterService) -> dict[str, Any]:
+    # The whole batch is one unit: a failure raises and Lambda retries (bisecting) the batch;
+    # object keys derive from the batch, so a retry overwrites rather than duplicates.
+    result = service.handle(event.get("Records", []))
+    metrics.add_metric(name="EventsWritten", unit=MetricUnit.Count, value=result["events"])
+    return result
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    return handle(event, context, default_service())

@@ -1,0 +1,74 @@
+"""Queue administration (issue 7): the service behind the admin API and the CLI.
+
+Postfix's postqueue/postsuper/postcat/qshape and James's distributed mail queue API, on
+the storage's own primitives: browse from the by_state index, size from stream-fed
+counters, operator actions as conditional transitions under the delivery lease, bulk
+actions as resumable jobs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+
+from ..aws.backend import AwsStorage
+from ..aws.clients import AwsClients
+from ..counters import CounterStore
+from ..model import utcnow
+from .api import AdminApi, Reply
+from .filters import QueueFilter, parse_filter
+from .jobs import DynamoJobStore, InlineLauncher, Job, JobLauncher, LambdaLauncher, NullLauncher
+from .service import (
+    Action,
+    AdminSettings,
+    Busy,
+    OpContext,
+    Outcome,
+    QueueAdmin,
+    admin_settings_from_env,
+)
+
+__all__ = [
+    "Action",
+    "AdminApi",
+    "AdminSettings",
+    "Busy",
+    "InlineLauncher",
+    "Job",
+    "JobLauncher",
+    "LambdaLauncher",
+    "NullLauncher",
+    "OpContext",
+    "Outcome",
+    "QueueAdmin",
+    "QueueFilter",
+    "Reply",
+    "admin_settings_from_env",
+    "build_admin",
+    "counter_store",
+    "parse_filter",
+]
+
+
+def counter_store(settings: AdminSettings, clients: AwsClients) -> CounterStore:
+    return CounterStore(
+        settings.storage.table, clients.dynamodb, partitions=settings.counter_partitions
+    )
+
+
+def build_admin(
+    settings: AdminSettings,
+    clients: AwsClients,
+    *,
+    clock: Callable[[], datetime] = utcnow,
+) -> QueueAdmin:
+    """The service on AWS: AwsStorage, job items and counters in the queue table."""
+    return QueueAdmin(
+        settings,
+        AwsStorage(settings.storage, clients, clock=clock),
+        DynamoJobStore(
+            settings.storage.table, clients.dynamodb, ttl_seconds=settings.job_ttl_seconds
+        ),
+        counter_store(settings, clients),
+        clock=clock,
+    )

@@ -1,0 +1,89 @@
+"""Events derived from the table's real change stream (moto), written to S3 as JSON lines."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from functions.events import app as events_app
+from mailqueue.eventlog import EventWriterService, EventWriterSettings, iter_jsonl
+from mailqueue.model import Claim, MailRef, Result, utcnow
+from tests.support import factories as f
+from tests.support.aws import AwsEnv
+from tests.support.lambda_context import LambdaContext
+from tests.support.streams import StreamReader
+
+OK = Result(250, "2.0.0", "Ok: queued as 1", "mx.x.example")
+TEMP = Result(451, "4.3.0", "try later", "mx.x.example")
+PERM = Result(550, "5.1.1", "user unknown", "mx.x.example")
+
+
+def _events(aws: AwsEnv) -> list[dict]:  # type: ignore[type-arg]
+    out = []
+    listing = aws.clients.s3.list_objects_v2(Bucket=aws.resources.bucket, Prefix="events/")
+    for obj in listing.get("Contents", []):
+        body = aws.clients.s3.get_object(Bucket=aws.resources.bucket, Key=obj["Key"])["Body"]
+        out.extend(iter_jsonl(body.read()))
+    return out
+
+
+def _service(aws: AwsEnv) -> EventWriterService:
+    return EventWriterService(
+        EventWriterSettings(bucket=aws.resources.bucket, hostname="mq.test"), aws.clients.s3
+    )
+
+
+def test_a_mail_life_becomes_ses_shaped_events(aws: AwsEnv) -> None:
+    st = aws.storage()
+    reader = StreamReader(aws)
+    q = st.enqueue(f.envelope("ok@x.example", "bad@x.example", "slow@x.example"), f.content())
+    c = st.send_start(MailRef(q.mail_id, "x.example"), utcnow(), lease_seconds=60)
+    assert isinstance(c, Claim)
+    st.send_done(c, ["r0"], OK, tls=True)
+    st.drop(c, {"r1": PERM})
+    st.reschedule(c, {"r2": TEMP}, utcnow() + timedelta(minutes=5))
+    records = reader.poll()
+    result = events_app.handle({"Records": records}, LambdaContext(), _service(aws))
+    assert result["events"] == 6
+    evs = _events(aws)
+    kinds = sorted((e["eventType"], e["mail"]["destination"][0]) for e in evs)
+    assert kinds == [
+        ("Bounce", "bad@x.example"),
+        ("Delivery", "ok@x.example"),
+        ("DeliveryDelay", "slow@x.example"),
+        ("Send", "bad@x.example"),
+        ("Send", "ok@x.example"),
+        ("Send", "slow@x.example"),
+    ]
+    by = {e["eventType"]: e for e in evs}
+    assert by["Delivery"]["delivery"]["smtpResponse"] == "250 2.0.0 Ok: queued as 1"
+    assert by["Delivery"]["attempt"]["number"] == 1 and by["Delivery"]["attempt"]["tls"] is True
+    b = by["Bounce"]["bounce"]
+    assert b["bounceType"] == "Permanent" and b["bounceSubType"] == "NoEmail"
+    assert b["bouncedRecipients"][0]["status"] == "5.1.1"
+    assert by["DeliveryDelay"]["deliveryDelay"]["delayedRecipients"][0]["status"] == "4.3.0"
+    assert all(e["mail"]["messageId"] == q.mail_id for e in evs)
+    assert len({e["eventId"] for e in evs}) == 6
+
+
+def test_a_retried_batch_overwrites_instead_of_duplicating(aws: AwsEnv) -> None:
+    st = aws.storage()
+    reader = StreamReader(aws)
+    st.enqueue(f.envelope("a@x.example", "b@y.example"), f.content())
+    records = reader.poll()
+    svc = _service(aws)
+    first = svc.handle(records)
+    second = svc.handle(records)  # Lambda retries the same batch
+    assert first["objects"] == second["objects"]
+    evs = _events(aws)
+    assert len(evs) == 2 and len({e["eventId"] for e in evs}) == 2
+    assert all(e["eventType"] == "Send" for e in evs)
+
+
+def test_events_are_partitioned_by_date_and_hour(aws: AwsEnv) -> None:
+    st = aws.storage()
+    reader = StreamReader(aws)
+    st.enqueue(f.envelope(), f.content())
+    out = _service(aws).handle(reader.poll())
+    (key,) = out["objects"]
+    now = utcnow()
+    assert key.startswith(f"events/dt={now:%Y-%m-%d}/hr=") and key.endswith(".json.gz")
