@@ -21,7 +21,6 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.config import Config
-
 from mailqueue.admin import (
     AdminApi,
     AdminSettings,
@@ -146,12 +145,16 @@ def make_router(api: AdminApi, metrics: Metrics | None = None) -> APIGatewayHttp
 
     @router.not_found
     def not_found(_: Exception) -> Response[str]:
-        return _response(Reply(404, {"error": "not_found", "message": "no such route", "field": None}))
+        return _response(
+            Reply(404, {"error": "not_found", "message": "no such route", "field": None})
+        )
 
     return router
 
 
-def run_job_slice(event: Mapping[str, Any], context: LambdaContext, api: AdminApi) -> dict[str, Any]:
+def run_job_slice(
+    event: Mapping[str, Any], context: LambdaContext, api: AdminApi
+) -> dict[str, Any]:
     """One slice of a job, then the next launch if the job is not finished."""
     job_id = str(event.get("job_id", ""))
     budget = context.get_remaining_time_in_millis() / 1000.0 - RESERVE_SECONDS

@@ -144,8 +144,12 @@ def handle(
             metrics.add_metric(name="SesAccepted", unit=MetricUnit.Count, value=result.accepted)
             metrics.add_metric(name="SesRefused", unit=MetricUnit.Count, value=result.refused)
         # Event invocations ignore the answer; RequestResponse ones act on the disposition
-        return result.to_json()
-    return make_router(service, metrics).resolve(event, context)
+        disposition: dict[str, Any] = result.to_json()
+        return disposition
+    if "requestContext" not in event:
+        raise ValueError("neither an SES receipt nor an HTTP API request")
+    response: dict[str, Any] = make_router(service, metrics).resolve(event, context)
+    return response
 
 
 @logger.inject_lambda_context

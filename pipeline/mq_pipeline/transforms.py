@@ -89,6 +89,11 @@ def _ts_lit(t: datetime) -> Column:
     return F.lit(t.astimezone(UTC).replace(tzinfo=None)).cast("timestamp_ntz").cast("timestamp")
 
 
+def _part_key() -> Column:
+    """"YYYY-MM-DDHH" of the partition an event was read from."""
+    return F.concat(F.col("dt"), F.lpad(F.col("hr"), 2, "0"))
+
+
 def partition_filter(raw: DataFrame, rng: TimeRange, late_hours: int) -> DataFrame:
     """Keep the dt/hr partitions that can hold events of `rng`.
 
@@ -99,11 +104,11 @@ def partition_filter(raw: DataFrame, rng: TimeRange, late_hours: int) -> DataFra
     cond: Column | None = None
     if rng.start is not None:
         lo = rng.start.astimezone(UTC).strftime("%Y-%m-%d%H")
-        cond = F.concat(F.col("dt"), F.lpad(F.col("hr").cast("string"), 2, "0")) >= lo
+        cond = _part_key() >= lo
     if rng.end is not None:
         hi_t = rng.end.astimezone(UTC) + timedelta(hours=late_hours)
         hi = (hi_t - timedelta(microseconds=1)).strftime("%Y-%m-%d%H")
-        c = F.concat(F.col("dt"), F.lpad(F.col("hr").cast("string"), 2, "0")) <= hi
+        c = _part_key() <= hi
         cond = c if cond is None else cond & c
     return raw if cond is None else raw.where(cond)
 
@@ -113,12 +118,14 @@ def normalise(raw: DataFrame) -> DataFrame:
 
     Every event has exactly one recipient except a Reject without one, whose
     `mail.destination` lists them all; it keeps the first for its domain and `n_dest`.
+    Timestamps arrive as ISO strings (see schema.READ_SCHEMA); unparseable ones become
+    null rather than failing the job. Rows without an eventId or type are dropped.
     """
     m = F.col("mail")
     dest = m.getField("destination")
-    rcpt = F.element_at(dest, 1)
-    bounce_r = F.element_at(F.col("bounce.bouncedRecipients"), 1)
-    delay_r = F.element_at(F.col("deliveryDelay.delayedRecipients"), 1)
+    rcpt = F.try_element_at(dest, F.lit(1))
+    bounce_r = F.try_element_at(F.col("bounce.bouncedRecipients"), F.lit(1))
+    delay_r = F.try_element_at(F.col("deliveryDelay.delayedRecipients"), F.lit(1))
     diag = F.coalesce(
         bounce_r.getField("diagnosticCode"),
         delay_r.getField("diagnosticCode"),
@@ -129,7 +136,7 @@ def normalise(raw: DataFrame) -> DataFrame:
         delay_r.getField("status"),
         F.nullif(F.regexp_extract(diag, STATUS_RE, 1), F.lit("")),
     )
-    ts = F.coalesce(
+    ts_str = F.coalesce(
         F.col("delivery.timestamp"),
         F.col("deliveryDelay.timestamp"),
         F.col("bounce.timestamp"),
@@ -137,9 +144,16 @@ def normalise(raw: DataFrame) -> DataFrame:
         F.col("reject.timestamp"),
         m.getField("timestamp"),
     )
-    started = F.col("attempt.startedAt")
-    scheduled = F.col("attempt.scheduledAt")
-    lag = (F.unix_micros(started) - F.unix_micros(scheduled)) / F.lit(1_000_000.0)
+    ts = ts_str.try_cast("timestamp")
+    lag = (
+        F.unix_micros(F.col("attempt.startedAt").try_cast("timestamp"))
+        - F.unix_micros(F.col("attempt.scheduledAt").try_cast("timestamp"))
+    ) / F.lit(1_000_000.0)
+    # Written to a later hour than its own: compare "YYYY-MM-DDHH" strings when the time is
+    # in the producer's UTC "...Z" form (cheap), else format the parsed time.
+    ev_hour = F.when(
+        ts_str.endswith("Z"), F.concat(F.substring(ts_str, 1, 10), F.substring(ts_str, 12, 2))
+    ).otherwise(F.date_format(ts, "yyyy-MM-ddHH"))
     return raw.where(F.col("eventId").isNotNull() & F.col("eventType").isNotNull()).select(
         F.col("eventId").alias("event_id"),
         F.col("eventType").alias("event_type"),
@@ -147,7 +161,7 @@ def normalise(raw: DataFrame) -> DataFrame:
         F.when(F.col("eventType") != "Reject", rcpt).alias("rcpt"),
         F.lower(F.substring_index(rcpt, "@", -1)).alias("domain"),
         F.size(dest).cast("int").alias("n_dest"),
-        m.getField("timestamp").alias("accepted_at"),
+        m.getField("timestamp").try_cast("timestamp").alias("accepted_at"),
         ts.alias("ts"),
         status.alias("status"),
         normalise_reason_col(diag).alias("reason"),
@@ -155,10 +169,7 @@ def normalise(raw: DataFrame) -> DataFrame:
         F.col("operator.action").alias("action"),
         F.col("attempt.number").alias("attempt"),
         lag.cast("double").alias("sched_lag_s"),
-        (
-            F.concat(F.col("dt"), F.lpad(F.col("hr").cast("string"), 2, "0"))
-            > F.date_format(ts, "yyyy-MM-ddHH")
-        ).alias("late"),
+        (_part_key() > ev_hour).alias("late"),
     )
 
 

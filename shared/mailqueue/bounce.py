@@ -28,7 +28,7 @@ from .dsn import (
     dsn_wanted,
 )
 from .errors import Conflict, NotFound
-from .model import Envelope, Group, MailRef, Recipient, utcnow
+from .model import Envelope, Group, GroupState, MailRef, Recipient, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +94,9 @@ class BounceService:
             for r in g.recipients:
                 if r.dsn_pending in _KIND_ACTION:
                     due.setdefault(r.dsn_pending, []).append((g, r))
+        for g in groups:
+            if g.state == GroupState.DSN and not any(r.dsn_pending for r in g.recipients):
+                self.storage.settle(g)  # a previous run cleared the flags, then died
         if not due:
             return stats
         content = self._content(mail_id)

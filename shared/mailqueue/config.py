@@ -71,6 +71,8 @@ class StorageSettings:
     done_ttl_seconds: int = 7 * 86400  # DynamoDB TTL backstop on finished items
     history_limit: int = 10
     idempotency_scope: str = "default"
+    idempotency_ttl_seconds: int = 7 * 86400  # how long a key outlives its mail (tombstone)
+    max_delay_seconds: int = 900  # SQS DelaySeconds cap; a shorter cap only adds re-arms
 
     def __post_init__(self) -> None:
         for name in ("table", "bucket", "delivery_queue_url", "bounce_queue_url"):

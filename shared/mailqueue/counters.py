@@ -210,7 +210,11 @@ class CounterStore:
                         raise
             except _Cancelled as c:
                 codes = [str((r or {}).get("Code") or "None") for r in c.reasons]
-                dup = {i for i, code in enumerate(codes[: len(todo)]) if code == "ConditionalCheckFailed"}
+                dup = {
+                    i
+                    for i, code in enumerate(codes[: len(todo)])
+                    if code == "ConditionalCheckFailed"
+                }
                 if dup:
                     result.duplicates += len(dup)
                     todo = [t for i, t in enumerate(todo) if i not in dup]
@@ -302,9 +306,7 @@ class CounterStore:
             recipients={k: v for k, v in recipients.items() if v},
             groups={k: v for k, v in groups.items() if v},
             domains={
-                d: {s: n for s, n in v.items() if n}
-                for d, v in domains.items()
-                if any(v.values())
+                d: {s: n for s, n in v.items() if n} for d, v in domains.items() if any(v.values())
             },
             present=present,
         )

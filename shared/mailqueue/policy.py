@@ -121,9 +121,7 @@ def backoff(attempts: int, age: timedelta, policy: RetryPolicy) -> timedelta | N
 
 def delay_warning_due(age: timedelta, policy: RetryPolicy, already_warned: bool) -> bool:
     """Whether a DELAY notification (RFC 3464 action=delayed) is due now."""
-    return (
-        policy.delay_warning is not None and not already_warned and age >= policy.delay_warning
-    )
+    return policy.delay_warning is not None and not already_warned and age >= policy.delay_warning
 
 
 def visibility_hops(delay: timedelta, *, max_hop: int = MAX_VISIBILITY_TIMEOUT) -> list[int]:
@@ -220,8 +218,9 @@ def dns_null_mx(domain: str) -> Result:
 def dns_temporary(name: str, rdtype: str, why: str) -> Result:
     """SERVFAIL, timeout or another transient DNS error: 4.4.3 Directory server failure."""
     return local_result(
-        "4.4.3", f"Host or domain name not found. Name service error for name={name} "
-        f"type={rdtype}: {why}, try again"
+        "4.4.3",
+        f"Host or domain name not found. Name service error for name={name} "
+        f"type={rdtype}: {why}, try again",
     )
 
 

@@ -531,9 +531,7 @@ class _Resolve:
                 local_result("5.1.2", f"{hosts[0][1]}: no MX and no address records")
             )
         raise NextHopError(
-            local_result(
-                "5.4.4", f"Host or domain name not found: MX host(s) {', '.join(missing)}"
-            )
+            local_result("5.4.4", f"Host or domain name not found: MX host(s) {', '.join(missing)}")
         )
 
     def _host_addresses(self, host: str) -> tuple[list[str], Result | None]:

@@ -392,7 +392,8 @@ class _Session:
                 text += f": {exc.detail}"
         else:
             return local_result(
-                "4.5.0", f"protocol error with {name} while {self.where}: {exc.detail}",
+                "4.5.0",
+                f"protocol error with {name} while {self.where}: {exc.detail}",
                 self.hop.host,
             )
         return conversation_failure(text, self.hop.host)
@@ -447,9 +448,7 @@ class ConnectionPool:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _checkout(
-        self, key: tuple[str, int, TlsPolicy, str | None, str | None]
-    ) -> _Session | None:
+    def _checkout(self, key: tuple[str, int, TlsPolicy, str | None, str | None]) -> _Session | None:
         now = self._clock()
         expired: list[_Session] = []
         found: _Session | None = None
@@ -533,7 +532,7 @@ class _Message:
                             found = True
                             break
                     content.seek(start)
-                except (OSError, ValueError):
+                except (OSError, ValueError, TypeError):
                     found = True
                 self.body_8bit = found
             else:
@@ -668,7 +667,11 @@ class SmtpClient:
                     break
                 continue
             sessions += 1
-            tx = self._transaction(session, msg, pending, clock)
+            try:
+                tx = self._transaction(session, msg, pending, clock)
+            except BaseException:
+                session.close()  # mid-transaction state: never back into the pool
+                raise
             results.update(tx.results)
             last = (session, tx)
             retry = [r for r in pending if not results[r.rid].permanent]
@@ -795,7 +798,8 @@ class SmtpClient:
             if hop.tls.mandatory:
                 raise _HopFailed(
                     local_result(
-                        "4.7.4", f"TLS is required, but was not offered by host {hop.name}",
+                        "4.7.4",
+                        f"TLS is required, but was not offered by host {hop.name}",
                         hop.host,
                     )
                 )
@@ -860,7 +864,8 @@ class SmtpClient:
         if mechanism is None:
             raise _HopFailed(
                 local_result(
-                    "4.7.0", f"host {hop.name} offers no usable AUTH mechanism (PLAIN, LOGIN)",
+                    "4.7.0",
+                    f"host {hop.name} offers no usable AUTH mechanism (PLAIN, LOGIN)",
                     hop.host,
                 )
             )
@@ -935,7 +940,8 @@ class SmtpClient:
         if msg.smtputf8 and "smtputf8" not in feats:
             all_get(
                 local_result(
-                    "5.6.7", f"SMTPUTF8 is required, but was not offered by host {hop.name}",
+                    "5.6.7",
+                    f"SMTPUTF8 is required, but was not offered by host {hop.name}",
                     hop.host,
                 ),
                 rcpts,
@@ -1011,8 +1017,9 @@ class SmtpClient:
         if code != 354:
             res = classify(code, _text(raw), hop.host)
             if res.success:  # a 2yz to DATA is out of protocol
-                res = local_result("4.5.0", f"unexpected DATA reply {code} from {hop.name}",
-                                   hop.host, code)
+                res = local_result(
+                    "4.5.0", f"unexpected DATA reply {code} from {hop.name}", hop.host, code
+                )
             all_get(res, accepted)
             self._after_failure(session, code)
             return _Tx(results, False, dsn)
@@ -1034,7 +1041,11 @@ class SmtpClient:
         res = classify(code, _text(raw), hop.host)
         all_get(res, accepted)
         log.info(
-            "%s: %d recipient(s) %d %s, tls=%s", hop.name, len(accepted), code, res.status,
+            "%s: %d recipient(s) %d %s, tls=%s",
+            hop.name,
+            len(accepted),
+            code,
+            res.status,
             session.tls,
         )
         log.debug("%s: end of data reply: %s", hop.name, res.text)

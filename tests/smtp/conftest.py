@@ -13,8 +13,18 @@ from tests.support.smtp_peers import SmtpPeer
 
 #: Short enough that a hang fails fast, long enough for a loaded CI machine.
 TEST_TIMEOUTS = Timeouts(
-    connect=3, greeting=5, ehlo=5, starttls=5, auth=5, mail=5, rcpt=5,
-    data_init=5, data_block=5, data_done=5, rset=2, quit=1,
+    connect=3,
+    greeting=5,
+    ehlo=5,
+    starttls=5,
+    auth=5,
+    mail=5,
+    rcpt=5,
+    data_init=5,
+    data_block=5,
+    data_done=5,
+    rset=2,
+    quit=1,
 )
 
 

@@ -30,8 +30,14 @@ BODY = b"Subject: test\r\n\r\nHello\r\n"
 A, B, C = "alice@example.org", "bob@example.org", "carol@example.org"
 
 
-def send(client: SmtpClient, hops: list[Hop] | Hop, rcpts: list[Any], body: bytes = BODY,
-         sender: str = "sender@example.com", **kw: Any) -> DeliveryOutcome:
+def send(
+    client: SmtpClient,
+    hops: list[Hop] | Hop,
+    rcpts: list[Any],
+    body: bytes = BODY,
+    sender: str = "sender@example.com",
+    **kw: Any,
+) -> DeliveryOutcome:
     hop_list = hops if isinstance(hops, list) else [hops]
     kw.setdefault("size", len(body))
     return client.deliver(hop_list, sender, rcpts, io.BytesIO(body), **kw)
@@ -120,8 +126,9 @@ def test_mail_from_rejected(client: SmtpClient) -> None:
 
 
 def test_final_552_applies_to_accepted_recipients(client: SmtpClient) -> None:
-    behaviour = Behaviour(final_reply="552 5.2.2 mailbox full",
-                          rcpt_replies={C: "550 5.1.1 unknown"})
+    behaviour = Behaviour(
+        final_reply="552 5.2.2 mailbox full", rcpt_replies={C: "550 5.1.1 unknown"}
+    )
     with smtp_sink(behaviour) as peer:
         out = send(client, hop_to(peer), [("r0", A), ("r1", B), ("r2", C)])
         assert statuses(out) == {"r0": "5.2.2", "r1": "5.2.2", "r2": "5.1.1"}
@@ -138,8 +145,11 @@ def test_552_to_the_data_command(client: SmtpClient) -> None:
 
 def test_local_address_checks(client: SmtpClient) -> None:
     with smtp_sink() as peer:
-        out = send(client, hop_to(peer), [("r0", "evil@example.org>\r\nRSET"), ("r1", B),
-                                          ("r2", "no-domain@")])
+        out = send(
+            client,
+            hop_to(peer),
+            [("r0", "evil@example.org>\r\nRSET"), ("r1", B), ("r2", "no-domain@")],
+        )
         assert statuses(out) == {"r0": "5.1.3", "r1": "2.0.0", "r2": "5.1.3"}
         assert peer.messages[0].rcpt_tos == [B]
         out = send(client, hop_to(peer), [("r0", A)], sender="a\nb@example.com")
@@ -213,8 +223,9 @@ def test_first_mx_refusing_second_accepting_via_dns(client: SmtpClient) -> None:
 def test_temporary_recipient_failures_try_the_next_hop(client: SmtpClient) -> None:
     first = Behaviour(rcpt_replies={A: "450 4.2.0 greylisted", B: "550 5.1.1 unknown"})
     with smtp_sink(first) as mx1, smtp_sink() as mx2:
-        out = send(client, [hop_to(mx1, "mx1.test"), hop_to(mx2, "mx2.test")],
-                   [("r0", A), ("r1", B)])
+        out = send(
+            client, [hop_to(mx1, "mx1.test"), hop_to(mx2, "mx2.test")], [("r0", A), ("r1", B)]
+        )
         # nothing was accepted at mx1, so its 450 recipient may go to mx2; the 550 is final
         assert statuses(out) == {"r0": "2.0.0", "r1": "5.1.1"}
         assert out.results["r1"].remote_mta == "mx1.test"
@@ -224,8 +235,9 @@ def test_temporary_recipient_failures_try_the_next_hop(client: SmtpClient) -> No
 def test_no_next_hop_once_content_was_sent(client: SmtpClient) -> None:
     first = Behaviour(rcpt_replies={A: "450 4.2.0 greylisted"})
     with smtp_sink(first) as mx1, smtp_sink() as mx2:
-        out = send(client, [hop_to(mx1, "mx1.test"), hop_to(mx2, "mx2.test")],
-                   [("r0", A), ("r1", B)])
+        out = send(
+            client, [hop_to(mx1, "mx1.test"), hop_to(mx2, "mx2.test")], [("r0", A), ("r1", B)]
+        )
         assert statuses(out) == {"r0": "4.2.0", "r1": "2.0.0"}
         assert mx2.connections == 0
 
@@ -266,8 +278,12 @@ def test_never_answering_server_fails_within_the_deadline(client: SmtpClient) ->
 def test_deadline_stops_trying_further_hops(client: SmtpClient) -> None:
     with silent_server() as silent, smtp_sink() as good:
         end = time.monotonic() + 0.8
-        out = send(client, [hop_to(silent), hop_to(good)], [("r0", A)],
-                   deadline=lambda: end - time.monotonic())
+        out = send(
+            client,
+            [hop_to(silent), hop_to(good)],
+            [("r0", A)],
+            deadline=lambda: end - time.monotonic(),
+        )
         assert out.results["r0"].status == "4.4.1"
         assert "deadline reached" in out.results["r0"].text
         assert good.connections == 0
@@ -286,8 +302,9 @@ def test_phase_timeout_then_next_hop() -> None:
 
 def test_exhausted_deadline_before_start() -> None:
     client = SmtpClient("client.mailqueue.test")
-    out = send(client, Hop("mx.test", "127.0.0.1", refused_port()), [("r0", A)],
-               deadline=lambda: 0.0)
+    out = send(
+        client, Hop("mx.test", "127.0.0.1", refused_port()), [("r0", A)], deadline=lambda: 0.0
+    )
     assert out.results["r0"].status == "4.4.1"
 
 
@@ -307,8 +324,9 @@ class _FailingBody(io.RawIOBase):
 
 def test_content_read_error_aborts_without_final_dot(client: SmtpClient) -> None:
     with smtp_sink() as peer:
-        out = client.deliver([hop_to(peer)], "s@example.com", [("r0", A)], _FailingBody(),
-                             body_8bit=False)
+        out = client.deliver(
+            [hop_to(peer)], "s@example.com", [("r0", A)], _FailingBody(), body_8bit=False
+        )
         assert out.results["r0"].status == "4.3.0" and "OSError" in out.results["r0"].text
         time.sleep(0.1)
         assert peer.messages == []
@@ -354,14 +372,18 @@ def test_tls_none_never_starts_tls(client: SmtpClient) -> None:
     ("behaviour", "status", "text"),
     [
         (Behaviour(), "4.7.4", "TLS is required, but was not offered by host mx.test"),
-        (Behaviour(starttls_reply="454 4.7.0 TLS not available"), "4.7.4",
-         "refused to start TLS: 454"),
+        (
+            Behaviour(starttls_reply="454 4.7.0 TLS not available"),
+            "4.7.4",
+            "refused to start TLS: 454",
+        ),
         (Behaviour(starttls_broken=True), "4.7.5", "Cannot start TLS: handshake failure"),
         (Behaviour(starttls_inject=True), "4.7.5", "injection"),
     ],
 )
-def test_required_tls_failures_are_temporary(client: SmtpClient, behaviour: Behaviour,
-                                             status: str, text: str) -> None:
+def test_required_tls_failures_are_temporary(
+    client: SmtpClient, behaviour: Behaviour, status: str, text: str
+) -> None:
     with smtp_sink(behaviour) as peer:
         out = send(client, hop_to(peer, tls=TlsPolicy.REQUIRED), [("r0", A)])
         r = out.results["r0"]
@@ -392,8 +414,12 @@ def test_required_verify_with_ca_file(client: SmtpClient) -> None:
 )
 def test_required_verify_failures(client: SmtpClient, host: str, ca_file: str | None) -> None:
     with smtp_sink(starttls=True) as peer:
-        hop = hop_to(peer, host=host, tls=TlsPolicy.REQUIRED_VERIFY,
-                     ca_file=str(pki().ca_file) if ca_file else None)
+        hop = hop_to(
+            peer,
+            host=host,
+            tls=TlsPolicy.REQUIRED_VERIFY,
+            ca_file=str(pki().ca_file) if ca_file else None,
+        )
         out = send(client, hop, [("r0", A)])
         r = out.results["r0"]
         assert r.status == "4.7.5" and "certificate not verified" in r.text
@@ -473,8 +499,12 @@ def test_smtputf8_needed_but_not_offered(client: SmtpClient) -> None:
 
 def test_smtputf8_offered(client: SmtpClient) -> None:
     with smtp_sink() as peer:
-        out = send(client, hop_to(peer), [("r0", "j\u00f6rg@b\u00fccher.example")],
-                   sender="\u00e9lise@example.com")
+        out = send(
+            client,
+            hop_to(peer),
+            [("r0", "j\u00f6rg@b\u00fccher.example")],
+            sender="\u00e9lise@example.com",
+        )
         assert statuses(out) == {"r0": "2.0.0"}
         msg = peer.messages[0]
         assert msg.smtputf8 and " SMTPUTF8" in msg.mail_args
@@ -502,8 +532,13 @@ def test_dsn_parameters_passed_through(client: SmtpClient) -> None:
 
 def test_dsn_parameters_withheld_when_not_offered(client: SmtpClient) -> None:
     with smtp_sink(dsn=False) as peer:
-        out = send(client, hop_to(peer), [Rcpt("r0", A, ("SUCCESS",), "rfc822;" + A)],
-                   ret="FULL", envid="id1")
+        out = send(
+            client,
+            hop_to(peer),
+            [Rcpt("r0", A, ("SUCCESS",), "rfc822;" + A)],
+            ret="FULL",
+            envid="id1",
+        )
         assert statuses(out) == {"r0": "2.0.0"} and out.dsn is False
         msg = peer.messages[0]
         assert "RET=" not in msg.mail_args and "ENVID=" not in msg.mail_args
@@ -598,8 +633,18 @@ def test_connection_reuse_one_connection_for_two_transactions(
         assert (first.reused, second.reused) == (False, True) and second.tls
         assert peer.connections == 1
         assert [m.content for m in peer.messages] == [b"one\r\n", b"two\r\n"]
-        assert peer.verbs() == ["EHLO", "STARTTLS", "EHLO", "MAIL", "RCPT", "DATA",
-                                "RSET", "MAIL", "RCPT", "DATA"]
+        assert peer.verbs() == [
+            "EHLO",
+            "STARTTLS",
+            "EHLO",
+            "MAIL",
+            "RCPT",
+            "DATA",
+            "RSET",
+            "MAIL",
+            "RCPT",
+            "DATA",
+        ]
         assert len(pool) == 1
         pool.close()
         assert len(pool) == 0

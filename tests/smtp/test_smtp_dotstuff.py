@@ -86,14 +86,14 @@ def test_xtext() -> None:
 def test_wire_bytes_seen_by_a_real_server(client: SmtpClient) -> None:
     data = b"a\n.\n..\r\n.x\rlast"
     with smtp_sink() as peer:
-        client.deliver([hop_to(peer)], "s@example.com", [("r0", "r@example.org")],
-                       io.BytesIO(data))
+        client.deliver([hop_to(peer)], "s@example.com", [("r0", "r@example.org")], io.BytesIO(data))
         assert peer.messages[0].content == normalise(data)
 
 
 def test_bad_notify_fails_before_any_io(client: SmtpClient) -> None:
     with smtp_sink() as peer:
         with pytest.raises(ValueError):
-            client.deliver([hop_to(peer)], "", [("r0", "r@example.org", ("SOMETIMES",))],
-                           io.BytesIO(b"x"))
+            client.deliver(
+                [hop_to(peer)], "", [("r0", "r@example.org", ("SOMETIMES",))], io.BytesIO(b"x")
+            )
         assert peer.connections == 0

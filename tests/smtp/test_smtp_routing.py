@@ -25,8 +25,14 @@ from mailqueue.routing import (
 from tests.support.dns_peer import DnsPeer, dns_server
 
 ZONE = {
-    "example.org": {"MX": ["10 mx1.example.org.", "10 mx2.example.org.", "10 mx3.example.org.",
-                           "20 backup.example.org."]},
+    "example.org": {
+        "MX": [
+            "10 mx1.example.org.",
+            "10 mx2.example.org.",
+            "10 mx3.example.org.",
+            "20 backup.example.org.",
+        ]
+    },
     "mx1.example.org": {"A": ["127.0.0.11"]},
     "mx2.example.org": {"A": ["127.0.0.12"], "AAAA": ["::12"]},
     "mx3.example.org": {"A": ["127.0.0.13"]},
@@ -34,7 +40,7 @@ ZONE = {
     "implicit.example": {"A": ["127.0.0.30"], "AAAA": ["::30"]},
     "nullmx.example": {"MX": ["0 ."]},
     "mixednull.example": {"MX": ["0 .", "10 mx1.example.org."]},
-    "nodata.example": {"TXT": ["\"v=spf1 -all\""]},
+    "nodata.example": {"TXT": ['"v=spf1 -all"']},
     "dangling.example": {"MX": ["10 gone.example.", "20 alsogone.example."]},
     "halfbroken.example": {"MX": ["10 sick.example.", "20 mx1.example.org."]},
     "allsick.example": {"MX": ["10 sick.example."]},
@@ -47,8 +53,9 @@ ZONE = {
 
 @pytest.fixture(scope="module")
 def dns() -> Iterator[DnsPeer]:
-    with dns_server(ZONE, servfail={"servfail.example", "sick.example"},
-                    silent={"slow.example"}) as peer:
+    with dns_server(
+        ZONE, servfail={"servfail.example", "sick.example"}, silent={"slow.example"}
+    ) as peer:
         yield peer
 
 
@@ -61,8 +68,7 @@ def addrs(hops: list[Hop]) -> list[str]:
 
 def test_mx_by_preference_with_addresses(dns: DnsPeer) -> None:
     hops = resolve_next_hops("Example.ORG", None, dns.resolver(), rng=random.Random(1))
-    assert {h.host for h in hops[:-1]} == {"mx1.example.org", "mx2.example.org",
-                                           "mx3.example.org"}
+    assert {h.host for h in hops[:-1]} == {"mx1.example.org", "mx2.example.org", "mx3.example.org"}
     assert hops[-1].host == "backup.example.org" and hops[-1].preference == 20
     assert len(hops) == 5  # 3 hosts at 10 (mx2 has A and AAAA) + backup
     mx2 = [h.address for h in hops if h.host == "mx2.example.org"]
@@ -186,8 +192,9 @@ def test_table_routes_win_over_dns(dns: DnsPeer) -> None:
 
 
 def test_tls_only_entry_keeps_mx_delivery(dns: DnsPeer) -> None:
-    table = RoutingTable.from_json({"bank.example": TABLE["bank.example"],
-                                    "example.org": {"tls": "required"}})
+    table = RoutingTable.from_json(
+        {"bank.example": TABLE["bank.example"], "example.org": {"tls": "required"}}
+    )
     hops = resolve_next_hops("example.org", table, dns.resolver())
     assert len(hops) == 5 and all(h.tls is TlsPolicy.REQUIRED and not h.relay for h in hops)
 
@@ -199,8 +206,9 @@ def test_default_route_is_a_smart_host(dns: DnsPeer) -> None:
 
 
 def test_relay_resolution_failures_are_temporary(dns: DnsPeer) -> None:
-    table = RoutingTable.from_json({"default": "[nx.example]:587",
-                                    "sick.test": "[servfail.example]"})
+    table = RoutingTable.from_json(
+        {"default": "[nx.example]:587", "sick.test": "[servfail.example]"}
+    )
     with pytest.raises(NextHopError) as err:
         resolve_next_hops("x.example", table, dns.resolver())
     assert err.value.result.status == "4.4.4"
@@ -253,8 +261,7 @@ def test_parse_next_hop(spec: str, expected: tuple[str, int, bool]) -> None:
         ({"example.com": {"next_hop": "r", "colour": "red"}}, "unknown route option"),
         ({"example.com": {"next_hop": "r", "credentials": "env:PASSWORD"}}, "credentials"),
         ({"example.com": {"credentials": "ssm:/relay"}}, "explicit next_hop"),
-        ({"example.com": {"next_hop": "r", "tls": "none", "credentials": "ssm:/x"}},
-         "clear text"),
+        ({"example.com": {"next_hop": "r", "tls": "none", "credentials": "ssm:/x"}}, "clear text"),
         ({"example.com": {"next_hop": "r", "allow_plaintext_auth": "yes"}}, "true or false"),
     ],
 )
@@ -267,9 +274,16 @@ def test_invalid_tables_raise_clear_errors(config: object, message: str) -> None
 
 
 def test_plaintext_auth_can_be_allowed_explicitly() -> None:
-    table = RoutingTable.from_json({"x.example": {
-        "next_hop": "[relay.example]:25", "tls": "none", "credentials": "ssm:/relay",
-        "allow_plaintext_auth": True}})
+    table = RoutingTable.from_json(
+        {
+            "x.example": {
+                "next_hop": "[relay.example]:25",
+                "tls": "none",
+                "credentials": "ssm:/relay",
+                "allow_plaintext_auth": True,
+            }
+        }
+    )
     route = table.lookup("x.example")
     assert route is not None and route.allow_plaintext_auth and route.tls is TlsPolicy.NONE
 

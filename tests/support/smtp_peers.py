@@ -102,9 +102,15 @@ def pki() -> Pki:
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(
             x509.KeyUsage(
-                digital_signature=True, content_commitment=False, key_encipherment=False,
-                data_encipherment=False, key_agreement=False, key_cert_sign=True,
-                crl_sign=True, encipher_only=False, decipher_only=False,
+                digital_signature=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
             ),
             critical=True,
         )
@@ -145,9 +151,7 @@ def pki() -> Pki:
     (directory / "ca.pem").write_bytes(ca_cert.public_bytes(pem))
     (directory / "cert.pem").write_bytes(cert.public_bytes(pem))
     (directory / "key.pem").write_bytes(
-        key.private_bytes(
-            pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
+        key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     )
     return Pki(directory / "ca.pem", directory / "cert.pem", directory / "key.pem")
 
@@ -295,7 +299,11 @@ class _Handler:
         self.smtp = smtp
 
     async def handle_EHLO(
-        self, server: SMTP, session: Session, envelope: Envelope, hostname: str,
+        self,
+        server: SMTP,
+        session: Session,
+        envelope: Envelope,
+        hostname: str,
         responses: list[str],
     ) -> list[str]:
         b = self.peer.behaviour
@@ -319,7 +327,11 @@ class _Handler:
         return [f"250-{line}" for line in lines[:-1]] + [f"250 {lines[-1]}"]
 
     async def handle_MAIL(
-        self, server: SMTP, session: Session, envelope: Envelope, address: str,
+        self,
+        server: SMTP,
+        session: Session,
+        envelope: Envelope,
+        address: str,
         mail_options: list[str],
     ) -> str:
         b = self.peer.behaviour
@@ -331,7 +343,11 @@ class _Handler:
         return "250 2.1.0 Sender OK"
 
     async def handle_RCPT(
-        self, server: SMTP, session: Session, envelope: Envelope, address: str,
+        self,
+        server: SMTP,
+        session: Session,
+        envelope: Envelope,
+        address: str,
         rcpt_options: list[str],
     ) -> str:
         replies = {k.lower(): v for k, v in self.peer.behaviour.rcpt_replies.items()}
@@ -359,7 +375,8 @@ class _Handler:
                 tls=session.ssl is not None,
                 auth_login=(
                     session.auth_data.login.decode()
-                    if isinstance(session.auth_data, LoginPassword) else None
+                    if isinstance(session.auth_data, LoginPassword)
+                    else None
                 ),
                 smtputf8=bool(envelope.smtp_utf8),
             )

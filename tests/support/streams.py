@@ -32,9 +32,12 @@ class StreamReader:
         """Every record not returned before, oldest first."""
         out: list[dict[str, Any]] = []
         for shard in self._shards():
-            it = self._iterators.get(shard) or self.client.get_shard_iterator(
-                StreamArn=self.stream_arn, ShardId=shard, ShardIteratorType="TRIM_HORIZON"
-            )["ShardIterator"]
+            it = (
+                self._iterators.get(shard)
+                or self.client.get_shard_iterator(
+                    StreamArn=self.stream_arn, ShardId=shard, ShardIteratorType="TRIM_HORIZON"
+                )["ShardIterator"]
+            )
             while True:
                 resp = self.client.get_records(ShardIterator=it, Limit=limit)
                 records = resp.get("Records", [])

@@ -52,7 +52,9 @@ __all__ = [
 
 def counter_store(settings: AdminSettings, clients: AwsClients) -> CounterStore:
     return CounterStore(
-        settings.storage.table, clients.dynamodb, partitions=settings.counter_partitions
+        settings.counters_table or settings.storage.table,
+        clients.dynamodb,
+        partitions=settings.counter_partitions,
     )
 
 

@@ -11,7 +11,8 @@ Routes (all under IAM auth):
   POST   /v1/queue/mails/{mail_id}/{action}   hold | release | retry | bounce | delete
   GET    /v1/queue/size                       counts by state and domain (counters)
   GET    /v1/queue/shape                      qshape matrix (filters, bucket_minutes, buckets, by)
-  POST   /v1/queue/jobs                       bulk action: {"action", "filter"} or {"action", "all": true} → 202
+  POST   /v1/queue/jobs                       bulk action → 202 + job
+                                              {"action", "filter": {...}} or {"action", "all": true}
   GET    /v1/queue/jobs/{job_id}              job progress
   POST   /v1/queue/jobs/{job_id}/cancel       stop a job at its next checkpoint
 """
@@ -161,16 +162,12 @@ class AdminApi:
     def inspect(self, mail_id: str, params: Mapping[str, str | None]) -> Reply:
         def run() -> Reply:
             _only(params, frozenset({"body"}))
-            return Reply(
-                200, self.service.inspect(mail_id, body=_bool(params.get("body"), "body"))
-            )
+            return Reply(200, self.service.inspect(mail_id, body=_bool(params.get("body"), "body")))
 
         return self._guard(run)
 
     # ------------------------------------------------------------------ one mail
-    def act(
-        self, mail_id: str, action: str, params: Mapping[str, str | None], actor: str
-    ) -> Reply:
+    def act(self, mail_id: str, action: str, params: Mapping[str, str | None], actor: str) -> Reply:
         def run() -> Reply:
             _only(params, frozenset({"group"}))
             act = _action(action)

@@ -110,9 +110,9 @@ class QueueFilter:
         if not self.recipient_level:
             return True
         finished = group.state in (GroupState.DSN, GroupState.DONE)
-        candidates = group.recipients if finished else [
-            r for r in group.recipients if not r.state.final
-        ]
+        candidates = (
+            group.recipients if finished else [r for r in group.recipients if not r.state.final]
+        )
         return any(self.recipient_matches(r) for r in candidates)
 
     def recipient_matches(self, r: Recipient) -> bool:

@@ -131,6 +131,8 @@ class AdminSettings:
     busy_give_up_seconds: int = 900  # a job waits this long for a busy group
     job_runner: str = "lambda"  # lambda: async self-invocation | inline: in the request
     counter_partitions: int = 4
+    counters_table: str = ""  # "" = the state table; a table of its own keeps the
+    # counters' own writes off the state table's stream
     header_max_bytes: int = 256 * 1024
     body_max_bytes: int = 1024 * 1024
     job_ttl_seconds: int = 30 * 86400
@@ -148,9 +150,7 @@ class AdminSettings:
             raise ConfigError("counter_partitions must be >= 1")
 
 
-def admin_settings_from_env(
-    env: Mapping[str, str] | None = None, **explicit: Any
-) -> AdminSettings:
+def admin_settings_from_env(env: Mapping[str, str] | None = None, **explicit: Any) -> AdminSettings:
     """Storage and admin settings from ``MQ_*`` (explicit arguments win)."""
     storage = explicit.pop("storage", None) or settings_from_env(StorageSettings, env=env)
     return settings_from_env(AdminSettings, env=env, storage=storage, **explicit)
@@ -246,7 +246,9 @@ def _enc(doc: dict[str, Any]) -> str:
 
 def _dec(cursor: str, fingerprint: str) -> dict[str, Any]:
     bad = InvalidInput(
-        "invalid_cursor", "cursor is not one this listing issued (same filters, same sort)", "cursor"
+        "invalid_cursor",
+        "cursor is not one this listing issued (same filters, same sort)",
+        "cursor",
     )
     try:
         doc = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
@@ -408,9 +410,7 @@ class QueueAdmin:
         while pos is not None:
             page, pos = self.walk(flt.states, pos, 500)
             groups.extend(g for g in page if flt.matches(g, now))
-        return build_shape(
-            groups, now, flt, bucket_minutes=bucket_minutes, buckets=buckets, by=by
-        )
+        return build_shape(groups, now, flt, bucket_minutes=bucket_minutes, buckets=buckets, by=by)
 
     def inspect(self, mail_id: str, *, body: bool = False) -> dict[str, Any]:
         """Envelope, per-recipient state and history, headers; the body only on request."""
@@ -452,9 +452,7 @@ class QueueAdmin:
 
     # ------------------------------------------------------------------ one group
     def _claim(self, ref: MailRef) -> Claim | Outcome:
-        got = self.storage.admin_claim(
-            ref, self.clock(), lease_seconds=self.s.admin_lease_seconds
-        )
+        got = self.storage.admin_claim(ref, self.clock(), lease_seconds=self.s.admin_lease_seconds)
         if isinstance(got, ClaimRefused):
             return Outcome.BUSY if got.reason == "claimed" else Outcome.FINISHED
         return got
@@ -474,9 +472,7 @@ class QueueAdmin:
             if action == Action.RETRY:
                 next_at = now
         elif action == Action.DELETE:
-            changed = {
-                r.rid: r.with_(state=RecipientState.DELETED, final_at=now) for r in pending
-            }
+            changed = {r.rid: r.with_(state=RecipientState.DELETED, final_at=now) for r in pending}
         else:  # BOUNCE: forced expiry, a failure DSN as drop() would request one
             sender = claim.group.sender
             changed = {}
@@ -695,9 +691,7 @@ class QueueAdmin:
         if nxt is None:
             job.phase = "busy"
 
-    def _job_busy_pass(
-        self, job: Job, action: Action, flt: QueueFilter, ctx: OpContext
-    ) -> bool:
+    def _job_busy_pass(self, job: Job, action: Action, flt: QueueFilter, ctx: OpContext) -> bool:
         """Try every busy group once more; True if one of them moved on."""
         moved = False
         now = self.clock()

@@ -48,7 +48,9 @@ class Shape:
 def bucket_edges(bucket_minutes: int, buckets: int) -> tuple[int, ...]:
     """Upper bounds (minutes) of every bucket but the last, open-ended one."""
     if not 1 <= bucket_minutes <= 1440:
-        raise InvalidInput("out_of_range", "bucket_minutes must be within 1..1440", "bucket_minutes")
+        raise InvalidInput(
+            "out_of_range", "bucket_minutes must be within 1..1440", "bucket_minutes"
+        )
     if not 2 <= buckets <= 30:
         raise InvalidInput("out_of_range", "buckets must be within 2..30", "buckets")
     return tuple(bucket_minutes * (2**i) for i in range(buckets - 1))
@@ -111,9 +113,13 @@ def render_shape(shape: dict[str, Any], top: int | None = None) -> str:
     name_w = max([len(r["domain"]) for r in rows] + [6])
     cells = [[str(r["total"]), *(str(c) for c in r["counts"])] for r in rows]
     widths = [max(len(labels[i]), *(len(c[i]) for c in cells)) for i in range(len(labels))]
-    lines = [" " * name_w + " " + " ".join(lab.rjust(w) for lab, w in zip(labels, widths, strict=True))]
+    lines = [
+        " " * name_w + " " + " ".join(lab.rjust(w) for lab, w in zip(labels, widths, strict=True))
+    ]
     for r, c in zip(rows, cells, strict=True):
         lines.append(
-            r["domain"].rjust(name_w) + " " + " ".join(v.rjust(w) for v, w in zip(c, widths, strict=True))
+            r["domain"].rjust(name_w)
+            + " "
+            + " ".join(v.rjust(w) for v, w in zip(c, widths, strict=True))
         )
     return "\n".join(lines)

@@ -213,7 +213,7 @@ class AwsStorage:
             {
                 "Id": str(i),
                 "MessageBody": json.dumps({"v": 1, **ref.to_json()}, separators=(",", ":")),
-                "DelaySeconds": max(0, min(MAX_DELAY, delay)),
+                "DelaySeconds": max(0, min(MAX_DELAY, self.s.max_delay_seconds, delay)),
             }
             for i, ref in enumerate(refs)
         ]
@@ -309,6 +309,23 @@ class AwsStorage:
             recipients=tuple((r.rid, r.address) for r in recipients),
             groups=tuple(groups),
         )
+
+        if idempotency_key is not None:
+            # The key must outlive the mail: a finished keyed mail leaves a tombstone, and a
+            # retry arriving after cleanup must find it rather than queue the mail again.
+            # One consistent read, paid only by keyed submissions.
+            with translate("dynamodb:GetItem"):
+                got = self.c.dynamodb.get_item(
+                    TableName=self.s.table,
+                    Key={"pk": {"S": _pk(mail_id)}, "sk": {"S": "M"}},
+                    ConsistentRead=True,
+                )
+            if "Item" in got:
+                stored = _from_ddb(got["Item"])
+                if stored.get("sha256") != sha:
+                    raise Conflict("idempotency key reused with different content")
+                if stored.get("tomb"):
+                    return replace(answer, duplicate=True)
 
         # 1. content, written once
         try:
@@ -1046,8 +1063,14 @@ class AwsStorage:
         group = self._group_from_item(_from_ddb(resp["Attributes"]))
         return self._settle(group)
 
+    def settle(self, group: Group) -> Transition:
+        """Move a group that is at rest (no lease) to the state its recipients imply.
+
+        Idempotent; finishes a `dsn_sent` whose second step was cut short by a crash.
+        """
+        return self._settle(group)
+
     def _settle(self, group: Group) -> Transition:
-        """Move a group that is at rest (no lease) to the state its recipients imply."""
         if group.state in (GroupState.INFLIGHT, GroupState.HELD, GroupState.QUEUED):
             return Transition(group=group, released=False, mail_finished=False, cleaned=False)
         target = derive_group_state(group.recipients)
@@ -1091,13 +1114,32 @@ class AwsStorage:
         with translate("s3:DeleteObject"):
             self.c.s3.delete_object(Bucket=self.s.bucket, Key=key or self.content_key(mail_id))
         if items:
-            self._batch_write(
-                [
-                    {"DeleteRequest": {"Key": {"pk": {"S": it["pk"]}, "sk": {"S": it["sk"]}}}}
-                    for it in items
-                ]
-            )
+            requests: list[dict[str, Any]] = []
+            for it in items:
+                if it["sk"] == "M" and mail_id.startswith("K"):
+                    if it.get("tomb"):
+                        continue
+                    requests.append({"PutRequest": {"Item": _to_ddb(self._tombstone(it))}})
+                else:
+                    requests.append(
+                        {"DeleteRequest": {"Key": {"pk": {"S": it["pk"]}, "sk": {"S": it["sk"]}}}}
+                    )
+            if requests:
+                self._batch_write(requests)
         return True
+
+    def _tombstone(self, mail_item: dict[str, Any]) -> dict[str, Any]:
+        """What a keyed mail leaves behind: enough to answer a late retry, then TTL."""
+        now = self.clock()
+        return {
+            "pk": mail_item["pk"],
+            "sk": "M",
+            "tomb": True,
+            "sha256": mail_item.get("sha256"),
+            "groups": mail_item.get("groups", []),
+            "arrival": mail_item.get("arrival"),
+            "expires_at": int(now.timestamp()) + self.s.idempotency_ttl_seconds,
+        }
 
     def content_exists(self, mail_id: str) -> bool:
         with translate("s3:HeadObject"):

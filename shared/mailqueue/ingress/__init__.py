@@ -6,6 +6,8 @@ boto3 types.
 
 from __future__ import annotations
 
+import functools
+
 import boto3
 
 from ..aws.backend import AwsStorage
@@ -44,8 +46,11 @@ def build_service(
     `session` supplies the credentials upload URLs are presigned with (default: the
     Lambda's own).
     """
-    presigner = presigning_client(
-        region=settings.storage.region, endpoint_url=settings.storage.endpoint_url, session=session
+    presigner = functools.partial(
+        presigning_client,
+        region=settings.storage.region,
+        endpoint_url=settings.storage.endpoint_url,
+        session=session,
     )
     return IngressService(
         settings,

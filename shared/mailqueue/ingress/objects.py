@@ -6,6 +6,7 @@ The adapter translates botocore errors into the core's; the service sees only th
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 import boto3
@@ -52,10 +53,15 @@ def presigning_client(
 
 
 class S3RawStore:
-    def __init__(self, s3: Any, bucket: str, *, presigner: Any = None) -> None:
+    """`presigner` builds the client for upload URLs on first use (most calls need none)."""
+
+    def __init__(
+        self, s3: Any, bucket: str, *, presigner: Callable[[], Any] | None = None
+    ) -> None:
         self.s3 = s3
         self.bucket = bucket
-        self.presigner = presigner or s3
+        self._make_presigner = presigner or (lambda: s3)
+        self._presigner: Any = None
 
     def size(self, key: str) -> int | None:
         with translate("s3:HeadObject"):
@@ -89,7 +95,9 @@ class S3RawStore:
     def presign_put(self, key: str, expires: int) -> str:
         """Signed locally (no request): the URL carries our role's signature, not a secret."""
         with translate("s3:PresignPutObject"):
-            url: str = self.presigner.generate_presigned_url(
+            if self._presigner is None:
+                self._presigner = self._make_presigner()
+            url: str = self._presigner.generate_presigned_url(
                 "put_object",
                 Params={"Bucket": self.bucket, "Key": key},
                 ExpiresIn=expires,

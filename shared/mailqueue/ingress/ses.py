@@ -101,6 +101,9 @@ def screen(
         return Screening((), (), InvalidInput("virus", "virus verdict FAIL", "virusVerdict"))
     if spam_policy == "reject" and r.verdicts.get("spam") == "FAIL":
         return Screening((), (), InvalidInput("spam", "spam verdict FAIL", "spamVerdict"))
+    if not r.recipients:
+        err = InvalidInput("no_recipients", "no recipients", "receipt.recipients")
+        return Screening((), (), err)
     try:
         validate_sender(r.source, "mail.source", smtputf8=r.smtputf8)
     except InvalidInput as e:
@@ -121,7 +124,4 @@ def screen(
             )
             continue
         accepted.append(rcpt)
-    if not r.recipients:
-        err = InvalidInput("no_recipients", "no recipients", "receipt.recipients")
-        return Screening((), (), err)
     return Screening(tuple(accepted), tuple(refused))

@@ -3,17 +3,30 @@
 SQS event source mapping: receive up to `batch_size` messages, invoke the handler with an
 SQS event, delete the records not listed in `batchItemFailures` (their visibility stays as
 the handler set it), enforce the function timeout through the context's remaining time.
+
+The rest is what `mailqueue.local.stack` assembles into the local stack: `LocalFunction`
+(one warm container per function: the real `app.handler`, one invocation at a time, its
+output in its own log file through `OutputRouter`), `Loop` (a polling thread that stops
+on an event) and `Schedule` (an EventBridge `rate(...)` rule).
 """
 
 from __future__ import annotations
 
+import importlib
+import io
+import logging
+import threading
 import time
+import traceback
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, TextIO
 
 Handler = Callable[[dict[str, Any], Any], Any]
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -147,3 +160,203 @@ class SqsPoller:
                 break
             out.append(r)
         return out
+
+
+# --------------------------------------------------------------------------- the local "Lambda service"
+ACCOUNT_ID = "123456789012"
+REGION = "us-east-1"
+
+
+class OutputRouter(io.TextIOBase):
+    """Stands in for sys.stdout/sys.stderr: what a function invocation prints goes to that
+    function's log file (its CloudWatch log group), everything else to the real stream.
+
+    Powertools' Logger binds sys.stdout when the function module is imported, so the router
+    is installed before the local stack imports any function.
+    """
+
+    def __init__(self, default: TextIO, share: OutputRouter | None = None) -> None:
+        super().__init__()
+        self.default = default
+        # routers made with `share` follow the same redirection (stdout and stderr alike)
+        self._local: threading.local = share._local if share is not None else threading.local()
+
+    def _target(self) -> TextIO:
+        target: TextIO | None = getattr(self._local, "target", None)
+        return target if target is not None else self.default
+
+    def write(self, s: str) -> int:
+        return self._target().write(s)
+
+    def flush(self) -> None:
+        self._target().flush()
+
+    def writable(self) -> bool:
+        return True
+
+    def isatty(self) -> bool:
+        return self._target().isatty()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return getattr(self.default, "encoding", "utf-8")
+
+    @contextmanager
+    def to(self, stream: TextIO) -> Iterator[None]:
+        previous = getattr(self._local, "target", None)
+        self._local.target = stream
+        try:
+            yield
+        finally:
+            self._local.target = previous
+
+
+@dataclass
+class FunctionSpec:
+    """One function as the template declares it: where its handler is and its limits."""
+
+    name: str  # logical name: ingress, admin, delivery, bounce, sweeper, events
+    module: str  # "functions.delivery.app"
+    attribute: str = "handler"
+    timeout_seconds: float = 300.0
+    memory_mb: int = 512
+
+    @property
+    def function_name(self) -> str:
+        return f"mailqueue-{self.name}"
+
+
+class LocalFunction:
+    """A function's one warm container: the real `app.handler`, one invocation at a time.
+
+    Lambda runs one invocation per execution environment; the handlers keep per-container
+    state at module level (functools.cache'd services, Powertools' metric set), so the local
+    runtime serialises invocations of each function with a lock.
+    """
+
+    def __init__(self, spec: FunctionSpec, log: TextIO, router: OutputRouter | None) -> None:
+        self.spec = spec
+        self.log = log
+        self.router = router
+        self.lock = threading.Lock()
+        self.invocations = 0
+        self.errors = 0
+        module = importlib.import_module(spec.module)
+        # a new container: forget services cached by an earlier stack in this process
+        for value in vars(module).values():
+            clear = getattr(value, "cache_clear", None)
+            if callable(clear) and getattr(value, "__module__", None) == module.__name__:
+                clear()
+        self.handler: Handler = getattr(module, spec.attribute)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def context(self) -> LocalContext:
+        return LocalContext(
+            self.spec.function_name, self.spec.timeout_seconds, self.spec.memory_mb
+        )
+
+    def __call__(self, event: dict[str, Any], context: Any = None) -> Any:
+        """Invoke synchronously; an exception is the invocation's error (as Lambda reports)."""
+        ctx = context if context is not None else self.context()
+        with self.lock:
+            self.invocations += 1
+            if self.router is None:
+                return self._invoke(event, ctx)
+            with self.router.to(self.log):
+                return self._invoke(event, ctx)
+
+    def _invoke(self, event: dict[str, Any], ctx: Any) -> Any:
+        try:
+            return self.handler(event, ctx)
+        except Exception:
+            self.errors += 1
+            # what Lambda writes to the log group for an unhandled error
+            self.log.write(f"[ERROR] invocation {ctx.aws_request_id} failed\n")
+            self.log.write(traceback.format_exc())
+            self.log.flush()
+            raise
+
+
+class Loop(threading.Thread):
+    """Calls ``step()`` until stopped; ``step`` returns how long to wait before the next call.
+
+    A failing step is logged with its traceback and retried after a second: an event source
+    mapping keeps polling whatever its function does.
+    """
+
+    def __init__(self, name: str, step: Callable[[], float], stop: threading.Event) -> None:
+        super().__init__(name=name, daemon=True)
+        self.step = step
+        self.stop_event = stop
+
+    def run(self) -> None:
+        while not self.stop_event.is_set():
+            try:
+                wait = self.step()
+            except Exception:
+                log.exception("%s: poll failed", self.name)
+                wait = 1.0
+            if wait > 0:
+                self.stop_event.wait(wait)
+
+
+def sqs_step(poller: SqsPoller, function: str) -> Callable[[], float]:
+    """One long poll of an SQS event source mapping; invocation errors go to the log."""
+
+    def step() -> float:
+        r = poller.poll_once()
+        if r.error is not None:
+            log.error(
+                "%s: invocation failed (%s: %s); %d record(s) stay on the queue",
+                function,
+                type(r.error).__name__,
+                r.error,
+                r.received,
+            )
+        return 0.0
+
+    return step
+
+
+def scheduled_event(rule_name: str, now: datetime | None = None, detail: Any = None) -> dict[str, Any]:
+    """An EventBridge scheduled event; a rule's constant `Input` replaces it (see Schedule)."""
+    ts = (now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
+        "version": "0",
+        "id": str(uuid.uuid4()),
+        "detail-type": "Scheduled Event",
+        "source": "aws.events",
+        "account": ACCOUNT_ID,
+        "time": ts,
+        "region": REGION,
+        "resources": [f"arn:aws:events:{REGION}:{ACCOUNT_ID}:rule/{rule_name}"],
+        "detail": detail if detail is not None else {},
+    }
+
+
+@dataclass
+class Schedule:
+    """An EventBridge rule `rate(...)`: the first invocation one interval after start."""
+
+    rule_name: str
+    interval_seconds: float
+    function: Handler
+    input: dict[str, Any] | None = None  # the rule's constant Input, if any
+    next_at: float = field(default=0.0)
+
+    def step(self) -> float:
+        now = time.monotonic()
+        if not self.next_at:
+            self.next_at = now + self.interval_seconds
+        if now < self.next_at:
+            return min(self.next_at - now, 1.0)
+        self.next_at = now + self.interval_seconds
+        event = dict(self.input) if self.input is not None else scheduled_event(self.rule_name)
+        try:
+            self.function(event, None)
+        except Exception as e:  # noqa: BLE001 - the traceback is in the function's log
+            log.error("schedule %s: invocation failed (%s: %s)", self.rule_name, type(e).__name__, e)
+        return 0.0

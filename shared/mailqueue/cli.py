@@ -1,0 +1,728 @@
+"""`mailqueue`: the operator's command line (postqueue, postsuper, postcat, qshape).
+
+Talks to the admin API over SigV4-signed HTTP (`--api URL` or MAILQUEUE_API), or, with
+`--local`, straight to the storage (table, bucket and queues from flags or MQ_* variables)
+through the very same request handling. Bulk actions run as jobs: over HTTP the CLI polls
+the job; locally it runs the job loop itself. Progress goes to stderr, results to stdout.
+
+Exit status: 0 done, 1 refused (bad input, unknown id), 2 usage, 3 busy (a delivery
+holds the mail: try again), 4 server or transport failure, 5 a job gave up on groups.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import getpass
+import json
+import os
+import re
+import socket
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, Protocol, TextIO
+
+from .config import ConfigError, StorageSettings, settings_from_env
+from .errors import MailqueueError
+
+EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_BUSY, EXIT_FAILED, EXIT_GAVE_UP = 0, 1, 2, 3, 4, 5
+ACTIONS = ("delete", "hold", "release", "retry", "bounce")
+FILTER_FLAGS = (
+    ("state", "comma-separated group states: queued,inflight,held,dsn,done"),
+    ("sender", "envelope sender (<> for the null sender)"),
+    ("recipient", "a recipient address"),
+    ("domain", "a recipient domain"),
+    ("age_min", "arrived at least this long ago (90s, 15m, 2h, 3d)"),
+    ("age_max", "arrived at most this long ago"),
+    ("attempts_min", "a recipient with at least this many attempts"),
+    ("status", "last status: SMTP code or prefix (4, 451) or enhanced (4.4, 4.4.1)"),
+)
+_REGION_RE = re.compile(r"\.execute-api\.([a-z0-9-]+)\.amazonaws\.com", re.I)
+
+
+class CliError(Exception):
+    def __init__(self, message: str, code: int = EXIT_REFUSED) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+# ---------------------------------------------------------------------- transports
+Answer = tuple[int, dict[str, Any]]
+
+
+class Client(Protocol):
+    def request(
+        self,
+        method: str,
+        path: str,
+        query: Mapping[str, str] | None = None,
+        body: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> Answer: ...
+
+    def drive_job(
+        self, job: dict[str, Any], progress: Callable[[dict[str, Any]], None]
+    ) -> dict[str, Any]: ...
+
+
+class HttpClient:
+    """The admin API over HTTP, SigV4-signed for API Gateway's IAM auth (or a dev token)."""
+
+    def __init__(
+        self,
+        api: str,
+        *,
+        sign: bool = True,
+        token: str | None = None,
+        region: str | None = None,
+        profile: str | None = None,
+        poll_seconds: float = 1.0,
+        timeout: float = 60.0,
+    ) -> None:
+        parts = urllib.parse.urlsplit(api)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise CliError(f"--api must be an http(s) URL, not {api!r}", EXIT_USAGE)
+        self.base = api.rstrip("/")
+        self.sign = sign
+        self.token = token
+        self.poll_seconds = poll_seconds
+        self.timeout = timeout
+        self._credentials: Any = None
+        self.region = region
+        self.profile = profile
+
+    def _signer(self) -> tuple[Any, str]:
+        import boto3
+
+        session = boto3.session.Session(profile_name=self.profile)
+        region = self.region or session.region_name
+        if not region:
+            m = _REGION_RE.search(self.base)
+            region = m.group(1) if m else None
+        if not region:
+            raise CliError("no AWS region: give --region or set AWS_REGION", EXIT_USAGE)
+        creds = session.get_credentials()
+        if creds is None:
+            raise CliError("no AWS credentials found to sign the request", EXIT_USAGE)
+        return creds.get_frozen_credentials(), region
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        query: Mapping[str, str] | None = None,
+        body: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> Answer:
+        url = self.base + path
+        if query:
+            url += "?" + urllib.parse.urlencode(sorted(query.items()), quote_via=urllib.parse.quote)
+        data = json.dumps(body).encode() if body is not None else None
+        hdrs = {"accept": "application/json", **(headers or {})}
+        if data is not None:
+            hdrs["content-type"] = "application/json"
+        if self.sign:
+            from botocore.auth import SigV4Auth
+            from botocore.awsrequest import AWSRequest
+
+            creds, region = self._signer()
+            req = AWSRequest(method=method, url=url, data=data, headers=hdrs)
+            SigV4Auth(creds, "execute-api", region).add_auth(req)
+            hdrs = dict(req.headers.items())
+        elif self.token:
+            hdrs["authorization"] = f"Bearer {self.token}"
+        out = urllib.request.Request(url, data=data, headers=hdrs, method=method)
+        try:
+            with urllib.request.urlopen(out, timeout=self.timeout) as resp:
+                return resp.status, _json_body(resp.read())
+        except urllib.error.HTTPError as e:
+            return e.code, _json_body(e.read())
+        except (urllib.error.URLError, OSError) as e:
+            raise CliError(f"cannot reach {self.base}: {e}", EXIT_FAILED) from e
+
+    def drive_job(
+        self, job: dict[str, Any], progress: Callable[[dict[str, Any]], None]
+    ) -> dict[str, Any]:
+        """Poll until the job is no longer running (the API side runs it)."""
+        while job.get("state") == "running":
+            progress(job)
+            time.sleep(self.poll_seconds)
+            status, job = self.request("GET", f"/v1/queue/jobs/{job['job_id']}")
+            if status != 200:
+                raise _refusal(status, job)
+        progress(job)
+        return job
+
+
+class LocalClient:
+    """The admin API in-process, on the storage directly (no HTTP, no Lambda)."""
+
+    def __init__(self, settings: Any, actor: str) -> None:
+        from .admin import AdminApi, NullLauncher, build_admin
+        from .aws.clients import make_clients
+
+        clients = make_clients(
+            region=settings.storage.region, endpoint_url=settings.storage.endpoint_url
+        )
+        self.service = build_admin(settings, clients)
+        self.api = AdminApi(self.service, NullLauncher())
+        self.actor = actor
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        query: Mapping[str, str] | None = None,
+        body: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> Answer:
+        from .admin.api import dispatch
+
+        raw = json.dumps(body).encode() if body is not None else None
+        reply = dispatch(self.api, method, path, dict(query or {}), raw, self.actor)
+        return reply.status, reply.body
+
+    def drive_job(
+        self, job: dict[str, Any], progress: Callable[[dict[str, Any]], None]
+    ) -> dict[str, Any]:
+        """Run the job loop here, a slice at a time, reporting after every checkpoint."""
+        job_id = job["job_id"]
+        while job.get("state") == "running":
+            progress(job)
+            got = self.service.run_job(
+                job_id, budget_seconds=30.0, progress=lambda j: progress(j.to_json())
+            )
+            job = got.to_json()
+            if job["state"] == "running" and got.lease_until and not self.service.job_stalled(got):
+                time.sleep(1.0)  # another runner holds it: wait for it
+        progress(job)
+        return job
+
+
+def _json_body(raw: bytes) -> dict[str, Any]:
+    try:
+        doc = json.loads(raw or b"{}")
+    except ValueError:
+        return {"error": "bad_response", "message": raw[:200].decode("utf-8", "replace")}
+    return doc if isinstance(doc, dict) else {"value": doc}
+
+
+def _refusal(status: int, body: Mapping[str, Any]) -> CliError:
+    code = body.get("error") or f"http_{status}"
+    msg = body.get("message") or ""
+    field = body.get("field")
+    text = f"{code}: {msg}" + (f" (field: {field})" if field else "")
+    if status == 409:
+        groups = body.get("groups")
+        if groups:
+            text += f" [busy: {', '.join(groups)}]"
+        return CliError(text, EXIT_BUSY)
+    return CliError(text, EXIT_FAILED if status >= 500 else EXIT_REFUSED)
+
+
+def _ok(answer: Answer, expect: tuple[int, ...] = (200,)) -> dict[str, Any]:
+    status, body = answer
+    if status not in expect:
+        raise _refusal(status, body)
+    return body
+
+
+# ---------------------------------------------------------------------- rendering
+def _age(seconds: float) -> str:
+    s = int(max(0, seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m"
+    if s < 86400:
+        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+    return f"{s // 86400}d{(s % 86400) // 3600:02d}h"
+
+
+def _when(iso: str | None, now: datetime) -> str:
+    if not iso:
+        return "-"
+    ts = datetime.fromisoformat(iso.replace("Z", "+00:00"))
+    delta = (ts - now).total_seconds()
+    return (
+        "now" if abs(delta) < 1 else (f"in {_age(delta)}" if delta > 0 else f"{_age(-delta)} ago")
+    )
+
+
+def _result(r: Mapping[str, Any] | None) -> str:
+    if not r:
+        return ""
+    return f"({r.get('code')} {r.get('status')} {r.get('text')})"
+
+
+def render_groups(items: Sequence[Mapping[str, Any]], out: TextIO, header: bool) -> None:
+    """postqueue -p style: one line per group, then its recipients indented."""
+    now = datetime.now(UTC)
+    if header:
+        out.write(
+            f"{'MAIL ID':<26} {'GROUP':<24} {'STATE':<8} {'AGE':>7} {'NEXT':>12} "
+            f"{'SIZE':>8} {'TRIES':>5}  SENDER\n"
+        )
+    for g in items:
+        out.write(
+            f"{g['mail_id']:<26} {g['group'][:24]:<24} {g['state']:<8} "
+            f"{_age(g.get('age_seconds', 0)):>7} {_when(g.get('next_attempt_at'), now):>12} "
+            f"{g.get('size', 0):>8} {g.get('attempts', 0):>5}  {g.get('sender') or '<>'}\n"
+        )
+        for r in g.get("recipients", []):
+            out.write(
+                f"    {r['address']}  {r['state']}  {_result(r.get('last_result'))}".rstrip() + "\n"
+            )
+
+
+def render_size(doc: Mapping[str, Any], out: TextIO) -> None:
+    states = ("queued", "inflight", "held", "delivered", "bounced", "deleted")
+    rc, gc = doc.get("recipients", {}), doc.get("groups", {})
+    out.write(f"{'STATE':<10} {'RECIPIENTS':>10} {'GROUPS':>8}\n")
+    for s in (*states, "dsn", "done"):
+        if s in rc or s in gc or s in states[:3]:
+            r = str(rc.get(s, 0)) if s in states else ""
+            out.write(f"{s:<10} {r:>10} {gc.get(s, '') if s not in states[3:] else '':>8}\n")
+    out.write(f"{'pending':<10} {doc.get('pending', 0):>10}\n")
+    domains = doc.get("domains", {})
+    if domains:
+        out.write(f"\n{'DOMAIN':<32} " + " ".join(f"{s:>9}" for s in states) + "\n")
+        order = sorted(
+            domains.items(), key=lambda kv: (-sum(kv[1].get(s, 0) for s in states[:3]), kv[0])
+        )
+        for dom, counts in order:
+            out.write(
+                f"{dom[:32]:<32} " + " ".join(f"{counts.get(s, 0):>9}" for s in states) + "\n"
+            )
+    if doc.get("source") != "counters":
+        out.write(f"\n(note: {doc.get('source')})\n")
+
+
+def render_mail(doc: Mapping[str, Any], out: TextIO) -> None:
+    """postcat style: envelope, recipients with their history, headers, body."""
+    out.write("*** ENVELOPE RECORDS ***\n")
+    for k in ("mail_id", "sender", "arrival", "size", "sha256", "ret", "envid", "smtputf8"):
+        v = doc.get(k)
+        if v is not None:
+            out.write(f"{k}: {v if v != '' else '<>'}\n")
+    for g in doc.get("groups", []):
+        out.write(
+            f"group: {g['group']}  state: {g['state']}  next attempt: "
+            f"{g.get('next_attempt_at') or '-'}  attempts: {g.get('attempts', 0)}\n"
+        )
+        for r in g.get("recipients", []):
+            out.write(
+                f"  recipient {r['id']}: {r['address']}  {r['state']}  attempts: "
+                f"{r['attempts']}  {_result(r.get('last_result'))}".rstrip()
+                + "\n"
+            )
+        for a in g.get("history", []):
+            res = a.get("result") or {}
+            out.write(
+                f"  attempt {a['number']} at {a['started_at']}: {_result(res)}"
+                + (" tls" if a.get("tls") else "")
+                + "\n"
+            )
+    out.write("*** HEADER RECORDS ***\n")
+    if doc.get("headers") is None:
+        out.write(f"(content {doc.get('content', 'missing')})\n")
+    for name, value in doc.get("headers") or []:
+        out.write(f"{name}: {value}\n")
+    if "body" in doc:
+        out.write("*** MESSAGE CONTENTS ***\n")
+        out.write(doc["body"])
+        if not doc["body"].endswith("\n"):
+            out.write("\n")
+        if doc.get("body_truncated"):
+            out.write("(body truncated)\n")
+
+
+class Progress:
+    """A plain-text progress line on stderr (rewritten in place on a terminal)."""
+
+    def __init__(self, out: TextIO, enabled: bool = True) -> None:
+        self.out = out
+        self.enabled = enabled
+        self.tty = out.isatty()
+        self.last = ""
+
+    def __call__(self, job: Mapping[str, Any]) -> None:
+        if not self.enabled:
+            return
+        c = job.get("counts", {})
+        est = job.get("estimate")
+        done = c.get("examined", 0)
+        if est:
+            frac = min(1.0, done / est) if job.get("state") == "running" else 1.0
+            bar = "#" * int(frac * 30)
+            head = f"[{bar:<30}] {int(frac * 100):3d}% {done}/{est} groups"
+        else:
+            head = f"{done} groups examined"
+        line = (
+            f"{head}, {c.get('applied', 0)} changed, {c.get('recipients', 0)} recipients"
+            f", busy {job.get('busy', 0)}  ({job.get('state')})"
+        )
+        if line == self.last:
+            return
+        self.last = line
+        if self.tty:
+            self.out.write("\r" + line)
+            if job.get("state") != "running":
+                self.out.write("\n")
+        else:
+            self.out.write(line + "\n")
+        self.out.flush()
+
+
+# ---------------------------------------------------------------------- commands
+def _filter_params(ns: argparse.Namespace) -> dict[str, str]:
+    return {k: str(getattr(ns, k)) for k, _ in FILTER_FLAGS if getattr(ns, k, None) is not None}
+
+
+def _emit_json(doc: Any, out: TextIO) -> None:
+    out.write(json.dumps(doc, separators=(",", ":"), sort_keys=True) + "\n")
+
+
+def cmd_list(c: Client, ns: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    query = _filter_params(ns)
+    query["sort"] = ns.sort
+    query["limit"] = str(ns.limit)
+    if ns.cursor:
+        query["cursor"] = ns.cursor
+    first = True
+    while True:
+        page = _ok(c.request("GET", "/v1/queue/mails", query))
+        if ns.json:
+            for g in page["items"]:
+                _emit_json(g, out)
+        else:
+            render_groups(page["items"], out, header=first)
+        first = False
+        cursor = page.get("cursor")
+        if not cursor:
+            return EXIT_OK
+        if not ns.all:
+            err.write(f"more: --cursor {cursor}\n")
+            return EXIT_OK
+        query["cursor"] = cursor
+
+
+def cmd_size(c: Client, ns: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    doc = _ok(c.request("GET", "/v1/queue/size"))
+    if ns.json:
+        _emit_json(doc, out)
+    else:
+        render_size(doc, out)
+    return EXIT_OK
+
+
+def cmd_shape(c: Client, ns: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from .admin.shape import render_shape
+
+    query = _filter_params(ns)
+    query.update(bucket_minutes=str(ns.bucket_minutes), buckets=str(ns.buckets), by=ns.by)
+    if ns.top:
+        query["top"] = str(ns.top)
+    doc = _ok(c.request("GET", "/v1/queue/shape", query))
+    if ns.json:
+        _emit_json(doc, out)
+    else:
+        out.write(render_shape(doc) + "\n")
+    return EXIT_OK
+
+
+def cmd_show(c: Client, ns: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    query = {"body": "true"} if ns.body else {}
+    doc = _ok(c.request("GET", f"/v1/queue/mails/{urllib.parse.quote(ns.mail_id, safe='')}", query))
+    if ns.json:
+        _emit_json(doc, out)
+    else:
+        render_mail(doc, out)
+    return EXIT_OK
+
+
+def cmd_action(c: Client, ns: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    action: str = ns.command
+    flt = _filter_params(ns)
+    if ns.mail_ids:
+        if flt or ns.all:
+            raise CliError("give mail ids, or filters / --all, not both", EXIT_USAGE)
+        status = EXIT_OK
+        for mid in ns.mail_ids:
+            query = {"group": ns.group} if ns.group else {}
+            path = f"/v1/queue/mails/{urllib.parse.quote(mid, safe='')}/{action}"
+            try:
+                doc = _ok(c.request("POST", path, query))
+            except CliError as e:
+                err.write(f"mailqueue: {mid}: {e}\n")
+                status = max(status, e.code)
+                continue
+            if ns.json:
+                _emit_json(doc, out)
+            else:
+                out.write(f"{mid}: {action}: {doc['recipients']} recipient(s)\n")
+        return status
+    if ns.group:
+        raise CliError("--group needs a mail id", EXIT_USAGE)
+    if not flt and not ns.all:
+        raise CliError(
+            f"{action}: give mail ids, filters, or --all for the whole queue", EXIT_USAGE
+        )
+    body: dict[str, Any] = {"action": action, "filter": flt}
+    if ns.all:
+        body["all"] = True
+    job = _ok(c.request("POST", "/v1/queue/jobs", body=body), (202,))
+    err.write(f"job {job['job_id']} started: {action}\n")
+    if ns.no_wait:
+        if ns.json:
+            _emit_json(job, out)
+        else:
+            out.write(job["job_id"] + "\n")
+        return EXIT_OK
+    return _finish_job(c, job, ns, out, err)
+
+
+def _finish_job(
+    c: Client, job: dict[str, Any], ns: argparse.Namespace, out: TextIO, err: TextIO
+) -> int:
+    job = c.drive_job(job, Progress(err, enabled=not ns.quiet))
+    if ns.json:
+        _emit_json(job, out)
+    else:
+        cnt = job["counts"]
+        out.write(
+            f"job {job['job_id']} {job['state']}: {job['action']} {cnt['applied']} group(s), "
+            f"{cnt['recipients']} recipient(s); examined {cnt['examined']}, matched "
+            f"{cnt['matched']}, unchanged {cnt['unchanged']}, finished {cnt['finished']}, "
+            f"gave up {cnt['given_up']}\n"
+        )
+    return EXIT_GAVE_UP if job["counts"].get("given_up") else EXIT_OK
+
+
+def cmd_job(c: Client, ns: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    path = f"/v1/queue/jobs/{urllib.parse.quote(ns.job_id, safe='')}"
+    if ns.cancel:
+        job = _ok(c.request("POST", path + "/cancel"))
+    else:
+        job = _ok(c.request("GET", path))
+    if ns.wait and job.get("state") == "running":
+        return _finish_job(c, job, ns, out, err)
+    if ns.json:
+        _emit_json(job, out)
+    else:
+        out.write(json.dumps(job, indent=2) + "\n")
+    return EXIT_OK
+
+
+def cmd_send(c: Client, ns: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    try:
+        with open(ns.file, "rb") if ns.file != "-" else sys.stdin.buffer as f:
+            content = f.read()
+    except OSError as e:
+        raise CliError(f"cannot read {ns.file}: {e}", EXIT_USAGE) from e
+    body = {
+        "sender": "" if ns.sender in ("<>", "") else ns.sender,
+        "recipients": list(ns.to),
+        "content": base64.b64encode(content).decode(),
+    }
+    headers = {"Idempotency-Key": ns.idempotency_key} if ns.idempotency_key else None
+    doc = _ok(c.request("POST", "/v1/messages", body=body, headers=headers), (200, 201, 202))
+    if ns.json:
+        _emit_json(doc, out)
+    else:
+        rcpts = doc.get("recipients") or []
+        dup = " (already queued)" if doc.get("duplicate") else ""
+        out.write(f"queued {doc.get('mail_id')} for {len(rcpts)} recipient(s){dup}\n")
+    return EXIT_OK
+
+
+COMMANDS: dict[str, Callable[[Client, argparse.Namespace, TextIO, TextIO], int]] = {
+    "list": cmd_list,
+    "size": cmd_size,
+    "shape": cmd_shape,
+    "show": cmd_show,
+    "job": cmd_job,
+    "send": cmd_send,
+    **dict.fromkeys(ACTIONS, cmd_action),
+}
+
+
+# ---------------------------------------------------------------------- parser
+def build_parser() -> argparse.ArgumentParser:
+    # SUPPRESS: a subcommand's defaults must not overwrite flags given before it
+    common = argparse.ArgumentParser(add_help=False, argument_default=argparse.SUPPRESS)
+    g = common.add_argument_group("connection")
+    g.add_argument("--api", help="admin API base URL (default: $MAILQUEUE_API)")
+    g.add_argument("--local", action="store_true", help="use the storage directly, no API")
+    g.add_argument("--region", help="AWS region (signing, --local)")
+    g.add_argument("--profile", help="AWS profile for credentials")
+    g.add_argument("--no-sign", action="store_true", help="do not SigV4-sign (local stack)")
+    g.add_argument("--token", help="dev bearer token with --no-sign (default: $MAILQUEUE_TOKEN)")
+    g.add_argument("--table", help="--local: state table (default: $MQ_TABLE)")
+    g.add_argument("--bucket", help="--local: content bucket (default: $MQ_BUCKET)")
+    g.add_argument("--delivery-queue-url", help="--local: default $MQ_DELIVERY_QUEUE_URL")
+    g.add_argument("--bounce-queue-url", help="--local: default $MQ_BOUNCE_QUEUE_URL")
+    g.add_argument("--endpoint-url", help="--local: AWS endpoint (moto, local stack)")
+    common.add_argument("--json", action="store_true", help="JSON output, one object per line")
+    common.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+
+    def filters(p: argparse.ArgumentParser) -> None:
+        fg = p.add_argument_group("filters")
+        for name, help_ in FILTER_FLAGS:
+            fg.add_argument("--" + name.replace("_", "-"), dest=name, help=help_)
+
+    parser = argparse.ArgumentParser(
+        prog="mailqueue",
+        description="Administer the mail queue: list, size, shape, show, delete, hold, "
+        "release, retry, bounce, jobs; and send a message.",
+        parents=[common],
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser(
+        "list",
+        aliases=["ls", "browse"],
+        parents=[common],
+        help="browse the queue (postqueue -p / -j)",
+    )
+    filters(p)
+    p.add_argument("--sort", choices=("next", "arrival"), default="next")
+    p.add_argument("--limit", type=int, default=100, help="page size")
+    p.add_argument("--cursor", help="resume a listing")
+    p.add_argument("--all", action="store_true", help="follow every page")
+
+    sub.add_parser("size", parents=[common], help="counts by state and recipient domain")
+
+    p = sub.add_parser(
+        "shape", aliases=["qshape"], parents=[common], help="domain × age matrix (qshape)"
+    )
+    filters(p)
+    p.add_argument("--bucket-minutes", type=int, default=5)
+    p.add_argument("--buckets", type=int, default=10)
+    p.add_argument("--by", choices=("recipient", "sender"), default="recipient")
+    p.add_argument("--top", type=int, help="show only the N largest domains")
+
+    p = sub.add_parser(
+        "show", aliases=["cat", "inspect"], parents=[common], help="one mail (postcat)"
+    )
+    p.add_argument("mail_id")
+    p.add_argument("--body", action="store_true", help="include the message body")
+
+    for action, help_ in (
+        ("delete", "delete mails; no DSN (postsuper -d)"),
+        ("hold", "put on hold: neither delivered nor expired (postsuper -h)"),
+        ("release", "release from hold (postsuper -H)"),
+        ("retry", "attempt now (postqueue -f / -i)"),
+        ("bounce", "expire now with a failure DSN, status 4.4.7"),
+    ):
+        p = sub.add_parser(action, parents=[common], help=help_)
+        p.add_argument("mail_ids", nargs="*", metavar="MAIL_ID")
+        p.add_argument("--group", help="only this destination group of the mail")
+        p.add_argument("--all", action="store_true", help="the whole queue (a job)")
+        p.add_argument("--no-wait", action="store_true", help="start the job and print its id")
+        filters(p)
+
+    p = sub.add_parser("job", parents=[common], help="a bulk job's progress")
+    p.add_argument("job_id")
+    p.add_argument("--wait", action="store_true", help="follow it to the end")
+    p.add_argument("--cancel", action="store_true", help="stop it at its next checkpoint")
+
+    p = sub.add_parser("send", parents=[common], help="submit a message (POST /v1/messages)")
+    p.add_argument("--from", dest="sender", required=True, help="envelope sender (<> for none)")
+    p.add_argument("--to", action="append", required=True, help="a recipient (repeatable)")
+    p.add_argument("--file", required=True, help="the RFC 5322 message (- for stdin)")
+    p.add_argument("--idempotency-key", help="retries with the same key queue one mail")
+    return parser
+
+
+COMMON_DEFAULTS: dict[str, Any] = {
+    "api": None,
+    "local": False,
+    "region": None,
+    "profile": None,
+    "no_sign": False,
+    "token": None,
+    "table": None,
+    "bucket": None,
+    "delivery_queue_url": None,
+    "bounce_queue_url": None,
+    "endpoint_url": None,
+    "json": False,
+    "quiet": False,
+}
+_ALIASES = {"ls": "list", "browse": "list", "qshape": "shape", "cat": "show", "inspect": "show"}
+
+
+def make_client(ns: argparse.Namespace, env: Mapping[str, str]) -> Client:
+    if ns.local:
+        if ns.command == "send":
+            raise CliError("send talks to the API: give --api, not --local", EXIT_USAGE)
+        from .admin.service import admin_settings_from_env
+
+        explicit = {
+            "table": ns.table,
+            "bucket": ns.bucket,
+            "delivery_queue_url": ns.delivery_queue_url,
+            "bounce_queue_url": ns.bounce_queue_url,
+            "endpoint_url": ns.endpoint_url,
+            "region": ns.region or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION"),
+        }
+        try:
+            storage = settings_from_env(StorageSettings, env=env, **explicit)
+            settings = admin_settings_from_env(env=env, storage=storage)
+        except ConfigError as e:
+            raise CliError(f"--local: {e} (flags or MQ_* variables)", EXIT_USAGE) from e
+        actor = f"cli:{getpass.getuser()}@{socket.gethostname()}"
+        return LocalClient(settings, actor)
+    api = ns.api or env.get("MAILQUEUE_API")
+    if not api:
+        raise CliError("no API: give --api URL, set MAILQUEUE_API, or use --local", EXIT_USAGE)
+    return HttpClient(
+        api,
+        sign=not ns.no_sign,
+        token=ns.token or env.get("MAILQUEUE_TOKEN"),
+        region=ns.region,
+        profile=ns.profile,
+    )
+
+
+def main(
+    argv: Sequence[str] | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
+) -> int:
+    out = stdout or sys.stdout
+    err = stderr or sys.stderr
+    environ = os.environ if env is None else env
+    parser = build_parser()
+    try:
+        ns = parser.parse_args(argv)
+    except SystemExit as e:  # argparse has printed the usage error (or --help)
+        return int(e.code or 0)
+    for name, default in COMMON_DEFAULTS.items():
+        if not hasattr(ns, name):
+            setattr(ns, name, default)
+    ns.command = _ALIASES.get(ns.command, ns.command)
+    try:
+        client = make_client(ns, environ)
+        return COMMANDS[ns.command](client, ns, out, err)
+    except CliError as e:
+        err.write(f"mailqueue: {e}\n")
+        return e.code
+    except MailqueueError as e:
+        err.write(f"mailqueue: {type(e).__name__}: {e}\n")
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        err.write("mailqueue: interrupted\n")
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

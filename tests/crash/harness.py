@@ -1,0 +1,330 @@
+"""A whole queue in one process, with a movable clock, for crash and fault injection.
+
+The services (delivery, bounce, sweeper, enqueue) share one set of boto3 clients; a
+botocore `after-call` hook on those clients kills the running handler right after its
+k-th AWS request (`InjectedCrash`, a BaseException nothing in our code catches). The
+"AWS side" (the SQS event source mapping, the scheduler) uses its own clients, so its
+requests are not crash points. After the crash the world goes on as AWS would: time
+passes (the fake clock jumps, in-flight SQS messages become visible again as after
+their visibility timeout), SQS redelivers, the sweeper runs.
+"""
+
+from __future__ import annotations
+
+import email
+import email.policy
+import json
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from functions.bounce import app as bounce_app
+from functions.delivery import app as delivery_app
+from mailqueue.aws.backend import AwsStorage
+from mailqueue.aws.clients import AwsClients, make_clients
+from mailqueue.bounce import BounceService, BounceSettings
+from mailqueue.delivery import DeliveryService, DeliverySettings
+from mailqueue.errors import StorageError
+from mailqueue.local.runtime import LocalContext, sqs_event
+from mailqueue.model import Envelope, utcnow
+from mailqueue.routing import RoutingTable
+from mailqueue.smtp import Timeouts
+from mailqueue.sweeper import Sweeper, SweeperSettings
+from mailqueue.aws.accounting import RequestCounter
+from mailqueue.aws.resources import create_resources
+from mailqueue.config import StorageSettings
+from tests.support.aws import REGION, AwsEnv, reset_moto, session
+from tests.support.faults import InjectedCrash
+from tests.support.smtp_peers import SmtpPeer
+
+
+class FakeClock:
+    def __init__(self, start: datetime | None = None) -> None:
+        self.now = start or utcnow()
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, delta: timedelta) -> None:
+        self.now += delta
+
+
+@dataclass
+class Injector:
+    """Crash after the k-th request (k=0: never), or fail the k-th request with a fault."""
+
+    crash_at: int = 0
+    fault_at: int = 0
+    fault: Callable[[], BaseException] | None = None
+    seen: list[str] = field(default_factory=list)
+    faulted: list[str] = field(default_factory=list)
+    armed: bool = True
+
+    def before_send(self, request: Any, **_: Any) -> Any:
+        # runs per HTTP attempt, before it goes out: a fault here is what botocore retries
+        if not self.armed or not self.fault_at or self.fault is None:
+            return None
+        if len(self.seen) + 1 == self.fault_at and not self.faulted:
+            self.faulted.append(str(request.context.get("operation_name")))
+            raise self.fault()
+        return None
+
+    def after_call(self, model: Any, **_: Any) -> None:
+        if not self.armed:
+            return
+        self.seen.append(f"{model.service_model.service_name}:{model.name}")
+        if self.crash_at and len(self.seen) == self.crash_at:
+            raise InjectedCrash(f"crash after request {self.crash_at} ({self.seen[-1]})")
+
+
+@dataclass
+class Sink:
+    """What reached SMTP: originals and DSNs, as (mail_from, rcpts, content)."""
+
+    peer: SmtpPeer
+    start: int = 0
+
+    def messages(self) -> list[Any]:
+        return self.peer.messages[self.start :]
+
+    def originals(self) -> list[Any]:
+        return [m for m in self.messages() if m.mail_from not in ("", "<>")]
+
+    def dsns(self) -> list[Any]:
+        return [m for m in self.messages() if m.mail_from in ("", "<>")]
+
+
+@dataclass
+class Slot:
+    """The injector currently wired into the shared service clients (hooks registered once)."""
+
+    injector: Injector = field(default_factory=Injector)
+
+    def before_send(self, **kw: Any) -> Any:
+        return self.injector.before_send(**kw)
+
+    def after_call(self, **kw: Any) -> None:
+        self.injector.after_call(**kw)
+
+
+@dataclass
+class Clients:
+    """Client sets reused across worlds (creating boto3 clients is the slow part)."""
+
+    endpoint: str
+    side: AwsClients  # the AWS side: event source mappings, inspection
+    svc: AwsClients  # what the handlers use: crash and fault points
+    slot: Slot
+
+    @classmethod
+    def create(cls, endpoint: str) -> Clients:
+        side = make_clients(endpoint_url=endpoint, region=REGION, session=session())
+        svc = make_clients(endpoint_url=endpoint, region=REGION, session=session())
+        slot = Slot()
+        for c in svc.all():
+            c.meta.events.register("before-send.*.*", slot.before_send)
+            c.meta.events.register("after-call.*.*", slot.after_call)
+        return cls(endpoint, side, svc, slot)
+
+
+class World:
+    def __init__(
+        self,
+        clients: Clients,
+        sink_port: int,
+        injector: Injector,
+        *,
+        failing_port: int | None = None,
+    ) -> None:
+        reset_moto(clients.endpoint)
+        res = create_resources(clients.side)
+        self.env = AwsEnv(
+            clients.endpoint,
+            clients.side,
+            res,
+            StorageSettings(
+                table=res.table,
+                bucket=res.bucket,
+                delivery_queue_url=res.delivery_queue_url,
+                bounce_queue_url=res.bounce_queue_url,
+                region=REGION,
+                endpoint_url=clients.endpoint,
+                max_delay_seconds=0,
+                lease_seconds=60,
+            ),
+            RequestCounter(),
+        )
+        self.clock = FakeClock()
+        self.injector = injector
+        clients.slot.injector = injector
+        self.clients = clients.svc
+        self.settings = self.env.settings
+        self.storage = AwsStorage(self.settings, self.clients, clock=self.clock)
+        ds = DeliverySettings(
+            hostname="mq.test",
+            routes=json.dumps({"default": {"next_hop": f"[127.0.0.1]:{sink_port}", "tls": "none"}}),
+            lease_seconds=60,
+        )
+        self.sink_port = sink_port
+        self.failing_port = failing_port
+        self.delivery = DeliveryService(
+            ds,
+            self.storage,
+            clock=self.clock,
+            timeouts=Timeouts(connect=2, greeting=3, ehlo=3, mail=3, rcpt=3, data_init=3,
+                              data_block=3, data_done=3),
+        )
+        if failing_port is not None:
+            self.route_to(failing_port)
+        self.bounce = BounceService(BounceSettings(hostname="mq.test"), self.storage, clock=self.clock)
+        self.sweeper = Sweeper(
+            SweeperSettings(trigger_grace_seconds=300, cleanup_grace_seconds=60,
+                            orphan_grace_seconds=36 * 3600),
+            self.storage,
+            clock=self.clock,
+        )
+        self.inflight: dict[str, dict[str, str]] = {"delivery": {}, "bounce": {}}
+        self.crashes = 0
+
+    # routing: temporarily failing peers recover by switching the route
+    def route_to(self, port: int) -> None:
+        self.delivery.routes = RoutingTable.from_json(
+            {"default": {"next_hop": f"[127.0.0.1]:{port}", "tls": "none"}}
+        )
+
+    # ------------------------------------------------------------------ AWS side
+    def _queue(self, name: str) -> str:
+        return (
+            self.env.resources.delivery_queue_url
+            if name == "delivery"
+            else self.env.resources.bounce_queue_url
+        )
+
+    def poll(self, name: str) -> int:
+        """One event-source-mapping round; a crash leaves the batch in flight."""
+        url = self._queue(name)
+        resp = self.env.clients.sqs.receive_message(
+            QueueUrl=url, MaxNumberOfMessages=10, AttributeNames=["All"]
+        )
+        msgs = resp.get("Messages", [])
+        if not msgs:
+            return 0
+        for m in msgs:
+            self.inflight[name][m["MessageId"]] = m["ReceiptHandle"]
+        event = sqs_event(msgs, f"arn:aws:sqs:{REGION}:123456789012:{name}")
+        ctx = LocalContext(f"mailqueue-{name}", 300)
+        try:
+            if name == "delivery":
+                out = delivery_app.handle(event, ctx, self.delivery)
+            else:
+                out = bounce_app.handle(event, ctx, self.bounce)
+        except InjectedCrash:
+            self.crashes += 1
+            raise
+        failed = {f["itemIdentifier"] for f in out.get("batchItemFailures", [])}
+        for m in msgs:
+            if m["MessageId"] not in failed:
+                self.env.clients.sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+                self.inflight[name].pop(m["MessageId"], None)
+        return len(msgs)
+
+    def expire_visibility(self) -> None:
+        """Time passes for SQS: every in-flight message becomes visible again."""
+        for name, handles in self.inflight.items():
+            for mid, handle in list(handles.items()):
+                try:
+                    self.env.clients.sqs.change_message_visibility(
+                        QueueUrl=self._queue(name), ReceiptHandle=handle, VisibilityTimeout=0
+                    )
+                except self.env.clients.sqs.exceptions.ClientError:
+                    pass  # deleted meanwhile by a handler
+                handles.pop(mid, None)
+
+    def sweep(self) -> None:
+        self.sweeper.run(lambda: 300.0, orphans=True)
+
+    def queues_empty(self) -> bool:
+        for name in ("delivery", "bounce"):
+            a = self.env.clients.sqs.get_queue_attributes(
+                QueueUrl=self._queue(name),
+                AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+            )["Attributes"]
+            if int(a["ApproximateNumberOfMessages"]) or int(a["ApproximateNumberOfMessagesNotVisible"]):
+                return False
+        return True
+
+    def items(self) -> list[dict[str, Any]]:
+        resp = self.env.clients.dynamodb.scan(TableName=self.env.resources.table)
+        return resp.get("Items", [])
+
+    def content_objects(self) -> list[str]:
+        resp = self.env.clients.s3.list_objects_v2(Bucket=self.env.resources.bucket, Prefix="content/")
+        return [o["Key"] for o in resp.get("Contents", [])]
+
+    # ------------------------------------------------------------------ driving
+    def step(self, fn: Callable[[], Any]) -> bool:
+        """Run one handler step; False if it crashed (the crash is absorbed here)."""
+        try:
+            fn()
+            return True
+        except InjectedCrash:
+            return False
+        except StorageError:
+            return False  # a Lambda error: the platform retries, like a crash
+
+    def enqueue(self, envelope: Envelope, content: bytes, key: str) -> str:
+        """The client retries a failed submission with the same idempotency key."""
+        for _ in range(5):
+            try:
+                return self.storage.enqueue(envelope, content, idempotency_key=key).mail_id
+            except (InjectedCrash, StorageError):
+                continue
+        raise AssertionError("enqueue never succeeded")
+
+    def run_until_quiet(self, *, rounds: int = 40) -> None:
+        """Deliver, bounce, let time pass, sweep; until nothing is left to do."""
+        for i in range(rounds):
+            for name in ("delivery", "bounce", "delivery"):
+                while self.step(lambda n=name: self.poll(n)) and self._last_polled(name):
+                    pass
+            if i == 0 and self.failing_port is not None:
+                self.route_to(self.sink_port)  # the failing peer recovers
+            self.clock.advance(timedelta(hours=1))
+            self.expire_visibility()
+            self.step(self.sweep)
+            if self.queues_empty() and not self._pending_state():
+                self.clock.advance(timedelta(hours=1))
+                self.step(self.sweep)  # final cleanup pass
+                if self.queues_empty() and not self._pending_state():
+                    return
+        raise AssertionError("the queue did not settle")
+
+    def _last_polled(self, name: str) -> bool:
+        a = self.env.clients.sqs.get_queue_attributes(
+            QueueUrl=self._queue(name), AttributeNames=["ApproximateNumberOfMessages"]
+        )["Attributes"]
+        return int(a["ApproximateNumberOfMessages"]) > 0
+
+    def _pending_state(self) -> bool:
+        return any(it["sk"]["S"] != "M" and "st" in it and it["st"]["S"] != "done" for it in self.items())
+
+
+def dsn_recipients(content: bytes) -> list[str]:
+    msg = email.message_from_bytes(content, policy=email.policy.default)
+    text = msg.as_bytes().decode(errors="replace")
+    return [
+        line.split(";", 1)[1].strip()
+        for line in text.splitlines()
+        if line.lower().startswith("final-recipient:")
+    ]
+
+
+@contextmanager
+def disarmed(injector: Injector) -> Iterator[None]:
+    injector.armed = False
+    try:
+        yield
+    finally:
+        injector.armed = True

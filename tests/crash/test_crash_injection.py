@@ -1,0 +1,114 @@
+"""Crash at every AWS request on the path, then recover as AWS would: nothing lost.
+
+For each scenario the path is first run without a crash to count its AWS requests (K);
+then for every k in 1..K a fresh world is killed right after its k-th request and left
+to recover (SQS redelivery after the visibility timeout, the sweeper). Invariants:
+every deliverable recipient reached SMTP at least once, every failed one is in exactly
+one DSN, no DSN went out twice, no recipient is left in a non-final state, no content
+is left.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from tests.crash.harness import Clients, Injector, World, dsn_recipients
+from tests.support import factories as f
+from tests.support.smtp_peers import Behaviour, SmtpPeer, smtp_sink
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    recipients: tuple[str, ...]
+    delivered: frozenset[str]
+    bounced: frozenset[str]
+    temporary_first: bool
+
+
+SCENARIOS = [
+    Scenario("deliverable", ("ok@x.example",), frozenset({"ok@x.example"}), frozenset(), False),
+    Scenario("temporary", ("later@x.example",), frozenset({"later@x.example"}), frozenset(), True),
+    Scenario("permanent", ("bad@x.example",), frozenset(), frozenset({"bad@x.example"}), False),
+    Scenario(
+        "mixed3",
+        ("ok@x.example", "bad@x.example", "later@y.example"),
+        frozenset({"ok@x.example", "later@y.example"}),
+        frozenset({"bad@x.example"}),
+        True,
+    ),
+]
+
+
+@dataclass
+class Peers:
+    ok: SmtpPeer
+    failing: SmtpPeer
+
+
+@pytest.fixture(scope="module")
+def peers() -> Iterator[Peers]:
+    bad = {"bad@x.example": "550 5.1.1 no such user"}
+    with smtp_sink(Behaviour(rcpt_replies=bad)) as ok, smtp_sink(
+        Behaviour(rcpt_replies={**bad, "later@x.example": "451 4.3.0 later", "later@y.example": "451 4.3.0 later"})
+    ) as failing:
+        yield Peers(ok, failing)
+
+
+@dataclass
+class Outcome:
+    requests: int
+    duplicates: int
+
+
+@pytest.fixture(scope="module")
+def clients(moto_endpoint: str) -> Clients:
+    return Clients.create(moto_endpoint)
+
+
+def run(clients: Clients, peers: Peers, sc: Scenario, crash_at: int) -> Outcome:
+    starts = (len(peers.ok.messages), len(peers.failing.messages))
+    inj = Injector(crash_at=crash_at)
+    w = World(
+        clients,
+        peers.ok.port,
+        inj,
+        failing_port=peers.failing.port if sc.temporary_first else None,
+    )
+    w.enqueue(f.envelope(*sc.recipients), f.content(), key=f"{sc.name}-{crash_at}")
+    w.run_until_quiet()
+    msgs = peers.ok.messages[starts[0]:] + peers.failing.messages[starts[1]:]
+    originals = [m for m in msgs if m.mail_from not in ("", "<>")]
+    dsns = [m for m in msgs if m.mail_from in ("", "<>")]
+    got = Counter(r for m in originals for r in m.rcpt_tos)
+    where = f"{sc.name} crash@{crash_at} ({inj.seen[crash_at - 1] if crash_at else '-'})"
+    for r in sc.delivered:
+        assert got[r] >= 1, f"{where}: {r} never delivered"
+    for r in sc.bounced:
+        assert got[r] == 0, f"{where}: {r} should have bounced"
+    assert len(dsns) == (1 if sc.bounced else 0), f"{where}: {len(dsns)} DSNs"
+    if dsns:
+        assert sorted(dsn_recipients(dsns[0].content)) == sorted(sc.bounced), where
+        assert dsns[0].rcpt_tos == ["alice@example.org"], where
+    assert w.content_objects() == [], f"{where}: content left behind"
+    assert [it for it in w.items() if "tomb" not in it] == [], (
+        f"{where}: state left behind"
+    )
+    return Outcome(len(inj.seen), sum(n - 1 for n in got.values() if n > 1))
+
+
+@pytest.mark.parametrize("sc", SCENARIOS, ids=[s.name for s in SCENARIOS])
+def test_crash_at_every_request(
+    clients: Clients, peers: Peers, sc: Scenario, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = run(clients, peers, sc, 0)
+    assert base.duplicates == 0
+    dups = 0
+    for k in range(1, base.requests + 1):
+        dups += run(clients, peers, sc, k).duplicates
+    with capsys.disabled():
+        print(f"\n[crash] {sc.name}: {base.requests} crash points covered, 0 lost, {dups} duplicate deliveries")

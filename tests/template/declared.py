@@ -1,0 +1,86 @@
+"""Grants the end-to-end test cannot observe, each with the reason the function needs it.
+
+The least-privilege check (test_stack.py) accepts a role's (statement Sid, action) only
+if the function's own clients made a call that needs it during the end-to-end run, or it
+is listed here. An entry here whose statement no longer grants the action fails the
+check too (stale entries do not linger).
+"""
+
+from __future__ import annotations
+
+ESM_SQS = "Lambda's SQS event source mapping polls with the function's role"
+NOT_FOUND = (
+    "S3 answers 404 (not 403) for a missing key only to callers with s3:ListBucket; the "
+    "code relies on NoSuchKey/404 (content gone, upload replayed, SES retry)"
+)
+
+#: Every function: Lambda's runtime writes logs and X-Ray segments with the role.
+BASELINE: dict[tuple[str, str], str] = {
+    ("Logs", "logs:CreateLogStream"): "the Lambda runtime writes the function's log",
+    ("Logs", "logs:PutLogEvents"): "the Lambda runtime writes the function's log",
+    ("Tracing", "xray:PutTraceSegments"): "Tracing: Active (X-Ray has no resource-level auth)",
+    ("Tracing", "xray:PutTelemetryRecords"): "Tracing: Active",
+}
+
+DECLARED: dict[str, dict[tuple[str, str], str]] = {
+    "IngressFunction": {
+        ("Uploads", "s3:PutObject"): (
+            "the presigned URL of POST /v1/uploads is signed with the ingress role, so the "
+            "client's PUT is authorised as the role's s3:PutObject (presigning calls no API)"
+        ),
+        ("MissingKeysAre404", "s3:ListBucket"): NOT_FOUND,
+        ("AsyncFailures", "sqs:SendMessage"): (
+            "Lambda's on-failure destination for SES (async) invocations sends with the role"
+        ),
+    },
+    "DeliveryFunction": {
+        ("PollTriggers", "sqs:ReceiveMessage"): ESM_SQS,
+        ("PollTriggers", "sqs:DeleteMessage"): ESM_SQS,
+        ("PollTriggers", "sqs:GetQueueAttributes"): ESM_SQS,
+        ("Triggers", "sqs:SendMessage"): (
+            "a re-arm whose receipt handle expired posts a fresh trigger to the delivery "
+            "queue (backend._rearm); the e2e observes only the bounce queue's"
+        ),
+        ("MissingKeysAre404", "s3:ListBucket"): NOT_FOUND,
+        ("RelayCredentials", "secretsmanager:GetSecretValue"): (
+            "a route with credentials 'secretsmanager:<id>' (Powertools' own client)"
+        ),
+        ("RelayCredentialsSsm", "ssm:GetParameter"): (
+            "a route with credentials 'ssm:<name>' (Powertools' own client)"
+        ),
+    },
+    "BounceFunction": {
+        ("PollReports", "sqs:ReceiveMessage"): ESM_SQS,
+        ("PollReports", "sqs:DeleteMessage"): ESM_SQS,
+        ("PollReports", "sqs:GetQueueAttributes"): ESM_SQS,
+        ("MissingKeysAre404", "s3:ListBucket"): NOT_FOUND,
+    },
+    "SweeperFunction": {
+        ("State", "dynamodb:BatchGetItem"): (
+            "find_orphans checks content older than orphan_grace (>= 1 h) against the "
+            "table; the e2e has none that old"
+        ),
+        ("State", "dynamodb:BatchWriteItem"): (
+            "cleanup of finished mails the finishing function could not clean (after "
+            "cleanup_grace, 5 min)"
+        ),
+        ("Content", "s3:DeleteObject"): "the same cleanup (and orphans older than 36 h)",
+        ("State", "dynamodb:Query"): "cleanup and find_orphans read a mail's items",
+    },
+    "AdminFunction": {
+        ("RunJobs", "lambda:InvokeFunction"): (
+            "bulk jobs run in async self-invocations (MQ_JOB_RUNNER=lambda); the e2e runs "
+            "them inline because moto cannot run Lambda code"
+        ),
+        ("MissingKeysAre404", "s3:ListBucket"): NOT_FOUND,
+    },
+    "EventsFunction": {
+        ("ReadStream", "dynamodb:DescribeStream"): "the stream event source mapping",
+        ("ReadStream", "dynamodb:GetRecords"): "the stream event source mapping",
+        ("ReadStream", "dynamodb:GetShardIterator"): "the stream event source mapping",
+        ("ListStreams", "dynamodb:ListStreams"): "the stream event source mapping",
+        ("Failures", "sqs:SendMessage"): (
+            "the mapping's on-failure destination (batches given up after retries)"
+        ),
+    },
+}

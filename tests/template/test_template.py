@@ -1,0 +1,358 @@
+"""template.yaml against the code: names, keys, index, prefixes, settings, timeouts, pins.
+
+Static checks on the parsed SAM template (fast, no AWS). What needs CloudFormation to
+resolve (the environment the functions really get) is checked on the moto-deployed stack
+in test_stack.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import re
+import tomllib
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from mailqueue.admin.service import AdminSettings
+from mailqueue.aws.resources import STATE_INDEX, TABLE_ATTRIBUTES, TABLE_KEYS
+from mailqueue.bounce import BounceSettings
+from mailqueue.config import StorageSettings
+from mailqueue.delivery import DeliverySettings
+from mailqueue.eventlog import EventWriterSettings
+from mailqueue.ingress.settings import IngressSettings
+from mailqueue.policy import RetryPolicy, backoff
+from mailqueue.sweeper import SweeperSettings
+from tests.template.conftest import ROOT
+
+#: Each function's settings dataclasses: the MQ_* variables it reads are their fields.
+SETTINGS: dict[str, tuple[type[Any], ...]] = {
+    "IngressFunction": (StorageSettings, IngressSettings),
+    "DeliveryFunction": (StorageSettings, DeliverySettings),
+    "BounceFunction": (StorageSettings, BounceSettings),
+    "SweeperFunction": (StorageSettings, SweeperSettings),
+    "AdminFunction": (StorageSettings, AdminSettings),
+    "EventsFunction": (StorageSettings, EventWriterSettings),
+}
+#: SQS event sources: queue → the function consuming it.
+CONSUMERS = {"DeliveryQueue": "DeliveryFunction", "BounceQueue": "BounceFunction"}
+DATA_PREFIXES = ("s3:", "dynamodb:", "sqs:", "secretsmanager:", "ssm:", "lambda:", "kms:")
+
+
+def resources(template: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:
+    return {k: v for k, v in template["Resources"].items() if v["Type"] == kind}
+
+
+def props(template: dict[str, Any], lid: str) -> dict[str, Any]:
+    p: dict[str, Any] = template["Resources"][lid].get("Properties", {})
+    return p
+
+
+def function_props(template: dict[str, Any], lid: str) -> dict[str, Any]:
+    """A function's properties with Globals applied (maps merged, as SAM does)."""
+    merged = dict(template.get("Globals", {}).get("Function", {}))
+    own = props(template, lid)
+    for key, value in own.items():
+        if key == "Environment":
+            variables = {
+                **merged.get("Environment", {}).get("Variables", {}),
+                **value.get("Variables", {}),
+            }
+            merged["Environment"] = {"Variables": variables}
+        else:
+            merged[key] = value
+    return merged
+
+
+def env_names(template: dict[str, Any], lid: str) -> set[str]:
+    return set(function_props(template, lid).get("Environment", {}).get("Variables", {}))
+
+
+def fields_of(*classes: type[Any]) -> set[str]:
+    return {f"MQ_{f.name.upper()}" for c in classes for f in dataclasses.fields(c)}
+
+
+def roles(template: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """Function logical id → the statements of its role's inline policies."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for fid in resources(template, "AWS::Serverless::Function"):
+        role = props(template, fid)["Role"]["Fn::GetAtt"][0]
+        statements: list[dict[str, Any]] = []
+        for pol in props(template, role).get("Policies", []):
+            statements += pol["PolicyDocument"]["Statement"]
+        out[fid] = statements
+    return out
+
+
+def as_list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else [value]
+
+
+# ------------------------------------------------------------------ table and queues
+def test_table_matches_resources_py(template: dict[str, Any]) -> None:
+    table = props(template, "StateTable")
+    assert sorted(table["AttributeDefinitions"], key=str) == sorted(TABLE_ATTRIBUTES, key=str)
+    assert table["KeySchema"] == TABLE_KEYS
+    assert table["GlobalSecondaryIndexes"] == [STATE_INDEX]
+    assert table["BillingMode"] == "PAY_PER_REQUEST"
+    assert table["StreamSpecification"] == {"StreamViewType": "NEW_AND_OLD_IMAGES"}
+    assert table["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
+    # the attribute backend.py writes on finished items and outbox.py on events
+    assert table["TimeToLiveSpecification"] == {"AttributeName": "expires_at", "Enabled": True}
+
+
+def test_stateful_resources_survive_stack_deletion(template: dict[str, Any]) -> None:
+    for lid in ("StateTable", "ContentBucket"):
+        res = template["Resources"][lid]
+        assert res.get("DeletionPolicy") == "Retain", lid
+        assert res.get("UpdateReplacePolicy") == "Retain", lid
+
+
+def test_queues_redrive_retention_and_visibility(template: dict[str, Any]) -> None:
+    mappings = resources(template, "AWS::Lambda::EventSourceMapping")
+    for queue, fid in CONSUMERS.items():
+        q = props(template, queue)
+        assert q["MessageRetentionPeriod"] == 14 * 86400
+        assert q["RedrivePolicy"]["maxReceiveCount"] == 100
+        dlq = q["RedrivePolicy"]["deadLetterTargetArn"]["Fn::GetAtt"][0]
+        assert props(template, dlq)["MessageRetentionPeriod"] == 14 * 86400
+        timeout = function_props(template, fid)["Timeout"]
+        assert q["VisibilityTimeout"] >= 6 * timeout, f"{queue}: visibility < 6 x {fid} timeout"
+        [esm] = [
+            m["Properties"]
+            for m in mappings.values()
+            if m["Properties"]["EventSourceArn"] == {"Fn::GetAtt": [queue, "Arn"]}
+        ]
+        assert esm["FunctionName"] == {"Ref": fid}
+        assert esm["FunctionResponseTypes"] == ["ReportBatchItemFailures"]
+        assert esm["BatchSize"] == 10
+
+
+def test_max_receive_count_exceeds_the_receives_a_mail_needs(template: dict[str, Any]) -> None:
+    """Every attempt and every 12 h re-arm hop is a receive: the default retry policy
+    must finish (deliver or expire) a group well before SQS gives its trigger up."""
+    p = template["Parameters"]
+    policy = RetryPolicy(
+        minimal_backoff=timedelta(seconds=p["RetryMinBackoffSeconds"]["Default"]),
+        maximal_backoff=timedelta(seconds=p["RetryMaxBackoffSeconds"]["Default"]),
+        maximal_queue_lifetime=timedelta(seconds=p["MaxQueueLifetimeSeconds"]["Default"]),
+    )
+    receives, age = 0, timedelta(0)
+    while True:
+        receives += 1
+        wait = backoff(receives, age, policy)
+        if wait is None:
+            break
+        receives += int(wait.total_seconds() // (12 * 3600))  # re-arm hops
+        age += wait
+    limit = props(template, "DeliveryQueue")["RedrivePolicy"]["maxReceiveCount"]
+    assert receives * 2 <= limit, f"{receives} receives under the default policy"
+
+
+def test_lease_outlives_the_delivery_timeout(template: dict[str, Any]) -> None:
+    env = function_props(template, "DeliveryFunction")["Environment"]["Variables"]
+    timeout = function_props(template, "DeliveryFunction")["Timeout"]
+    assert int(env["MQ_LEASE_SECONDS"]) >= timeout + 30
+    assert DeliverySettings(lease_seconds=int(env["MQ_LEASE_SECONDS"])).lease_seconds
+
+
+# ------------------------------------------------------------------ functions
+def test_every_function_folder_is_deployed(template: dict[str, Any]) -> None:
+    folders = {p.name for p in (ROOT / "functions").iterdir() if (p / "app.py").exists()}
+    declared = {}
+    for lid in resources(template, "AWS::Serverless::Function"):
+        fp = function_props(template, lid)
+        m = re.fullmatch(r"functions/([a-z_]+)/", fp["CodeUri"])
+        assert m, f"{lid}: CodeUri {fp['CodeUri']}"
+        declared[m.group(1)] = lid
+        assert fp["Runtime"] == "python3.12"
+        assert fp["Architectures"] == ["arm64"]
+        assert fp["Handler"] == "app.handler"
+        assert fp["Layers"] == [{"Ref": "DepsLayer"}, {"Ref": "MailqueueLayer"}]
+        assert fp["LoggingConfig"]["LogGroup"]["Ref"] in template["Resources"]
+    assert set(declared) == folders
+    assert set(declared.values()) == set(SETTINGS)
+    for name in declared:
+        app = importlib.import_module(f"functions.{name}.app")
+        assert callable(app.handler), name
+
+
+def test_environment_variables_are_settings_the_code_reads(template: dict[str, Any]) -> None:
+    globals_ = set(template["Globals"]["Function"]["Environment"]["Variables"])
+    read_by_someone = set().union(*(fields_of(*c) for c in SETTINGS.values()))
+    for var in globals_:
+        if var.startswith("MQ_"):
+            assert var in read_by_someone, f"Globals {var}: no function reads it"
+    for fid, classes in SETTINGS.items():
+        own = set(props(template, fid).get("Environment", {}).get("Variables", {}))
+        for var in own:
+            if var.startswith("MQ_"):
+                assert var in fields_of(*classes), f"{fid} gets {var} but never reads it"
+        have = env_names(template, fid)
+        for cls in classes:
+            for f in dataclasses.fields(cls):
+                required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+                if required and f.name != "storage":
+                    assert f"MQ_{f.name.upper()}" in have or (
+                        cls is EventWriterSettings and f.name == "bucket"
+                    ), f"{fid}: {cls.__name__}.{f.name} is required"
+        # no credentials in the environment, ever: they come from Secrets Manager / SSM
+        assert not {v for v in have if re.search(r"PASSWORD|SECRET|TOKEN|CREDENTIAL", v)}
+
+
+def test_timeouts_fit_their_triggers(template: dict[str, Any]) -> None:
+    sweeper = function_props(template, "SweeperFunction")
+    assert sweeper["Timeout"] < 300  # under the 5-minute schedule
+    assert function_props(template, "IngressFunction")["Timeout"] <= 30  # API Gateway's limit
+    schedules = {
+        e["Properties"]["Schedule"]: json.loads(e["Properties"]["Input"])
+        for e in sweeper["Events"].values()
+        if e["Type"] == "Schedule"
+    }
+    assert schedules == {"rate(5 minutes)": {"orphans": False}, "rate(1 day)": {"orphans": True}}
+
+
+def test_http_api_routes_and_iam_auth(template: dict[str, Any]) -> None:
+    api = props(template, "HttpApi")
+    assert api["Auth"] == {"EnableIamAuthorizer": True, "DefaultAuthorizer": "AWS_IAM"}
+    routes = {
+        (e["Properties"]["Method"], e["Properties"]["Path"]): fid
+        for fid in SETTINGS
+        for e in function_props(template, fid).get("Events", {}).values()
+        if e["Type"] == "HttpApi"
+    }
+    assert routes == {
+        ("POST", "/v1/messages"): "IngressFunction",
+        ("POST", "/v1/uploads"): "IngressFunction",
+        ("ANY", "/v1/queue/{proxy+}"): "AdminFunction",
+    }
+    for e in (e for fid in SETTINGS for e in function_props(template, fid).get("Events", {}).values()):
+        assert "Auth" not in e.get("Properties", {}), "a route overriding the IAM authorizer"
+
+
+# ------------------------------------------------------------------ bucket
+def test_bucket_lifecycle_covers_every_prefix_the_code_writes(template: dict[str, Any]) -> None:
+    bucket = props(template, "ContentBucket")
+    rules = {r.get("Prefix", ""): r for r in bucket["LifecycleConfiguration"]["Rules"]}
+    storage_prefix = StorageSettings.__dataclass_fields__["content_prefix"].default
+    ingress = IngressSettings.__dataclass_fields__
+    assert rules[storage_prefix]["ExpirationInDays"] == {"Ref": "ContentExpirationDays"}
+    assert rules[ingress["upload_prefix"].default]["ExpirationInDays"] == 1
+    assert rules[ingress["ses_prefix"].default]["ExpirationInDays"] == {
+        "Ref": "SesInboundExpirationDays"
+    }
+    events = rules[EventWriterSettings.__dataclass_fields__["prefix"].default]
+    assert events["Transitions"][0]["TransitionInDays"] == {"Ref": "EventsTransitionDays"}
+    assert rules[""]["AbortIncompleteMultipartUpload"] == {"DaysAfterInitiation": 1}
+    # the content backstop must not cut into a mail's queue lifetime
+    params = template["Parameters"]
+    lifetime_days = params["MaxQueueLifetimeSeconds"]["MaxValue"] / 86400
+    assert params["ContentExpirationDays"]["Default"] > lifetime_days
+    assert "LOSES ITS CONTENT" in params["ContentExpirationDays"]["Description"]
+
+
+def test_bucket_is_private_encrypted_and_tls_only(template: dict[str, Any]) -> None:
+    bucket = props(template, "ContentBucket")
+    assert all(bucket["PublicAccessBlockConfiguration"].values())
+    assert len(bucket["PublicAccessBlockConfiguration"]) == 4
+    enc = bucket["BucketEncryption"]["ServerSideEncryptionConfiguration"][0]
+    assert enc["ServerSideEncryptionByDefault"]["SSEAlgorithm"] in ("AES256", "aws:kms")
+    statements = props(template, "ContentBucketPolicy")["PolicyDocument"]["Statement"]
+    [tls] = [s for s in statements if isinstance(s, dict) and s.get("Sid") == "TlsOnly"]
+    assert tls["Effect"] == "Deny" and tls["Action"] == "s3:*"
+    assert tls["Condition"] == {"Bool": {"aws:SecureTransport": "false"}}
+
+
+def test_ses_receipt_rule_stores_where_ingress_reads(template: dict[str, Any]) -> None:
+    rule = template["Resources"]["InboundRule"]
+    assert rule["Condition"] == "ReceivingEnabled"
+    actions = rule["Properties"]["Rule"]["Actions"]
+    assert actions[0]["S3Action"]["ObjectKeyPrefix"] == IngressSettings.__dataclass_fields__[
+        "ses_prefix"
+    ].default
+    assert actions[1]["LambdaAction"]["FunctionArn"] == {"Fn::GetAtt": ["IngressFunction", "Arn"]}
+    for lid in ("InboundRuleSet", "IngressSesPermission"):
+        assert template["Resources"][lid]["Condition"] == "ReceivingEnabled"
+
+
+# ------------------------------------------------------------------ IAM, alarms
+def test_no_data_action_on_every_resource(template: dict[str, Any]) -> None:
+    for fid, statements in roles(template).items():
+        for st in statements:
+            if "*" in as_list(st["Resource"]):
+                data = [a for a in as_list(st["Action"]) if a.startswith(DATA_PREFIXES)]
+                assert not data, f"{fid} {st.get('Sid')}: {data} on *"
+            assert all("*" not in a for a in as_list(st["Action"])), f"{fid}: wildcard action"
+            assert st["Effect"] == "Allow" and st.get("Sid"), f"{fid}: unnamed statement"
+
+
+def test_relay_credentials_are_read_from_secrets_only_by_delivery(template: dict[str, Any]) -> None:
+    for fid, statements in roles(template).items():
+        actions = {a for st in statements for a in as_list(st["Action"])}
+        secret = {"secretsmanager:GetSecretValue", "ssm:GetParameter"} & actions
+        assert bool(secret) == (fid == "DeliveryFunction"), fid
+    delivery = {st["Sid"]: st for st in roles(template)["DeliveryFunction"]}
+    assert "secret:${SecretsPrefix}*" in delivery["RelayCredentials"]["Resource"]["Fn::Sub"]
+    assert "parameter/${SecretsPrefix}*" in delivery["RelayCredentialsSsm"]["Resource"]["Fn::Sub"]
+
+
+def test_every_function_and_dead_letter_queue_has_an_alarm(template: dict[str, Any]) -> None:
+    alarms = resources(template, "AWS::CloudWatch::Alarm").values()
+    watched = {
+        (a["Properties"]["MetricName"], json.dumps(a["Properties"]["Dimensions"][0]["Value"]))
+        for a in alarms
+    }
+    for fid in SETTINGS:
+        assert ("Errors", json.dumps({"Ref": fid})) in watched, fid
+    queues = resources(template, "AWS::SQS::Queue")
+    sinks = [q for q in queues if "RedrivePolicy" not in queues[q]["Properties"]]
+    assert len(sinks) == 4
+    for q in sinks:
+        value = json.dumps({"Fn::GetAtt": [q, "QueueName"]})
+        assert ("ApproximateNumberOfMessagesVisible", value) in watched, q
+    delivery = json.dumps({"Fn::GetAtt": ["DeliveryQueue", "QueueName"]})
+    assert ("ApproximateAgeOfOldestMessage", delivery) in watched
+
+
+# ------------------------------------------------------------------ layers
+def _pins(lines: list[str]) -> dict[str, str]:
+    out = {}
+    for line in lines:
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, _, version = line.partition("==")
+            assert version, f"unpinned: {line}"
+            out[name.strip().lower()] = version.strip()
+    return out
+
+
+def test_deps_layer_pins_the_runtime_dependencies() -> None:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    runtime = _pins(project["dependencies"])
+    dev = _pins(project["optional-dependencies"]["dev"])
+    layer = _pins((ROOT / "layers/deps/requirements.txt").read_text().splitlines())
+    assert {k: layer.get(k) for k in runtime} == runtime
+    # the X-Ray SDK (Powertools' Tracer needs it in Lambda) at the version tests use
+    assert layer.pop("aws-xray-sdk") == dev["aws-xray-sdk"]
+    assert set(layer) == set(runtime)
+
+
+def test_layers_are_built_by_sam(template: dict[str, Any]) -> None:
+    deps = template["Resources"]["DepsLayer"]
+    own = template["Resources"]["MailqueueLayer"]
+    assert deps["Metadata"]["BuildMethod"] == "python3.12"
+    assert own["Metadata"]["BuildMethod"] == "makefile"
+    for layer in (deps, own):
+        assert layer["Metadata"]["BuildArchitecture"] == "arm64"
+        assert layer["Properties"]["CompatibleArchitectures"] == ["arm64"]
+        assert layer["Properties"]["CompatibleRuntimes"] == ["python3.12"]
+    makefile = (ROOT / own["Properties"]["ContentUri"] / "Makefile").read_text()
+    assert "build-MailqueueLayer:" in makefile and "--no-deps" in makefile
+
+
+@pytest.mark.parametrize("name", ["Hostname"])
+def test_required_parameters_have_no_default(template: dict[str, Any], name: str) -> None:
+    assert "Default" not in template["Parameters"][name]
