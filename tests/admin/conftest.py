@@ -40,12 +40,12 @@ class Admin:
         body: bytes | None = None,
     ) -> QueuedMail:
         """Enqueue through the real storage; `arrival` backdates the mail."""
-        st = self.storage if arrival is None else AwsStorage(
-            self.aws.settings, self.aws.clients, clock=lambda: arrival
+        st = (
+            self.storage
+            if arrival is None
+            else AwsStorage(self.aws.settings, self.aws.clients, clock=lambda: arrival)
         )
-        return st.enqueue(
-            envelope(*rcpts, sender=sender), body or content(), not_before=not_before
-        )
+        return st.enqueue(envelope(*rcpts, sender=sender), body or content(), not_before=not_before)
 
     def item(self, mail_id: str, group: str) -> dict[str, Any]:
         resp = self.aws.clients.dynamodb.get_item(
@@ -111,7 +111,9 @@ def make_admin(aws: AwsEnv, **changes: Any) -> Admin:
     service = build_admin(settings, aws.clients)
     api = AdminApi(
         service,
-        InlineLauncher(lambda job_id: service.run_job(job_id, budget_seconds=settings.job_slice_seconds)),
+        InlineLauncher(
+            lambda job_id: service.run_job(job_id, budget_seconds=settings.job_slice_seconds)
+        ),
     )
     return Admin(aws, settings, service, api, AwsStorage(aws.settings, aws.clients))
 

@@ -122,7 +122,11 @@ def test_arrival_sort_refuses_selections_too_large_to_sort(admin_factory: object
     ("params", "code", "field"),
     [
         ({"age_min": "2h", "age_max": "1h"}, "contradictory_filter", "age_min"),
-        ({"recipient": "bob@example.net", "domain": "example.com"}, "contradictory_filter", "domain"),
+        (
+            {"recipient": "bob@example.net", "domain": "example.com"},
+            "contradictory_filter",
+            "domain",
+        ),
         ({"status": "2", "state": "queued"}, "contradictory_filter", "status"),
         ({"state": "delivered"}, "invalid_state", "state"),
         ({"state": "frozen"}, "invalid_state", "state"),

@@ -50,7 +50,9 @@ def test_deltas_follow_the_group_state_for_pending_recipients() -> None:
         "dom#a.example#inflight": 2,
     }
     # one delivered within the claim: final states count as themselves, even while inflight
-    partly = image("G#a.example", "inflight", ("x@a.example", "delivered"), ("y@a.example", "queued"))
+    partly = image(
+        "G#a.example", "inflight", ("x@a.example", "delivered"), ("y@a.example", "queued")
+    )
     assert deltas(claimed, partly) == {
         "rcpt#inflight": -1,
         "rcpt#delivered": 1,
@@ -179,7 +181,9 @@ def test_counters_equal_a_full_scan_after_random_operations(admin: Admin) -> Non
     assert counts.recipients == dict(rcpt)
     assert counts.groups == dict(grp)
     assert {(d, s): n for d, v in counts.domains.items() for s, n in v.items()} == dict(dom)
-    assert counts.pending() == sum(n for s, n in rcpt.items() if s in ("queued", "inflight", "held"))
+    assert counts.pending() == sum(
+        n for s, n in rcpt.items() if s in ("queued", "inflight", "held")
+    )
 
 
 def test_size_reads_the_counters(admin: Admin) -> None:
@@ -208,6 +212,8 @@ def test_retry_window_does_not_double_count(admin: Admin) -> None:
     for _ in range(3):
         c = admin.storage.send_start(ref, utcnow(), lease_seconds=60)
         assert not isinstance(c, ClaimRefused)
-        admin.storage.reschedule(c, {"r0": Result(451, "4.3.0", "x")}, utcnow() - timedelta(seconds=1))
+        admin.storage.reschedule(
+            c, {"r0": Result(451, "4.3.0", "x")}, utcnow() - timedelta(seconds=1)
+        )
     store.apply(reader.poll())
     assert store.read().recipients == {"queued": 1}

@@ -30,13 +30,14 @@ def pending_groups(admin: Admin) -> list[Any]:
 def test_purge_of_2000_recipients_reports_progress(admin_factory: Any) -> None:
     admin: Admin = admin_factory(job_page_size=10)
     ids = [
-        admin.enqueue(*(f"user{m}x{i}@example.net" for i in range(50))).mail_id
-        for m in range(40)
+        admin.enqueue(*(f"user{m}x{i}@example.net" for i in range(50))).mail_id for m in range(40)
     ]
     job = admin.service.start_job(Action.DELETE, parse_filter({}), actor=ACTOR, everything=True)
     assert job.state == "running" and job.counts["applied"] == 0
     seen: list[dict[str, Any]] = []
-    done = admin.service.run_job(job.job_id, budget_seconds=120, progress=lambda j: seen.append(j.to_json()))
+    done = admin.service.run_job(
+        job.job_id, budget_seconds=120, progress=lambda j: seen.append(j.to_json())
+    )
     assert done.state == "done"
     assert done.counts["applied"] == 40
     assert done.counts["recipients"] == 2000

@@ -82,7 +82,7 @@ def test_an_upload_sent_again_to_other_recipients_is_a_conflict(ingress: Ingress
     upload_id = _upload(ingress, f.content(5000))
     assert _send(ingress, upload_id, key=None)[0] == 202
     status, body, _ = _send(ingress, upload_id, key=None, recipients=["new@example.net"])
-    assert (status, body["error"]) == (409, "idempotency_conflict")
+    assert (status, body["error"], body["field"]) == (409, "idempotency_conflict", "upload_id")
 
 
 def test_another_callers_upload_is_unknown(ingress: Ingress) -> None:

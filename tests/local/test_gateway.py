@@ -14,8 +14,6 @@ import pytest
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
-
-from functions.ingress import app as ingress_app
 from mailqueue import ingress
 from mailqueue.local.gateway import (
     DEFAULT_ROUTES,
@@ -28,6 +26,8 @@ from mailqueue.local.gateway import (
     match_route,
 )
 from mailqueue.local.runtime import LocalContext
+
+from functions.ingress import app as ingress_app
 from tests.support.aws import AwsEnv, session
 from tests.support.events import load_event
 
@@ -45,7 +45,9 @@ def _shape(doc: Any) -> Any:
 def test_event_has_the_shape_of_the_recorded_api_gateway_event() -> None:
     sample = load_event("http_send")
     auth = LocalAuth(TOKEN)
-    principal = auth.authenticate("POST", "http://x/v1/messages", {"authorization": f"Bearer {TOKEN}"}, b"")
+    principal = auth.authenticate(
+        "POST", "http://x/v1/messages", {"authorization": f"Bearer {TOKEN}"}, b""
+    )
     event = http_api_event(
         method="POST",
         raw_path="/v1/messages",
@@ -147,7 +149,9 @@ def test_responses_map_back_like_api_gateway() -> None:
 
 # ----------------------------------------------------------------------------- auth
 def _signed(url: str, body: bytes, key: str, secret: str) -> dict[str, str]:
-    req = AWSRequest(method="POST", url=url, data=body, headers={"content-type": "application/json"})
+    req = AWSRequest(
+        method="POST", url=url, data=body, headers={"content-type": "application/json"}
+    )
     SigV4Auth(Credentials(key, secret), "execute-api", "us-east-1").add_auth(req)
     headers = {k.lower(): v for k, v in req.headers.items()}
     headers["host"] = url.split("/")[2]
@@ -158,9 +162,9 @@ def test_bearer_token_and_sigv4_are_verified() -> None:
     auth = LocalAuth(TOKEN)
     url = "http://127.0.0.1:3000/v1/messages?x=1"
     body = b'{"sender":"a@example.org"}'
-    assert auth.authenticate("POST", url, {"authorization": f"Bearer {TOKEN}"}, body).user_arn.endswith(
-        "user/local-dev"
-    )
+    assert auth.authenticate(
+        "POST", url, {"authorization": f"Bearer {TOKEN}"}, body
+    ).user_arn.endswith("user/local-dev")
     good = _signed(url, body, "MQLOCALDEV", TOKEN)
     assert auth.authenticate("POST", url, good, body).user_arn.endswith("user/local-sigv4")
     refusals = [
@@ -203,7 +207,10 @@ def gateway() -> Iterator[tuple[ApiGateway, list[dict[str, Any]]]]:
 
 
 def _call(
-    url: str, method: str = "POST", body: bytes | None = b"{}", headers: dict[str, str] | None = None
+    url: str,
+    method: str = "POST",
+    body: bytes | None = b"{}",
+    headers: dict[str, str] | None = None,
 ) -> tuple[int, dict[str, str], Any]:
     req = urllib.request.Request(url, data=body, method=method, headers=headers or {})
     try:
@@ -253,7 +260,7 @@ def test_the_real_ingress_handler_queues_a_mail_through_the_gateway(aws: AwsEnv)
     service = ingress.build_service(settings, aws.clients, session=session())
 
     def invoke(event: dict[str, Any]) -> Any:
-        return ingress_app.handle(event, LocalContext("mailqueue-ingress", 29), service)  # type: ignore[arg-type]
+        return ingress_app.handle(event, LocalContext("mailqueue-ingress", 29), service)
 
     gw = ApiGateway(DEFAULT_ROUTES, {"ingress": invoke}, LocalAuth(TOKEN), port=0).start()
     try:

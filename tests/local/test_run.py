@@ -44,7 +44,9 @@ class Stack:
     ) -> tuple[int, Any]:
         headers = {"content-type": "application/json"}
         if token is not None:
-            headers["authorization"] = f"Bearer {self.ready['token'] if token == 'default' else token}"
+            headers["authorization"] = (
+                f"Bearer {self.ready['token'] if token == 'default' else token}"
+            )
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(self.ready["api_url"] + path, data, headers, method=method)
         try:
@@ -93,7 +95,15 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
     python = PYTHON if PYTHON.exists() else Path(sys.executable)
     with open(stdout, "wb") as out, open(stderr, "wb") as err:
         proc = subprocess.Popen(
-            [str(python), "-m", "mailqueue.local.run", "--var", str(tmp_path / "var"), "--port", "0"],
+            [
+                str(python),
+                "-m",
+                "mailqueue.local.run",
+                "--var",
+                str(tmp_path / "var"),
+                "--port",
+                "0",
+            ],
             cwd=REPO,
             stdout=out,
             stderr=err,
@@ -122,7 +132,10 @@ def test_the_local_stack_delivers_mail_and_a_dsn_and_stops_cleanly(stack: Stack)
 
     # IAM auth: nothing without the token
     message = {"sender": "a@example.org", "recipients": ["b@example.net"], "content": "eA=="}
-    assert stack.call("POST", "/v1/messages", message, token=None) == (403, {"message": "Forbidden"})
+    assert stack.call("POST", "/v1/messages", message, token=None) == (
+        403,
+        {"message": "Forbidden"},
+    )
     assert stack.call("POST", "/v1/messages", message, token="not-the-token-at-all")[0] == 403
 
     content = b"From: a@example.org\r\nSubject: e2e\r\n\r\nhello over the local stack\r\n"
@@ -188,4 +201,6 @@ def test_the_local_stack_delivers_mail_and_a_dsn_and_stops_cleanly(stack: Stack)
     code = _stop(stack.proc)
     assert code == 0, stack.stderr.read_text()
     assert "stopped" in stack.stderr.read_text()
-    assert _refused(r["api_url"]) and _refused(r["endpoint_url"]) and _refused("smtp://" + r["sink"])
+    assert (
+        _refused(r["api_url"]) and _refused(r["endpoint_url"]) and _refused("smtp://" + r["sink"])
+    )

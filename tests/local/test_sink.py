@@ -7,7 +7,6 @@ import smtplib
 from pathlib import Path
 
 import pytest
-
 from mailqueue.local.sink import SinkEvent, SinkRules, SmtpSink
 
 

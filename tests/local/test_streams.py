@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from mailqueue.local.streams import StreamPoller, stream_arn_of
+
 from tests.support.aws import REGION, AwsEnv, session
 
 
@@ -30,7 +30,8 @@ class Recorder:
 def _put(aws: AwsEnv, *sks: str) -> None:
     for sk in sks:
         aws.clients.dynamodb.put_item(
-            TableName=aws.resources.table, Item={"pk": {"S": "T#1"}, "sk": {"S": sk}, "v": {"N": "1"}}
+            TableName=aws.resources.table,
+            Item={"pk": {"S": "T#1"}, "sk": {"S": sk}, "v": {"N": "1"}},
         )
 
 

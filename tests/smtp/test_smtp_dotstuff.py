@@ -50,7 +50,7 @@ pieces = st.lists(
 ).map(b"".join)
 
 
-@settings(max_examples=1000)
+@settings(max_examples=500)
 @given(st.one_of(pieces, st.binary(max_size=300)), st.lists(st.integers(0, 7), max_size=40))
 def test_round_trip_any_chunking(data: bytes, cuts: list[int]) -> None:
     wire = encode(data, cuts)

@@ -34,7 +34,7 @@ from mailqueue.config import StorageSettings, settings_from_env
 from mailqueue.delivery import DeliverySettings
 from mailqueue.eventlog import EventWriterSettings
 from mailqueue.ingress.settings import ingress_settings_from_env
-from mailqueue.local.cfn import MOTO_SKIPPED, StackOutputs, deploy_stack, load_template, translate
+from mailqueue.local.cfn import MOTO_SKIPPED, StackOutputs, deploy_stack
 from mailqueue.local.runtime import LocalContext, SqsPoller
 from mailqueue.model import Envelope, MailRef, Recipient, utcnow
 from mailqueue.sweeper import SweeperSettings
@@ -43,7 +43,6 @@ from tests.support.events import http_request, http_send, http_upload, send_body
 from tests.support.smtp_peers import Behaviour, SmtpPeer, smtp_sink
 from tests.support.streams import StreamReader
 from tests.template import iam
-from tests.template.conftest import TEMPLATE
 from tests.template.declared import BASELINE, DECLARED
 
 FUNCTIONS = {
@@ -136,8 +135,7 @@ def stack(moto_endpoint: str) -> Iterator[Stack]:
 
 # ------------------------------------------------------------------ the deployment
 def test_moto_deploy_leaves_out_only_what_moto_cannot_create(stack: Stack) -> None:
-    translated = translate(load_template(TEMPLATE), dict(stack.outputs.parameters))
-    types = {lid: r["Type"] for lid, r in translated["Resources"].items()}
+    types = dict(stack.outputs.resource_types)
     summaries = stack.client("cloudformation").list_stack_resources(
         StackName=stack.outputs.stack_name
     )["StackResourceSummaries"]
@@ -356,7 +354,9 @@ def run(stack: Stack) -> Run:
     # ingress, upload: presigned PUT, then submit by upload id (a recipient that defers)
     status, up = _http(fx.invoke("IngressFunction", http_upload()))
     assert status == 201, up
-    put = urllib.request.Request(up["url"], data=MAIL, method="PUT")
+    put = urllib.request.Request(
+        up["url"], data=MAIL, method="PUT", headers={"Content-Type": "message/rfc822"}
+    )
     with urllib.request.urlopen(put, timeout=10) as resp:
         assert resp.status == 200
     upload_body = send_body(sender=SENDER, recipients=["later@example.org"],

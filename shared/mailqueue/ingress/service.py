@@ -186,12 +186,13 @@ class IngressService:
                 sub.envelope, content, idempotency_key=key, not_before=sub.not_before
             )
             if queued.duplicate:
-                queued = self._first_answer(queued.mail_id, sub.envelope)
+                queued = self._stored_answer(queued, sub.envelope)
         except InvalidInput as e:
             self._reject_request(e, doc, key, now, size)
             return _refusal(e)
         except Conflict as e:
-            err = InvalidInput("idempotency_conflict", str(e), "Idempotency-Key")
+            field = "Idempotency-Key" if idempotency_key is not None else "upload_id"
+            err = InvalidInput("idempotency_conflict", str(e), field)
             self._reject_request(err, doc, key, now, size)
             return _refusal(err)
         if sub.upload_id is not None:
@@ -260,6 +261,13 @@ class IngressService:
         except NotFound:
             return None
         return self._accepted(queued)
+
+    def _stored_answer(self, queued: QueuedMail, envelope: Envelope) -> QueuedMail:
+        """A duplicate's first answer; the core's own if the mail finished meanwhile."""
+        try:
+            return self._first_answer(queued.mail_id, envelope)
+        except NotFound:
+            return queued
 
     def _first_answer(self, mail_id: str, envelope: Envelope) -> QueuedMail:
         """Rebuild the first answer from the stored mail; other recipients are a conflict.

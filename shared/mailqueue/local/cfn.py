@@ -99,6 +99,8 @@ class StackOutputs(Mapping[str, str]):
     functions: Mapping[str, str]  # logical id → physical function name
     skipped: tuple[str, ...] = ()  # logical ids left out of the moto deploy
     parameters: Mapping[str, str] = field(default_factory=dict)
+    # the translated template's resources: logical id → type (deployed or skipped)
+    resource_types: Mapping[str, str] = field(default_factory=dict)
 
     def __getitem__(self, key: str) -> str:
         return self.outputs[key]
@@ -309,4 +311,5 @@ def deploy_stack(
         functions=functions,
         skipped=skipped,
         parameters=params,
+        resource_types={lid: r["Type"] for lid, r in translated["Resources"].items()},
     )

@@ -103,15 +103,20 @@ class Tracker:
                 out.append((label, f"{addr}: {state} — {reply}"))
             elif int(r.get("attempts", 0)) > int(prev.get("attempts", 0)) and state == "queued":
                 out.append(
-                    (label, f"{addr}: deferred — {reply}; next attempt at "
-                     f"{_clock(new.get('next_at', ''))}")
+                    (
+                        label,
+                        f"{addr}: deferred — {reply}; next attempt at "
+                        f"{_clock(new.get('next_at', ''))}",
+                    )
                 )
             if r.get("dsn_pending") and not prev.get("dsn_pending"):
                 self.dsn_pending.add(mail_id)
                 out.append((label, f"{addr}: DSN ({r['dsn_pending']}) to be sent to the sender"))
             elif prev.get("dsn_pending") and not r.get("dsn_pending"):
                 out.append((label, f"{addr}: DSN queued"))
-        if after and all(r.get("state") in ("delivered", "bounced", "deleted") for r in after.values()):
+        if after and all(
+            r.get("state") in ("delivered", "bounced", "deleted") for r in after.values()
+        ):
             self.finished.add(mail_id)
         return out
 
@@ -223,7 +228,9 @@ def run(var: Path, timeout: float, out: Any = sys.stdout) -> int:
                     with lock:
                         s.mail_id = answer["mail_id"]
                         tracker.labels[s.mail_id] = s.label
-                    extra = f", not before {_clock(s.not_before.isoformat())}" if s.not_before else ""
+                    extra = (
+                        f", not before {_clock(s.not_before.isoformat())}" if s.not_before else ""
+                    )
                     say(s.label, f"submitted to {s.recipient}: 202 {s.mail_id}{extra}")
             except BaseException as e:  # noqa: BLE001 - reported by the main thread
                 failures.append(e)

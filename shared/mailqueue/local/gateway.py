@@ -188,7 +188,9 @@ class LocalAuth:
 
         m = _SIGV4.match(value)
         if m is None:
-            raise AuthError(f"Authorization header requires existence of a valid Credential. {FORBIDDEN}")
+            raise AuthError(
+                f"Authorization header requires existence of a valid Credential. {FORBIDDEN}"
+            )
         if m["key"] != self.access_key_id:
             raise AuthError("The security token included in the request is invalid.")
         if m["service"] != "execute-api" or m["region"] != self.region:
@@ -355,7 +357,9 @@ class ApiGateway:
         # join in-flight requests on close: a stop never cuts a submission in half
         self.server.daemon_threads = False
         self.server.block_on_close = True
-        self.host, self.port = self.server.server_address[:2]  # type: ignore[misc]
+        bound_host, bound_port = self.server.server_address[:2]
+        self.host = bound_host.decode() if isinstance(bound_host, bytes) else str(bound_host)
+        self.port = int(bound_port)
         self._thread = threading.Thread(
             target=self.server.serve_forever, kwargs={"poll_interval": 0.2}, name="api-gateway"
         )
@@ -457,7 +461,11 @@ class _RequestHandler(BaseHTTPRequestHandler):
             else:
                 data = self.rfile.read(length) if length else b""
                 status, headers, body = self.gw.handle(
-                    self.command, self.path, list(self.headers.items()), data, self.client_address[0]
+                    self.command,
+                    self.path,
+                    list(self.headers.items()),
+                    data,
+                    self.client_address[0],
                 )
         self.send_response(status)
         names = {k.lower() for k, _ in headers}
@@ -472,12 +480,12 @@ class _RequestHandler(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(body)
         self.gw.log_access(
-            f'{self.client_address[0]} [{datetime.now(UTC):%d/%b/%Y:%H:%M:%S +0000}] '
+            f"{self.client_address[0]} [{datetime.now(UTC):%d/%b/%Y:%H:%M:%S +0000}] "
             f'"{self.command} {urlsplit(self.path).path} {self.request_version}" {status} '
             f"{len(body)} {1000 * (time.monotonic() - started):.1f}ms"
         )
 
-    do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = _serve  # noqa: N815
+    do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = _serve
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+    def log_message(self, format: str, *args: Any) -> None:
         log.debug("api: " + format, *args)

@@ -102,7 +102,9 @@ def banner(stack: LocalStack) -> str:
         lines.append(
             f"  received mail   {mail}/  (one .eml per SMTP transaction, envelope in the .json)"
         )
-        lines.append(f"  SMTP sink       {r['sink']}  (@tempfail.demo: 451 first, @nosuch.demo: 550)")
+        lines.append(
+            f"  SMTP sink       {r['sink']}  (@tempfail.demo: 451 first, @nosuch.demo: 550)"
+        )
     else:
         lines.append(f"  next hop        {r['next_hop']}  (--relay)")
     lines += [

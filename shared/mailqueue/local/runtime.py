@@ -110,6 +110,7 @@ class SqsPoller:
         batch_size: int = 10,
         timeout_seconds: float = 300.0,
         wait_seconds: int = 0,
+        report_batch_item_failures: bool = True,
     ) -> None:
         self.sqs = sqs
         self.queue_url = queue_url
@@ -118,6 +119,9 @@ class SqsPoller:
         self.batch_size = batch_size
         self.timeout_seconds = timeout_seconds
         self.wait_seconds = wait_seconds
+        # FunctionResponseTypes: [ReportBatchItemFailures]; without it a returned
+        # response is ignored and the whole batch counts as processed
+        self.report_batch_item_failures = report_batch_item_failures
         self.queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])[
             "Attributes"
         ]["QueueArn"]
@@ -139,7 +143,13 @@ class SqsPoller:
             result = self.handler(event, ctx)
         except Exception as e:  # noqa: BLE001 - a crashed invocation: nothing is deleted
             return PollResult(len(messages), len(messages), 0, receipts, e)
-        failures = {f["itemIdentifier"] for f in (result or {}).get("batchItemFailures", [])}
+        reported = (
+            (result or {}).get("batchItemFailures", []) if self.report_batch_item_failures else []
+        )
+        failures = {str(f.get("itemIdentifier") or "") for f in reported}
+        if failures - {m["MessageId"] for m in messages}:
+            # an empty or unknown identifier fails the whole batch, as Lambda does
+            failures = {m["MessageId"] for m in messages}
         done = [m for m in messages if m["MessageId"] not in failures]
         for i in range(0, len(done), 10):
             chunk = done[i : i + 10]
@@ -162,7 +172,7 @@ class SqsPoller:
         return out
 
 
-# --------------------------------------------------------------------------- the local "Lambda service"
+# ------------------------------------------------------------------ the local "Lambda service"
 ACCOUNT_ID = "123456789012"
 REGION = "us-east-1"
 
@@ -220,10 +230,11 @@ class FunctionSpec:
     attribute: str = "handler"
     timeout_seconds: float = 300.0
     memory_mb: int = 512
+    physical_name: str = ""  # the deployed FunctionName; default mailqueue-<name>
 
     @property
     def function_name(self) -> str:
-        return f"mailqueue-{self.name}"
+        return self.physical_name or f"mailqueue-{self.name}"
 
 
 class LocalFunction:
@@ -321,7 +332,9 @@ def sqs_step(poller: SqsPoller, function: str) -> Callable[[], float]:
     return step
 
 
-def scheduled_event(rule_name: str, now: datetime | None = None, detail: Any = None) -> dict[str, Any]:
+def scheduled_event(
+    rule_name: str, now: datetime | None = None, detail: Any = None
+) -> dict[str, Any]:
     """An EventBridge scheduled event; a rule's constant `Input` replaces it (see Schedule)."""
     ts = (now or datetime.now(UTC)).strftime("%Y-%m-%dT%H:%M:%SZ")
     return {
@@ -358,5 +371,7 @@ class Schedule:
         try:
             self.function(event, None)
         except Exception as e:  # noqa: BLE001 - the traceback is in the function's log
-            log.error("schedule %s: invocation failed (%s: %s)", self.rule_name, type(e).__name__, e)
+            log.error(
+                "schedule %s: invocation failed (%s: %s)", self.rule_name, type(e).__name__, e
+            )
         return 0.0

@@ -138,7 +138,7 @@ class _Handler:
     def __init__(self, sink: SmtpSink) -> None:
         self.sink = sink
 
-    async def handle_RCPT(  # noqa: N802 - aiosmtpd's hook name
+    async def handle_RCPT(
         self,
         server: SMTP,
         session: Session,
@@ -156,9 +156,7 @@ class _Handler:
         envelope.rcpt_options.extend(rcpt_options)
         return "250 2.1.5 OK"
 
-    async def handle_DATA(  # noqa: N802 - aiosmtpd's hook name
-        self, server: SMTP, session: Session, envelope: Envelope
-    ) -> str:
+    async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
         path = self.sink.store.save(envelope, session)
         reply = f"250 2.0.0 OK: filed as {path.stem}"
         self.sink.accepted += 1
@@ -193,7 +191,9 @@ class SmtpSink:
         self.on_event = on_event
         self.accepted = 0
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="smtp-sink", daemon=True)
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="smtp-sink", daemon=True
+        )
         self._server: asyncio.AbstractServer | None = None
         self._protocols: list[SMTP] = []
 

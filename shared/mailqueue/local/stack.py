@@ -33,30 +33,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from .gateway import DEFAULT_ROUTES, ApiGateway, LocalAuth, Route
-from .runtime import (
-    REGION,
-    FunctionSpec,
-    LocalFunction,
-    Loop,
-    OutputRouter,
-    Schedule,
-    SqsPoller,
-    sqs_step,
-)
+from .gateway import ApiGateway, LocalAuth
+from .runtime import REGION, LocalFunction, Loop, OutputRouter, Schedule, SqsPoller, sqs_step
 from .sink import SinkEvent, SinkRules, SmtpSink
 from .streams import StreamPoller, stream_arn_of
+from .wiring import ScheduleTrigger, Wiring, builtin, from_template
 
 log = logging.getLogger(__name__)
-
-FUNCTIONS: tuple[FunctionSpec, ...] = (
-    FunctionSpec("ingress", "functions.ingress.app", timeout_seconds=29, memory_mb=1024),
-    FunctionSpec("admin", "functions.admin.app", timeout_seconds=29, memory_mb=512),
-    FunctionSpec("delivery", "functions.delivery.app", timeout_seconds=300, memory_mb=512),
-    FunctionSpec("bounce", "functions.bounce.app", timeout_seconds=120, memory_mb=512),
-    FunctionSpec("sweeper", "functions.sweeper.app", timeout_seconds=300, memory_mb=512),
-    FunctionSpec("events", "functions.events.app", timeout_seconds=60, memory_mb=512),
-)
 
 # --fast-retries: the retry schedule scaled from minutes and days to seconds and minutes
 FAST_RETRIES: dict[str, str] = {
@@ -68,6 +51,8 @@ FAST_RETRIES: dict[str, str] = {
     "MQ_DSN_GRACE_SECONDS": "60",
     "MQ_CLEANUP_GRACE_SECONDS": "30",
 }
+
+HOSTNAME = "mailqueue.localhost"  # EHLO name and Reporting-MTA of the local stack
 
 _AWS_ENV = {
     "AWS_ACCESS_KEY_ID": "testing",
@@ -91,8 +76,6 @@ class StackOptions:
     sweep_interval: float = 60.0
     token: str | None = None  # default: kept in <var>/dev-token across runs
     poll_wait_seconds: int = 1  # SQS long polling
-    batch_size: int = 10  # SQS event source mappings
-    stream_batch_size: int = 100
     sink_rules: SinkRules = field(default_factory=SinkRules.demo)
     settings: Mapping[str, str] = field(default_factory=dict)  # extra MQ_* variables
     on_sink_event: Callable[[SinkEvent], None] | None = None
@@ -112,7 +95,7 @@ class Deployment:
     bounce_dlq_url: str | None
     stream_arn: str | None
     source: str  # "cloudformation" | "direct"
-    env: Mapping[str, str] = field(default_factory=dict)  # declared function variables
+    wiring: Wiring = field(default_factory=Wiring)  # functions and triggers
 
 
 class LocalStack:
@@ -130,13 +113,15 @@ class LocalStack:
         self.clients: Any = None
         self.env: dict[str, str] = {}
         self.threads: list[Loop] = []
-        self.stream_poller: StreamPoller | None = None
+        self.stream_pollers: list[StreamPoller] = []
         self.next_hop = ""
         self._stop = threading.Event()
         self._moto: Any = None
         self._logs: list[TextIO] = []
         self._saved_env: dict[str, str | None] = {}
-        self._router: tuple[TextIO, TextIO, list[tuple[logging.StreamHandler[Any], Any]]] | None = None
+        self._router: tuple[TextIO, TextIO, list[tuple[logging.StreamHandler[Any], Any]]] | None = (
+            None
+        )
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> LocalStack:
@@ -189,7 +174,9 @@ class LocalStack:
             self.gateway = None
         for t in self.threads:
             # a batch in flight finishes (its SMTP session, its records) before the join
-            t.join(max(30.0, max((f.spec.timeout_seconds for f in self.functions.values()), default=0)))
+            t.join(
+                max(30.0, max((f.spec.timeout_seconds for f in self.functions.values()), default=0))
+            )
             if t.is_alive():
                 log.error("%s did not stop", t.name)
         self.threads = []
@@ -239,7 +226,7 @@ class LocalStack:
             "bucket": d.bucket if d else None,
             "delivery_queue_url": d.delivery_queue_url if d else None,
             "bounce_queue_url": d.bounce_queue_url if d else None,
-            "stream": bool(self.stream_poller),
+            "stream": bool(self.stream_pollers),
             "fast_retries": self.options.fast_retries,
             "pid": os.getpid(),
         }
@@ -283,12 +270,13 @@ class LocalStack:
         mode = self.options.deploy
         if mode not in ("auto", "cloudformation", "direct"):
             raise ValueError("deploy must be auto, cloudformation or direct")
-        cfn_ready = (
-            importlib.util.find_spec("mailqueue.local.cfn") is not None
-            and Path("template.yaml").exists()
-        )
-        if mode == "cloudformation" or (mode == "auto" and cfn_ready):
-            return self._deploy_cloudformation()
+        if mode != "direct":
+            reason = _cloudformation_unavailable()
+            if reason is None:
+                return self._deploy_cloudformation()
+            if mode == "cloudformation":
+                raise RuntimeError(f"cannot deploy the template: {reason}")
+            log.warning("resources created directly, not from the template: %s", reason)
         from ..aws.resources import create_resources
 
         res = create_resources(self.clients)
@@ -301,37 +289,62 @@ class LocalStack:
             bounce_dlq_url=res.bounce_dlq_url,
             stream_arn=stream_arn_of(self.clients.dynamodb, res.table),
             source="direct",
+            wiring=builtin(res.delivery_queue_url, res.bounce_queue_url),
         )
 
     def _deploy_cloudformation(self) -> Deployment:
-        from . import cfn  # type: ignore[attr-defined]
+        """template.yaml → SAM translation → moto's CloudFormation (mailqueue.local.cfn)."""
+        import boto3
 
-        outputs: Mapping[str, str] = cfn.deploy_stack(self.endpoint_url)
-        table = outputs["StateTableName"]
+        from . import cfn
+
+        out = cfn.deploy_stack(self.endpoint_url, parameters={"Hostname": HOSTNAME})
+        sess = boto3.session.Session()
+        kw: dict[str, Any] = {"endpoint_url": self.endpoint_url, "region_name": REGION}
+        physical: dict[str, str] = {}
+        for page in (
+            sess.client("cloudformation", **kw)
+            .get_paginator("list_stack_resources")
+            .paginate(StackName=out.stack_name)
+        ):
+            for r in page["StackResourceSummaries"]:
+                physical[r["LogicalResourceId"]] = r["PhysicalResourceId"]
+        lam = sess.client("lambda", **kw)
+        configs = {
+            lid: lam.get_function_configuration(FunctionName=name)
+            for lid, name in out.functions.items()
+        }
+        wiring = from_template(cfn.load_template(cfn.default_template_path()), physical, configs)
+        for note in wiring.notes:
+            log.info("template: %s", note)
+        if out.skipped:
+            log.debug("left out of the moto deploy: %s", ", ".join(out.skipped))
         return Deployment(
-            table=table,
-            bucket=outputs["ContentBucketName"],
-            delivery_queue_url=outputs["DeliveryQueueUrl"],
-            bounce_queue_url=outputs["BounceQueueUrl"],
-            delivery_dlq_url=outputs.get("DeliveryDlqUrl"),
-            bounce_dlq_url=outputs.get("BounceDlqUrl"),
-            stream_arn=stream_arn_of(self.clients.dynamodb, table),
+            table=out.table,
+            bucket=out.bucket,
+            delivery_queue_url=out.delivery_queue_url,
+            bounce_queue_url=out.bounce_queue_url,
+            delivery_dlq_url=out.outputs.get("DeliveryDlqUrl"),
+            bounce_dlq_url=out.outputs.get("BounceDlqUrl"),
+            stream_arn=stream_arn_of(self.clients.dynamodb, out.table),
             source="cloudformation",
+            wiring=wiring,
         )
 
     def _function_env(self, routes: Mapping[str, Any]) -> dict[str, str]:
         d = self.deployment
         assert d is not None
-        env = dict(d.env)
+        env = dict(d.wiring.env)  # what the template declares, resolved by the deploy
         env.update(
             {
                 "MQ_TABLE": d.table,
                 "MQ_BUCKET": d.bucket,
                 "MQ_DELIVERY_QUEUE_URL": d.delivery_queue_url,
                 "MQ_BOUNCE_QUEUE_URL": d.bounce_queue_url,
+                # what differs locally: the endpoint, the next hop, the job runner
                 "MQ_REGION": REGION,
                 "MQ_ENDPOINT_URL": self.endpoint_url,
-                "MQ_HOSTNAME": "mailqueue.localhost",
+                "MQ_HOSTNAME": env.get("MQ_HOSTNAME") or HOSTNAME,
                 "MQ_ROUTES": json.dumps(routes, separators=(",", ":")),
                 "MQ_JOB_RUNNER": "inline",  # admin bulk jobs run in the request locally
             }
@@ -352,7 +365,7 @@ class LocalStack:
                 h.setStream(err if old is sys.stderr else out)
                 rebound.append((h, old))
         self._router = (sys.stdout, sys.stderr, rebound)
-        sys.stdout, sys.stderr = out, err  # type: ignore[assignment]
+        sys.stdout, sys.stderr = out, err
 
     def _remove_router(self) -> None:
         if self._router is None:
@@ -364,17 +377,17 @@ class LocalStack:
         self._router = None
 
     def _load_functions(self) -> None:
+        assert self.deployment is not None
         router = sys.stdout if isinstance(sys.stdout, OutputRouter) else None
         if importlib.util.find_spec("functions") is None:
             raise RuntimeError(
-                "the functions/ folder is not importable: run from the repository root "
-                "(make run)"
+                "the functions/ folder is not importable: run from the repository root (make run)"
             )
-        for spec in FUNCTIONS:
+        for spec in self.deployment.wiring.functions:
             if importlib.util.find_spec(spec.module) is None:
                 log.warning("%s: %s not found; not started", spec.name, spec.module)
                 continue
-            f = open(self.log_dir / f"{spec.name}.log", "a", buffering=1, encoding="utf-8")  # noqa: SIM115
+            f = open(self.log_dir / f"{spec.name}.log", "a", buffering=1, encoding="utf-8")
             self._logs.append(f)
             self.functions[spec.name] = LocalFunction(spec, f, router)
 
@@ -382,49 +395,72 @@ class LocalStack:
         o = self.options
         d = self.deployment
         assert d is not None
+        w = d.wiring
         fns = self.functions
-        for name, url in (("delivery", d.delivery_queue_url), ("bounce", d.bounce_queue_url)):
-            if name not in fns:
+        for t in w.sqs:
+            fn = fns.get(t.function)
+            if fn is None:
                 continue
             poller = SqsPoller(
                 self.clients.sqs,
-                url,
-                fns[name],
-                function_name=fns[name].spec.function_name,
-                batch_size=o.batch_size,
-                timeout_seconds=fns[name].spec.timeout_seconds,
+                t.queue_url,
+                fn,
+                function_name=fn.spec.function_name,
+                batch_size=t.batch_size,
+                timeout_seconds=fn.spec.timeout_seconds,
                 wait_seconds=o.poll_wait_seconds,
+                report_batch_item_failures=t.report_batch_item_failures,
             )
-            self.threads.append(Loop(f"sqs-{name}", sqs_step(poller, name), self._stop))
-        if "events" in fns and d.stream_arn:
+            self.threads.append(Loop(f"sqs-{t.function}", sqs_step(poller, t.function), self._stop))
+        for st in w.streams:
+            fn = fns.get(st.function)
+            if fn is None or not d.stream_arn:
+                continue
             import boto3
 
             streams = boto3.session.Session().client(
                 "dynamodbstreams", endpoint_url=self.endpoint_url, region_name=REGION
             )
-            self.stream_poller = StreamPoller(
+            poller_s = StreamPoller(
                 streams,
                 d.stream_arn,
-                fns["events"],
-                function_name=fns["events"].spec.function_name,
-                batch_size=o.stream_batch_size,
-                timeout_seconds=fns["events"].spec.timeout_seconds,
-                bisect_on_error=True,
+                fn,
+                function_name=fn.spec.function_name,
+                batch_size=st.batch_size,
+                timeout_seconds=fn.spec.timeout_seconds,
+                starting_position=st.starting_position,
+                bisect_on_error=st.bisect_on_error,
+                maximum_retry_attempts=st.maximum_retry_attempts,
+                report_batch_item_failures=st.report_batch_item_failures,
+                on_discard=self._failure_destination(st.on_failure_queue_url),
             )
-            self.threads.append(Loop("stream-events", self.stream_poller.step, self._stop))
-        if "sweeper" in fns:
-            for sched in (
-                Schedule("mailqueue-sweeper", o.sweep_interval, fns["sweeper"]),
-                Schedule("mailqueue-sweeper-daily", 86400.0, fns["sweeper"], {"orphans": True}),
-            ):
-                self.threads.append(Loop(f"schedule-{sched.rule_name}", sched.step, self._stop))
-        for t in self.threads:
-            t.start()
-        http = {n: fns[n] for n in ("ingress", "admin") if n in fns}
-        access = open(self.log_dir / "api-access.log", "a", buffering=1, encoding="utf-8")  # noqa: SIM115
+            self.stream_pollers.append(poller_s)
+            self.threads.append(Loop(f"stream-{st.function}", poller_s.step, self._stop))
+        shortest: dict[str, ScheduleTrigger] = {}
+        for sc in w.schedules:
+            if sc.function in fns:
+                prev = shortest.get(sc.function)
+                if prev is None or sc.interval_seconds < prev.interval_seconds:
+                    shortest[sc.function] = sc
+        for sc in w.schedules:
+            fn = fns.get(sc.function)
+            if fn is None:
+                continue
+            # --sweep-interval replaces the sweeper's most frequent rate() locally
+            every = (
+                o.sweep_interval
+                if sc.function == "sweeper" and shortest.get("sweeper") is sc
+                else sc.interval_seconds
+            )
+            sched = Schedule(sc.rule_name, every, fn, sc.input)
+            self.threads.append(Loop(f"schedule-{sc.rule_name}", sched.step, self._stop))
+        for t_ in self.threads:
+            t_.start()
+        http = {r.function: fns[r.function] for r in w.routes if r.function in fns}
+        access = open(self.log_dir / "api-access.log", "a", buffering=1, encoding="utf-8")
         self._logs.append(access)
         self.gateway = ApiGateway(
-            _routes(),
+            w.routes,
             http,
             LocalAuth(self.token),
             host=o.host,
@@ -432,9 +468,29 @@ class LocalStack:
             access_log=access,
         ).start()
 
+    def _failure_destination(
+        self, queue_url: str | None
+    ) -> Callable[[dict[str, Any]], None] | None:
+        if not queue_url:
+            return None
+        sqs = self.clients.sqs
 
-def _routes() -> tuple[Route, ...]:
-    return DEFAULT_ROUTES
+        def send(record: dict[str, Any]) -> None:
+            sqs.send_message(QueueUrl=queue_url, MessageBody=json.dumps(record))
+
+        return send
+
+
+def _cloudformation_unavailable() -> str | None:
+    """Why the template cannot be deployed here, or None when it can."""
+    for module in ("yaml", "samtranslator"):
+        if importlib.util.find_spec(module) is None:
+            return f"the {module} package is not installed"
+    from . import cfn
+
+    if not cfn.default_template_path().exists():
+        return "template.yaml not found"
+    return None
 
 
 def _relay_hop(relay: str) -> str:

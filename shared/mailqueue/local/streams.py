@@ -12,17 +12,19 @@ StreamViewType}}]``), with Lambda's stream semantics:
 * with `ReportBatchItemFailures`, a response ``{"batchItemFailures": [{"itemIdentifier":
   <SequenceNumber>}]}`` checkpoints before the lowest failed sequence number, and only
   the records from there on are retried;
-* a batch discarded after its retries is logged with its sequence range (Lambda would
-  send that to the mapping's on-failure destination).
+* a batch discarded after its retries is logged with its sequence range and, when the
+  mapping has an on-failure destination (`on_discard`), described to it as Lambda does
+  (``DDBStreamBatchInfo``: shard, first and last sequence number, batch size).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from .runtime import REGION, Handler, LocalContext
@@ -96,6 +98,7 @@ class StreamPoller:
         retry_delay: Callable[[int], float] = lambda n: min(30.0, 0.5 * 2 ** (n - 1)),
         region: str = REGION,
         shard_refresh_seconds: float = 10.0,
+        on_discard: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         if starting_position not in ("TRIM_HORIZON", "LATEST"):
             raise ValueError("starting_position must be TRIM_HORIZON or LATEST")
@@ -114,6 +117,7 @@ class StreamPoller:
         self.retry_delay = retry_delay
         self.region = region
         self.shard_refresh_seconds = shard_refresh_seconds
+        self.on_discard = on_discard  # the mapping's on-failure destination
         self._shards: dict[str, _Shard] = {}
         self._refreshed = 0.0
 
@@ -213,6 +217,9 @@ class StreamPoller:
                 shard.attempts,
             )
             out.discarded += len(kept)
+            if self.on_discard is not None:
+                failed = records[seqs.index(failed_from) :]
+                self.on_discard(self.failure_record(shard, failed, error is not None))
             shard.iterator = next_iterator
             shard.closed = next_iterator is None
             shard.resume_at = None
@@ -225,6 +232,40 @@ class StreamPoller:
         shard.iterator = None  # re-read from the first failed record
         shard.resume_at = failed_from
         shard.not_before = time.monotonic() + self.retry_delay(shard.attempts)
+
+    def failure_record(
+        self, shard: _Shard, records: list[dict[str, Any]], function_error: bool
+    ) -> dict[str, Any]:
+        """What Lambda sends a stream mapping's on-failure destination: where the batch was."""
+
+        def arrival(r: dict[str, Any]) -> str:
+            t = r["dynamodb"].get("ApproximateCreationDateTime")
+            return (t if isinstance(t, datetime) else datetime.now(UTC)).isoformat()
+
+        return {
+            "requestContext": {
+                "requestId": str(uuid.uuid4()),
+                "functionArn": LocalContext(self.function_name).invoked_function_arn,
+                "condition": "RetryAttemptsExhausted",
+                "approximateInvokeCount": shard.attempts,
+            },
+            "responseContext": {
+                "statusCode": 200,
+                "executedVersion": "$LATEST",
+                **({"functionError": "Unhandled"} if function_error else {}),
+            },
+            "version": "1.0",
+            "timestamp": datetime.now(UTC).isoformat(),
+            "DDBStreamBatchInfo": {
+                "shardId": shard.shard_id,
+                "startSequenceNumber": str(records[0]["dynamodb"]["SequenceNumber"]),
+                "endSequenceNumber": str(records[-1]["dynamodb"]["SequenceNumber"]),
+                "approximateArrivalOfFirstRecord": arrival(records[0]),
+                "approximateArrivalOfLastRecord": arrival(records[-1]),
+                "batchSize": len(records),
+                "streamArn": self.stream_arn,
+            },
+        }
 
     def _first_failure(self, result: Any, seqs: list[str]) -> str | None:
         """The lowest failed sequence number of a partial response, or None (all done)."""
