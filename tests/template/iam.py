@@ -1,6 +1,6 @@
 """What a function's code asks of AWS, as IAM sees it, and what its role allows.
 
-`CallLog` hooks botocore's ``before-call`` event on a function's own clients (found by
+`CallLog` hooks botocore's ``before-parameter-build`` event on a function's own clients (found by
 walking its service object, as the handler built it) and records each API call with its
 parameters; `required()` maps the calls to IAM (action, resource ARN) pairs, the way IAM
 authorises them (HeadObject is s3:GetObject, SendMessageBatch is sqs:SendMessage,
@@ -71,7 +71,7 @@ class CallLog:
 
     def attach(self, *clients: BaseClient) -> CallLog:
         for c in clients:
-            c.meta.events.register("before-call.*.*", self._on_call)
+            c.meta.events.register("before-parameter-build.*.*", self._on_call)
         return self
 
     def _on_call(self, model: Any, params: dict[str, Any], **_: Any) -> None:

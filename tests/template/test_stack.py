@@ -74,8 +74,14 @@ class Stack:
     clients: AwsClients
     sink: SmtpPeer
 
+    _clients: dict[str, Any] = field(default_factory=dict)
+
     def client(self, name: str) -> Any:
-        return session().client(name, endpoint_url=self.endpoint, region_name=REGION)
+        if name not in self._clients:
+            self._clients[name] = session().client(
+                name, endpoint_url=self.endpoint, region_name=REGION
+            )
+        return self._clients[name]
 
     def function_env(self, lid: str) -> dict[str, str]:
         """The environment CloudFormation resolved for the function (moto's Lambda)."""

@@ -28,6 +28,7 @@ import secrets
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -116,6 +117,7 @@ class LocalStack:
         self.stream_pollers: list[StreamPoller] = []
         self.next_hop = ""
         self._stop = threading.Event()
+        self.timings: dict[str, float] = {}
         self._moto: Any = None
         self._logs: list[TextIO] = []
         self._saved_env: dict[str, str | None] = {}
@@ -139,11 +141,14 @@ class LocalStack:
         self.token = o.token or self._dev_token()
         self._set_env(_AWS_ENV, drop=_AWS_ENV_DROP)
 
+        started = time.monotonic()
         self.endpoint_url = self._start_moto()
         from ..aws.clients import make_clients
 
         self.clients = make_clients(endpoint_url=self.endpoint_url, region=REGION)
+        self.timings["moto"] = time.monotonic() - started
         self.deployment = self._deploy()
+        self.timings["resources"] = time.monotonic() - started - self.timings["moto"]
 
         if o.relay:
             self.next_hop = _relay_hop(o.relay)
@@ -163,8 +168,18 @@ class LocalStack:
         self._set_env(self.env)
         if o.route_output:
             self._install_router()
+        mark = time.monotonic()
         self._load_functions()
+        self.timings["functions"] = time.monotonic() - mark
         self._start_triggers()
+        self.timings["total"] = time.monotonic() - started
+        log.info(
+            "started in %.1f s (moto %.1f s, resources %.1f s, function imports %.1f s)",
+            self.timings["total"],
+            self.timings["moto"],
+            self.timings["resources"],
+            self.timings["functions"],
+        )
 
     def stop(self) -> None:
         """Stop everything started, in reverse order; safe to call twice."""
