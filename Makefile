@@ -25,7 +25,7 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy
 
 bench: $(STAMP)
-	$(PY) -m mailqueue.bench
+	$(PY) -m bench.run
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache

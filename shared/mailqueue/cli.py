@@ -52,7 +52,7 @@ class CliError(Exception):
 
 
 # ---------------------------------------------------------------------- transports
-Answer = tuple[int, dict[str, Any]]
+Answer = tuple[int, dict[str, Any], dict[str, str]]  # status, JSON body, headers
 
 
 class Client(Protocol):
@@ -139,9 +139,9 @@ class HttpClient:
         out = urllib.request.Request(url, data=data, headers=hdrs, method=method)
         try:
             with urllib.request.urlopen(out, timeout=self.timeout) as resp:
-                return resp.status, _json_body(resp.read())
+                return resp.status, _json_body(resp.read()), _lower(resp.headers.items())
         except urllib.error.HTTPError as e:
-            return e.code, _json_body(e.read())
+            return e.code, _json_body(e.read()), _lower(e.headers.items())
         except (urllib.error.URLError, OSError) as e:
             raise CliError(f"cannot reach {self.base}: {e}", EXIT_FAILED) from e
 
@@ -152,7 +152,7 @@ class HttpClient:
         while job.get("state") == "running":
             progress(job)
             time.sleep(self.poll_seconds)
-            status, job = self.request("GET", f"/v1/queue/jobs/{job['job_id']}")
+            status, job, _ = self.request("GET", f"/v1/queue/jobs/{job['job_id']}")
             if status != 200:
                 raise _refusal(status, job)
         progress(job)
@@ -185,7 +185,7 @@ class LocalClient:
 
         raw = json.dumps(body).encode() if body is not None else None
         reply = dispatch(self.api, method, path, dict(query or {}), raw, self.actor)
-        return reply.status, reply.body
+        return reply.status, reply.body, _lower(reply.headers.items())
 
     def drive_job(
         self, job: dict[str, Any], progress: Callable[[dict[str, Any]], None]
@@ -202,6 +202,10 @@ class LocalClient:
                 time.sleep(1.0)  # another runner holds it: wait for it
         progress(job)
         return job
+
+
+def _lower(items: Any) -> dict[str, str]:
+    return {str(k).lower(): str(v) for k, v in items}
 
 
 def _json_body(raw: bytes) -> dict[str, Any]:
@@ -226,7 +230,7 @@ def _refusal(status: int, body: Mapping[str, Any]) -> CliError:
 
 
 def _ok(answer: Answer, expect: tuple[int, ...] = (200,)) -> dict[str, Any]:
-    status, body = answer
+    status, body, _ = answer
     if status not in expect:
         raise _refusal(status, body)
     return body
@@ -531,12 +535,14 @@ def cmd_send(c: Client, ns: argparse.Namespace, out: TextIO, err: TextIO) -> int
         "content": base64.b64encode(content).decode(),
     }
     headers = {"Idempotency-Key": ns.idempotency_key} if ns.idempotency_key else None
-    doc = _ok(c.request("POST", "/v1/messages", body=body, headers=headers), (200, 201, 202))
+    answer = c.request("POST", "/v1/messages", body=body, headers=headers)
+    doc = _ok(answer, (200, 201, 202))
+    replayed = answer[2].get("idempotent-replayed") == "true"
     if ns.json:
-        _emit_json(doc, out)
+        _emit_json({**doc, "duplicate": replayed}, out)
     else:
         rcpts = doc.get("recipients") or []
-        dup = " (already queued)" if doc.get("duplicate") else ""
+        dup = " (already queued)" if replayed else ""
         out.write(f"queued {doc.get('mail_id')} for {len(rcpts)} recipient(s){dup}\n")
     return EXIT_OK
 

@@ -729,6 +729,9 @@ class SmtpClient:
             raise _HopFailed(connect_failure(f"connect to {hop.name}: deadline reached", hop.host))
         try:
             sock = socket.create_connection((hop.address, hop.port), timeout=seconds)
+            # commands and the final dot are small writes: without NODELAY, Nagle holds
+            # each behind the peer's delayed ACK (~40 ms per transaction)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         except TimeoutError:
             raise _HopFailed(
                 connect_failure(f"connect to {hop.name}: Connection timed out", hop.host)

@@ -88,7 +88,6 @@ def _signature_ok(method: str, url: str, headers: Mapping[str, str], body: bytes
 @contextmanager
 def serve(routes: Mapping[str, Handler], *, require_signature: bool = True) -> Iterator[str]:
     """HTTP on 127.0.0.1 → v2 events → the handler whose path prefix matches."""
-    seen: list[dict[str, Any]] = []
 
     class Adapter(BaseHTTPRequestHandler):
         def _do(self) -> None:
@@ -108,9 +107,8 @@ def serve(routes: Mapping[str, Handler], *, require_signature: bool = True) -> I
                 parts.path,
                 query,
                 body.decode() if body else None,
-                headers={k: v for k, v in headers.items() if k.lower() != "authorization"},
+                headers=headers,
             )
-            seen.append(event)
             handler = next(h for prefix, h in routes.items() if parts.path.startswith(prefix))
             resp = handler(event, context())
             self._reply(resp["statusCode"], json.loads(resp["body"]), resp.get("headers") or {})

@@ -193,6 +193,26 @@ def test_http_mode_is_signed_and_drives_jobs(
         assert code == 1 and "Forbidden" in err  # IAM auth: unsigned requests are refused
 
 
+def test_dev_token_instead_of_signing(admin: Admin, env: dict[str, str]) -> None:
+    """The local stack's development mode: unsigned, with a bearer token."""
+    seen: list[dict[str, Any]] = []
+
+    def handler(ev: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        seen.append(ev)
+        return admin_app.handle(ev, ctx, admin.api)
+
+    with serve({"/v1/queue": handler}, require_signature=False) as url:
+        code, out, err = cli.main(
+            ["size", "--json", "--no-sign"],
+            env={"MAILQUEUE_API": url, "MAILQUEUE_TOKEN": "dev-123"},
+            stdout=io.StringIO(),
+            stderr=io.StringIO(),
+        ), None, None
+        assert code == 0
+    assert seen[0]["headers"]["authorization"] == "Bearer dev-123"
+    assert "x-amz-date" not in seen[0]["headers"]
+
+
 def test_console_script_runs(admin: Admin, env: dict[str, str]) -> None:
     admin.enqueue("bob@example.net")
     script = Path(sys.executable).with_name("mailqueue")

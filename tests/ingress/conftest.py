@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from mailqueue.events import ListEmitter
 from mailqueue.ingress import IngressService, IngressSettings
+from mailqueue.model import Claim, MailRef, Result, utcnow
 
 from functions.ingress import app
 from tests.support.aws import AwsEnv, session
@@ -84,6 +85,17 @@ class Ingress:
 
     def rejects(self) -> list[dict[str, Any]]:
         return [e.to_json() for e in self.events.of_type("Reject")]
+
+
+def deliver_all(aws: AwsEnv, mail_id: str) -> None:
+    """Deliver every group through the core, so the mail finishes and is cleaned up."""
+    st = aws.storage()
+    _, groups = st.get_mail(mail_id)
+    for g in groups:
+        claim = st.send_start(MailRef(mail_id, g.key), utcnow(), lease_seconds=60)
+        assert isinstance(claim, Claim)
+        st.send_done(claim, [r.rid for r in g.recipients], Result(250, "2.0.0", "ok"))
+    assert not st.content_exists(mail_id)
 
 
 def make_ingress(aws: AwsEnv, **changes: Any) -> Ingress:

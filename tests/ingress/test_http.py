@@ -12,7 +12,7 @@ from mailqueue.aws.clients import make_clients
 from mailqueue.model import utcnow
 
 from functions.ingress import app
-from tests.ingress.conftest import DSN_PRINCIPAL, Ingress
+from tests.ingress.conftest import DSN_PRINCIPAL, Ingress, deliver_all
 from tests.support import events as ev
 from tests.support import factories as f
 from tests.support.aws import AwsEnv, session
@@ -71,6 +71,20 @@ def test_retry_with_the_same_key_stores_one_mail(ingress: Ingress) -> None:
     assert calls.calls["sqs:SendMessageBatch"] <= 1
     _, _, retry_sqs = ingress.trace().new_since(after_first)
     assert retry_sqs <= len(first["groups"])
+
+
+def test_a_retry_after_the_mail_was_delivered_is_still_the_first_answer(
+    ingress: Ingress,
+) -> None:
+    status, first, _ = ingress.http(ev.http_send(key="late"))
+    assert status == 202
+    deliver_all(ingress.aws, first["mail_id"])
+    before = ingress.trace()
+    status, again, headers = ingress.http(ev.http_send(key="late"))
+    assert (status, again, headers["Idempotent-Replayed"]) == (202, first, "true")
+    assert ingress.trace().new_since(before) == (set(), set(), 0)
+    status, body, _ = ingress.http(ev.http_send(key="late", recipients=["x@other.example"]))
+    assert (status, body["error"]) == (409, "idempotency_conflict")
 
 
 def test_a_key_reused_with_other_content_is_a_conflict(ingress: Ingress) -> None:

@@ -8,7 +8,7 @@ import pytest
 from mailqueue.errors import NotFound
 from mailqueue.model import mail_id_for_key
 
-from tests.ingress.conftest import Ingress
+from tests.ingress.conftest import Ingress, deliver_all
 from tests.support import events as ev
 from tests.support import factories as f
 
@@ -144,6 +144,16 @@ def test_an_ses_retry_stores_nothing_twice(ingress_factory: Any) -> None:
         assert "dynamodb:BatchWriteItem" not in calls.calls
         assert ing.trace().new_since(after_first)[:2] == (set(), set())
         assert bool(_raw_keys(ing)) is not delete_raw
+
+
+def test_an_ses_retry_after_delivery_is_recognised(ingress: Ingress) -> None:
+    event = ev.load_event("ses_receipt")
+    _store_raw(ingress, event)
+    assert ingress(event) == {"disposition": "CONTINUE"}
+    deliver_all(ingress.aws, _mail_id(ingress, event))
+    before = ingress.trace()
+    assert ingress(event) == {"disposition": "CONTINUE"}  # raw gone, tombstone found
+    assert ingress.trace().new_since(before) == (set(), set(), 0)
 
 
 def test_a_missing_raw_mail_that_was_never_queued_raises(ingress: Ingress) -> None:

@@ -6,7 +6,7 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
-from tests.ingress.conftest import Ingress
+from tests.ingress.conftest import Ingress, deliver_all
 from tests.support import events as ev
 from tests.support import factories as f
 
@@ -76,6 +76,15 @@ def test_a_retry_after_the_upload_was_consumed_gets_the_first_answer(ingress: In
         s3, ddb, _ = ingress.trace().new_since(before)
         assert s3 == {f"content/{first['mail_id']}"}
         assert len(ddb) == 1 + len(first["groups"])
+
+
+def test_a_retry_after_the_mail_was_delivered_gets_the_first_answer(ingress: Ingress) -> None:
+    upload_id = _upload(ingress, f.content(5000))
+    status, first, _ = _send(ingress, upload_id, key=None)
+    assert status == 202
+    deliver_all(ingress.aws, first["mail_id"])
+    status, again, headers = _send(ingress, upload_id, key=None)
+    assert (status, again, headers["Idempotent-Replayed"]) == (202, first, "true")
 
 
 def test_an_upload_sent_again_to_other_recipients_is_a_conflict(ingress: Ingress) -> None:

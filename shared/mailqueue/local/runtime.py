@@ -252,6 +252,7 @@ class LocalFunction:
         self.lock = threading.Lock()
         self.invocations = 0
         self.errors = 0
+        self.busy_seconds = 0.0  # time spent in invocations (the benchmark's utilisation)
         module = importlib.import_module(spec.module)
         # a new container: forget services cached by an earlier stack in this process
         for value in vars(module).values():
@@ -274,10 +275,14 @@ class LocalFunction:
         ctx = context if context is not None else self.context()
         with self.lock:
             self.invocations += 1
-            if self.router is None:
-                return self._invoke(event, ctx)
-            with self.router.to(self.log):
-                return self._invoke(event, ctx)
+            started = time.monotonic()
+            try:
+                if self.router is None:
+                    return self._invoke(event, ctx)
+                with self.router.to(self.log):
+                    return self._invoke(event, ctx)
+            finally:
+                self.busy_seconds += time.monotonic() - started
 
     def _invoke(self, event: dict[str, Any], ctx: Any) -> Any:
         try:

@@ -20,12 +20,15 @@ as they do in Lambda.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import logging
 import os
 import secrets
+import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -72,6 +75,7 @@ class StackOptions:
     api_port: int = 3000
     sink_port: int = 0
     moto_port: int = 0
+    moto: str = "process"  # process: its own interpreter (a second core) | thread: in ours
     relay: str | None = None  # "host:port" of a real MTA instead of the sink
     fast_retries: bool = False
     sweep_interval: float = 60.0
@@ -271,15 +275,21 @@ class LocalStack:
         os.environ.update(values)
 
     def _start_moto(self) -> str:
-        from moto.server import ThreadedMotoServer
+        o = self.options
+        if o.moto == "thread":
+            from moto.server import ThreadedMotoServer
 
-        logging.getLogger("werkzeug").setLevel(logging.WARNING)
-        self._moto = ThreadedMotoServer(
-            ip_address=self.options.host, port=self.options.moto_port, verbose=False
-        )
-        self._moto.start()
-        host, port = self._moto.get_host_and_port()
-        return f"http://{host}:{port}"
+            logging.getLogger("werkzeug").setLevel(logging.WARNING)
+            server = ThreadedMotoServer(ip_address=o.host, port=o.moto_port, verbose=False)
+            server.start()
+            self._moto = server
+            host, port = server.get_host_and_port()
+            return f"http://{host}:{port}"
+        if o.moto != "process":
+            raise ValueError("moto must be process or thread")
+        proc = MotoProcess(o.host, o.moto_port, self.log_dir / "moto.log")
+        self._moto = proc
+        return proc.start()
 
     def _deploy(self) -> Deployment:
         mode = self.options.deploy
@@ -494,6 +504,75 @@ class LocalStack:
             sqs.send_message(QueueUrl=queue_url, MessageBody=json.dumps(record))
 
         return send
+
+
+# `python -m moto.server` without werkzeug's line per request (errors still logged)
+_MOTO_MAIN = (
+    "import logging, sys; logging.getLogger('werkzeug').setLevel(logging.WARNING); "
+    "from moto.server import main; main(sys.argv[1:])"
+)
+
+
+class MotoProcess:
+    """moto's server in a child process (``python -m moto.server``), stopped by PID."""
+
+    def __init__(self, host: str, port: int, log_path: Path) -> None:
+        self.host = host
+        self.port = port
+        self.log_path = log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 30.0) -> str:
+        if self.port == 0:
+            with socket.socket() as s:
+                s.bind((self.host, 0))
+                self.port = int(s.getsockname()[1])
+        with open(self.log_path, "ab") as log_file:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", _MOTO_MAIN, "-H", self.host, "-p", str(self.port)],
+                stdin=subprocess.DEVNULL,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                preexec_fn=_die_with_parent(),
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"moto exited with {self.proc.returncode}; see {self.log_path}"
+                )
+            with socket.socket() as s:
+                s.settimeout(0.5)
+                if s.connect_ex((self.host, self.port)) == 0:
+                    return f"http://{self.host}:{self.port}"
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"moto did not listen on {self.host}:{self.port} within {timeout} s")
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """Linux: the child gets SIGTERM should we die without stopping it (a SIGKILL).
+
+    prctl is looked up here, in the parent: the function run between fork and exec only
+    calls it (no import, no lock another thread might hold).
+    """
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL("libc.so.6", use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None  # not Linux: stop() still ends it on every orderly exit
+    return functools.partial(prctl, 1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def _cloudformation_unavailable() -> str | None:

@@ -1,0 +1,236 @@
+"""`make bench`: request counts, cost per message, delivery throughput → docs/benchmarks.md.
+
+Runs against moto in server mode and aiosmtpd on 127.0.0.1, through the real handlers.
+Throughput here measures our code plus moto on this machine, not AWS: moto answers in
+~1–3 ms per request where AWS answers in ~5–20 ms, so read the numbers as "what the code
+costs", and the request counts as what AWS would bill.
+"""
+
+from __future__ import annotations
+
+import json
+
+import platform
+import re
+import statistics
+import time
+from collections import Counter
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from functions.delivery import app as delivery_app
+from mailqueue.delivery import DeliveryService, DeliverySettings
+from mailqueue.local.runtime import LocalContext, sqs_event
+from mailqueue.model import Envelope, Recipient
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from tests.support.aws import AwsEnv, make_env, reset_moto
+from tests.support.smtp_peers import smtp_sink
+
+ROOT = Path(__file__).resolve().parent.parent
+PRICES = json.loads((Path(__file__).parent / "aws-prices.json").read_text())
+SECTION = "## Queue core and delivery"
+LAST_SPENT: dict[str, float] = {}
+
+
+@contextmanager
+def moto_server() -> Iterator[str]:
+    """moto in its own process: in-process it would share the GIL with the code measured."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        for _ in range(200):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def content(size: int) -> bytes:
+    head = b"From: a@example.org\r\nTo: b@example.net\r\nSubject: bench\r\n\r\n"
+    line = b"x" * 76 + b"\r\n"
+    return head + line * max(1, (size - len(head)) // len(line))
+
+
+def envelope(*addrs: str) -> Envelope:
+    return Envelope("alice@example.org", tuple(Recipient("", a) for a in addrs))
+
+
+def counts(env: AwsEnv, fn: Any) -> dict[str, int]:
+    env.counter.reset()
+    fn()
+    return env.counter.snapshot()
+
+
+def deliver_batch(env: AwsEnv, svc: DeliveryService, n_groups: int, size: int) -> tuple[float, dict[str, int]]:
+    st = env.storage()
+    body = content(size)
+    for i in range(n_groups):
+        st.enqueue(envelope(f"u{i}@d{i}.example"), body)
+    msgs: list[dict[str, Any]] = []
+    while len(msgs) < n_groups:
+        msgs += env.clients.sqs.receive_message(
+            QueueUrl=env.resources.delivery_queue_url, MaxNumberOfMessages=10, AttributeNames=["All"]
+        ).get("Messages", [])
+    env.counter.reset()
+    spent: Counter[str] = Counter()
+    started: dict[int, float] = {}
+
+    def before(model: Any, context: Any, **_: Any) -> None:
+        started[id(context)] = time.perf_counter()
+
+    def after(model: Any, context: Any, **_: Any) -> None:
+        spent[f"{model.service_model.service_name}:{model.name}"] += time.perf_counter() - started.pop(
+            id(context), time.perf_counter()
+        )
+
+    for c in env.clients.all():
+        c.meta.events.register("before-call.*.*", before)
+        c.meta.events.register("after-call.*.*", after)
+    t0 = time.perf_counter()
+    out = delivery_app.handle(sqs_event(msgs, "arn:aws:sqs:us-east-1:1:delivery"), LocalContext("delivery"), svc)
+    dt = time.perf_counter() - t0
+    LAST_SPENT.clear()
+    LAST_SPENT.update({k: v for k, v in spent.items()})
+    LAST_SPENT["total"] = dt
+    assert not out["batchItemFailures"], out
+    return dt, env.counter.snapshot()
+
+
+def cost_per_million(calls: dict[str, int], per_messages: int) -> dict[str, float]:
+    """Dollars per million delivered messages from a counted request mix (list prices)."""
+    p = PRICES
+    c = Counter({k: v / per_messages for k, v in calls.items()})
+    s3 = (c["s3:PutObject"] + c["s3:ListObjectsV2"]) * p["s3_standard"]["put_copy_post_list_per_1000"] / 1000
+    s3 += (c["s3:GetObject"] + c["s3:HeadObject"]) * p["s3_standard"]["get_per_1000"] / 1000
+    ddb_writes = c["dynamodb:UpdateItem"] + c["dynamodb:PutItem"] + c["dynamodb:BatchWriteItem:items"]
+    ddb_reads = c["dynamodb:GetItem"] + c["dynamodb:Query"]
+    # item sizes are 1–3 KB; each write also updates the by_state index: ≈ 2 WRU + 1 GSI WRU
+    ddb = ddb_writes * 3 * p["dynamodb_on_demand"]["write_request_unit_per_million"] / 1e6
+    ddb += ddb_reads * 1 * p["dynamodb_on_demand"]["read_request_unit_per_million"] / 1e6
+    sqs_requests = sum(v for k, v in c.items() if k.startswith("sqs:"))
+    # the event source mapping: ~1 ReceiveMessage + 1 DeleteMessageBatch per batch of 10
+    sqs_requests += 0.2
+    sqs = sqs_requests * p["sqs_standard"]["per_million_requests"] / 1e6
+    apigw = 1 * p["apigateway_http_api"]["per_million_requests"] / 1e6
+    # Lambda: ingress 1 invocation (~80 ms), delivery 1/10 invocation (~250 ms per group),
+    # events writer 1/100, all 512 MB arm64
+    gb_s = 0.5 * (0.08 + 0.25 + 0.01)
+    lam = (1 + 0.1 + 0.01) * p["lambda"]["per_million_requests"] / 1e6
+    lam += gb_s * p["lambda"]["per_gb_second_arm64"]
+    events_put = 0.01 * p["s3_standard"]["put_copy_post_list_per_1000"] / 1000
+    per_msg = {"S3": s3 + events_put, "DynamoDB": ddb, "SQS": sqs, "API Gateway": apigw, "Lambda": lam}
+    return {k: v * 1e6 for k, v in per_msg.items()}
+
+
+def main() -> None:
+    lines: list[str] = []
+    with moto_server() as endpoint:
+        reset_moto(endpoint)
+        env = make_env(endpoint)
+        st = env.storage()
+        a = counts(env, lambda: st.enqueue(envelope("b@example.net"), content(10 * 1024)))
+        b = counts(env, lambda: st.enqueue(envelope(*[f"u{i}@d{i % 10}.example" for i in range(100)]), content(10 * 1024)))
+        k = counts(env, lambda: st.enqueue(envelope("b@example.net"), content(10 * 1024), idempotency_key="bench"))
+        with smtp_sink() as peer:
+            routes = json.dumps({"default": {"next_hop": f"[127.0.0.1]:{peer.port}", "tls": "none"}})
+            svc = DeliveryService(DeliverySettings(hostname="bench.test", routes=routes), env.storage())
+            results: dict[int, list[float]] = {}
+            per_group: dict[int, dict[str, int]] = {}
+            for size in (1024, 100 * 1024):
+                runs = []
+                for _ in range(5):
+                    reset_moto(endpoint)
+                    env = make_env(endpoint)
+                    svc.storage = env.storage()
+                    dt, calls = deliver_batch(env, svc, 10, size)
+                    runs.append(10 / dt)
+                    per_group[size] = calls
+                results[size] = runs
+        enq = counts(env, lambda: env.storage().enqueue(envelope("b@example.net"), content(10 * 1024)))
+    lines.append(SECTION)
+    lines.append("")
+    lines.append(f"_Run {datetime.now():%Y-%m-%d %H:%M} on {platform.machine()}, {platform.python_version()}, "
+                 "moto server + aiosmtpd on 127.0.0.1 (`make bench`)._")
+    lines.append("")
+    lines.append("### AWS requests (counted with botocore hooks; asserted in tests/test_aws_backend.py)")
+    lines.append("")
+    lines.append("| operation | requests | by operation |")
+    lines.append("|---|---|---|")
+    for name, c in (("enqueue 1 recipient, 10 KB", a), ("enqueue 100 recipients / 10 domains", b),
+                    ("enqueue with Idempotency-Key", k)):
+        lines.append(f"| {name} | {sum(c.values())} | {', '.join(f'{x} ×{n}' for x, n in sorted(c.items()))} |")
+    g1 = per_group[1024]
+    lines.append(f"| delivery of 10 groups, one invocation (claim → SMTP → done → cleanup) | {sum(g1.values())} "
+                 f"({sum(g1.values()) / 10:.1f} per group) | {', '.join(f'{x} ×{n}' for x, n in sorted(g1.items()))} |")
+    lines.append("")
+    lines.append("### Delivery throughput: one invocation, a batch of 10 groups to a local aiosmtpd sink")
+    lines.append("")
+    lines.append("| message size | groups/s (median of 5) | min | max |")
+    lines.append("|---|---|---|---|")
+    for size, runs in results.items():
+        lines.append(f"| {size // 1024} KB | {statistics.median(runs):.1f} | {min(runs):.1f} | {max(runs):.1f} |")
+    lines.append("")
+    aws_time = sum(v for k, v in LAST_SPENT.items() if k != "total")
+    top = sorted(((v, k) for k, v in LAST_SPENT.items() if k != "total"), reverse=True)[:3]
+    lines.append(
+        f"Bottleneck (last 100 KB run): {aws_time / LAST_SPENT['total'] * 100:.0f} % of the invocation is "
+        f"waiting for moto ({', '.join(f'{k} {v * 1000 / 10:.0f} ms/group' for v, k in top)}); the SMTP "
+        "transactions on one reused connection take a few ms each (TCP_NODELAY matters: without it "
+        "each transaction waited ~40 ms on delayed ACKs). Records run sequentially in one "
+        "invocation; Lambda scales out with concurrent invocations of the SQS event source."
+    )
+    lines.append("")
+    mix = Counter(enq) + Counter({k2: v / 10 for k2, v in g1.items()})
+    mix["dynamodb:BatchWriteItem:items"] = 2 + 2  # enqueue 2 items, cleanup 2 deletes
+    cost = cost_per_million(dict(mix), 1)
+    total = sum(cost.values())
+    lines.append("### Cost per million delivered messages (1 recipient, 10 KB; list prices us-east-1, "
+                 "bench/aws-prices.json)")
+    lines.append("")
+    lines.append("| service | $ per million |")
+    lines.append("|---|---|")
+    for svc_name, v in cost.items():
+        lines.append(f"| {svc_name} | {v:.2f} |")
+    lines.append(f"| **total** | **{total:.2f}** |")
+    lines.append("")
+    lines.append(f"Amazon SES: ${PRICES['ses_for_comparison']['outbound_per_1000_recipients_a_la_carte'] * 1000:.0f} "
+                 "per million. Assumptions: DynamoDB ≈ 3 WRU per state write (1–3 KB group item + the "
+                 "by_state index), Lambda 512 MB arm64 (ingress 80 ms, delivery 250 ms per group), "
+                 "SQS event source ~0.2 requests per message, events written in batches of 100; "
+                 "data transfer and storage not included.")
+    write_section(lines)
+    print("\n".join(lines))
+
+
+def write_section(lines: list[str]) -> None:
+    path = ROOT / "docs" / "benchmarks.md"
+    text = path.read_text() if path.exists() else "# Benchmarks\n\nEach section is written by its own `make` target.\n\n"
+    block = "\n".join(lines) + "\n"
+    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
+    if pattern.search(text):
+        text = pattern.sub(block + "\n", text)
+    else:
+        text = text.rstrip("\n") + "\n\n" + block
+    path.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
+
