@@ -9,26 +9,25 @@ costs", and the request counts as what AWS would bill.
 from __future__ import annotations
 
 import json
-
 import platform
 import re
+import socket
 import statistics
+import subprocess
+import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from functions.delivery import app as delivery_app
 from mailqueue.delivery import DeliveryService, DeliverySettings
 from mailqueue.local.runtime import LocalContext, sqs_event
 from mailqueue.model import Envelope, Recipient
-import socket
-import subprocess
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 
+from functions.delivery import app as delivery_app
 from tests.support.aws import AwsEnv, make_env, reset_moto
 from tests.support.smtp_peers import smtp_sink
 
@@ -78,7 +77,9 @@ def counts(env: AwsEnv, fn: Any) -> dict[str, int]:
     return env.counter.snapshot()
 
 
-def deliver_batch(env: AwsEnv, svc: DeliveryService, n_groups: int, size: int) -> tuple[float, dict[str, int]]:
+def deliver_batch(
+    env: AwsEnv, svc: DeliveryService, n_groups: int, size: int
+) -> tuple[float, dict[str, int]]:
     st = env.storage()
     body = content(size)
     for i in range(n_groups):
@@ -86,7 +87,9 @@ def deliver_batch(env: AwsEnv, svc: DeliveryService, n_groups: int, size: int) -
     msgs: list[dict[str, Any]] = []
     while len(msgs) < n_groups:
         msgs += env.clients.sqs.receive_message(
-            QueueUrl=env.resources.delivery_queue_url, MaxNumberOfMessages=10, AttributeNames=["All"]
+            QueueUrl=env.resources.delivery_queue_url,
+            MaxNumberOfMessages=10,
+            AttributeNames=["All"],
         ).get("Messages", [])
     env.counter.reset()
     spent: Counter[str] = Counter()
@@ -96,15 +99,17 @@ def deliver_batch(env: AwsEnv, svc: DeliveryService, n_groups: int, size: int) -
         started[id(context)] = time.perf_counter()
 
     def after(model: Any, context: Any, **_: Any) -> None:
-        spent[f"{model.service_model.service_name}:{model.name}"] += time.perf_counter() - started.pop(
-            id(context), time.perf_counter()
+        spent[f"{model.service_model.service_name}:{model.name}"] += (
+            time.perf_counter() - started.pop(id(context), time.perf_counter())
         )
 
     for c in env.clients.all():
         c.meta.events.register("before-call.*.*", before)
         c.meta.events.register("after-call.*.*", after)
     t0 = time.perf_counter()
-    out = delivery_app.handle(sqs_event(msgs, "arn:aws:sqs:us-east-1:1:delivery"), LocalContext("delivery"), svc)
+    out = delivery_app.handle(
+        sqs_event(msgs, "arn:aws:sqs:us-east-1:1:delivery"), LocalContext("delivery"), svc
+    )
     dt = time.perf_counter() - t0
     LAST_SPENT.clear()
     LAST_SPENT.update({k: v for k, v in spent.items()})
@@ -117,9 +122,15 @@ def cost_per_million(calls: dict[str, int], per_messages: int) -> dict[str, floa
     """Dollars per million delivered messages from a counted request mix (list prices)."""
     p = PRICES
     c = Counter({k: v / per_messages for k, v in calls.items()})
-    s3 = (c["s3:PutObject"] + c["s3:ListObjectsV2"]) * p["s3_standard"]["put_copy_post_list_per_1000"] / 1000
+    s3 = (
+        (c["s3:PutObject"] + c["s3:ListObjectsV2"])
+        * p["s3_standard"]["put_copy_post_list_per_1000"]
+        / 1000
+    )
     s3 += (c["s3:GetObject"] + c["s3:HeadObject"]) * p["s3_standard"]["get_per_1000"] / 1000
-    ddb_writes = c["dynamodb:UpdateItem"] + c["dynamodb:PutItem"] + c["dynamodb:BatchWriteItem:items"]
+    ddb_writes = (
+        c["dynamodb:UpdateItem"] + c["dynamodb:PutItem"] + c["dynamodb:BatchWriteItem:items"]
+    )
     ddb_reads = c["dynamodb:GetItem"] + c["dynamodb:Query"]
     # item sizes are 1–3 KB; each write also updates the by_state index: ≈ 2 WRU + 1 GSI WRU
     ddb = ddb_writes * 3 * p["dynamodb_on_demand"]["write_request_unit_per_million"] / 1e6
@@ -135,7 +146,13 @@ def cost_per_million(calls: dict[str, int], per_messages: int) -> dict[str, floa
     lam = (1 + 0.1 + 0.01) * p["lambda"]["per_million_requests"] / 1e6
     lam += gb_s * p["lambda"]["per_gb_second_arm64"]
     events_put = 0.01 * p["s3_standard"]["put_copy_post_list_per_1000"] / 1000
-    per_msg = {"S3": s3 + events_put, "DynamoDB": ddb, "SQS": sqs, "API Gateway": apigw, "Lambda": lam}
+    per_msg = {
+        "S3": s3 + events_put,
+        "DynamoDB": ddb,
+        "SQS": sqs,
+        "API Gateway": apigw,
+        "Lambda": lam,
+    }
     return {k: v * 1e6 for k, v in per_msg.items()}
 
 
@@ -146,11 +163,25 @@ def main() -> None:
         env = make_env(endpoint)
         st = env.storage()
         a = counts(env, lambda: st.enqueue(envelope("b@example.net"), content(10 * 1024)))
-        b = counts(env, lambda: st.enqueue(envelope(*[f"u{i}@d{i % 10}.example" for i in range(100)]), content(10 * 1024)))
-        k = counts(env, lambda: st.enqueue(envelope("b@example.net"), content(10 * 1024), idempotency_key="bench"))
+        b = counts(
+            env,
+            lambda: st.enqueue(
+                envelope(*[f"u{i}@d{i % 10}.example" for i in range(100)]), content(10 * 1024)
+            ),
+        )
+        k = counts(
+            env,
+            lambda: st.enqueue(
+                envelope("b@example.net"), content(10 * 1024), idempotency_key="bench"
+            ),
+        )
         with smtp_sink() as peer:
-            routes = json.dumps({"default": {"next_hop": f"[127.0.0.1]:{peer.port}", "tls": "none"}})
-            svc = DeliveryService(DeliverySettings(hostname="bench.test", routes=routes), env.storage())
+            routes = json.dumps(
+                {"default": {"next_hop": f"[127.0.0.1]:{peer.port}", "tls": "none"}}
+            )
+            svc = DeliveryService(
+                DeliverySettings(hostname="bench.test", routes=routes), env.storage()
+            )
             results: dict[int, list[float]] = {}
             per_group: dict[int, dict[str, int]] = {}
             for size in (1024, 100 * 1024):
@@ -163,29 +194,46 @@ def main() -> None:
                     runs.append(10 / dt)
                     per_group[size] = calls
                 results[size] = runs
-        enq = counts(env, lambda: env.storage().enqueue(envelope("b@example.net"), content(10 * 1024)))
+        enq = counts(
+            env, lambda: env.storage().enqueue(envelope("b@example.net"), content(10 * 1024))
+        )
     lines.append(SECTION)
     lines.append("")
-    lines.append(f"_Run {datetime.now():%Y-%m-%d %H:%M} on {platform.machine()}, {platform.python_version()}, "
-                 "moto server + aiosmtpd on 127.0.0.1 (`make bench`)._")
+    lines.append(
+        f"_Run {datetime.now():%Y-%m-%d %H:%M} on {platform.machine()}, {platform.python_version()}, "
+        "moto server + aiosmtpd on 127.0.0.1 (`make bench`)._"
+    )
     lines.append("")
-    lines.append("### AWS requests (counted with botocore hooks; asserted in tests/test_aws_backend.py)")
+    lines.append(
+        "### AWS requests (counted with botocore hooks; asserted in tests/test_aws_backend.py)"
+    )
     lines.append("")
     lines.append("| operation | requests | by operation |")
     lines.append("|---|---|---|")
-    for name, c in (("enqueue 1 recipient, 10 KB", a), ("enqueue 100 recipients / 10 domains", b),
-                    ("enqueue with Idempotency-Key", k)):
-        lines.append(f"| {name} | {sum(c.values())} | {', '.join(f'{x} ×{n}' for x, n in sorted(c.items()))} |")
+    for name, c in (
+        ("enqueue 1 recipient, 10 KB", a),
+        ("enqueue 100 recipients / 10 domains", b),
+        ("enqueue with Idempotency-Key", k),
+    ):
+        lines.append(
+            f"| {name} | {sum(c.values())} | {', '.join(f'{x} ×{n}' for x, n in sorted(c.items()))} |"
+        )
     g1 = per_group[1024]
-    lines.append(f"| delivery of 10 groups, one invocation (claim → SMTP → done → cleanup) | {sum(g1.values())} "
-                 f"({sum(g1.values()) / 10:.1f} per group) | {', '.join(f'{x} ×{n}' for x, n in sorted(g1.items()))} |")
+    lines.append(
+        f"| delivery of 10 groups, one invocation (claim → SMTP → done → cleanup) | {sum(g1.values())} "
+        f"({sum(g1.values()) / 10:.1f} per group) | {', '.join(f'{x} ×{n}' for x, n in sorted(g1.items()))} |"
+    )
     lines.append("")
-    lines.append("### Delivery throughput: one invocation, a batch of 10 groups to a local aiosmtpd sink")
+    lines.append(
+        "### Delivery throughput: one invocation, a batch of 10 groups to a local aiosmtpd sink"
+    )
     lines.append("")
     lines.append("| message size | groups/s (median of 5) | min | max |")
     lines.append("|---|---|---|---|")
     for size, runs in results.items():
-        lines.append(f"| {size // 1024} KB | {statistics.median(runs):.1f} | {min(runs):.1f} | {max(runs):.1f} |")
+        lines.append(
+            f"| {size // 1024} KB | {statistics.median(runs):.1f} | {min(runs):.1f} | {max(runs):.1f} |"
+        )
     lines.append("")
     aws_time = sum(v for k, v in LAST_SPENT.items() if k != "total")
     top = sorted(((v, k) for k, v in LAST_SPENT.items() if k != "total"), reverse=True)[:3]
@@ -201,8 +249,10 @@ def main() -> None:
     mix["dynamodb:BatchWriteItem:items"] = 2 + 2  # enqueue 2 items, cleanup 2 deletes
     cost = cost_per_million(dict(mix), 1)
     total = sum(cost.values())
-    lines.append("### Cost per million delivered messages (1 recipient, 10 KB; list prices us-east-1, "
-                 "bench/aws-prices.json)")
+    lines.append(
+        "### Cost per million delivered messages (1 recipient, 10 KB; list prices us-east-1, "
+        "bench/aws-prices.json)"
+    )
     lines.append("")
     lines.append("| service | $ per million |")
     lines.append("|---|---|")
@@ -210,18 +260,24 @@ def main() -> None:
         lines.append(f"| {svc_name} | {v:.2f} |")
     lines.append(f"| **total** | **{total:.2f}** |")
     lines.append("")
-    lines.append(f"Amazon SES: ${PRICES['ses_for_comparison']['outbound_per_1000_recipients_a_la_carte'] * 1000:.0f} "
-                 "per million. Assumptions: DynamoDB ≈ 3 WRU per state write (1–3 KB group item + the "
-                 "by_state index), Lambda 512 MB arm64 (ingress 80 ms, delivery 250 ms per group), "
-                 "SQS event source ~0.2 requests per message, events written in batches of 100; "
-                 "data transfer and storage not included.")
+    lines.append(
+        f"Amazon SES: ${PRICES['ses_for_comparison']['outbound_per_1000_recipients_a_la_carte'] * 1000:.0f} "
+        "per million. Assumptions: DynamoDB ≈ 3 WRU per state write (1–3 KB group item + the "
+        "by_state index), Lambda 512 MB arm64 (ingress 80 ms, delivery 250 ms per group), "
+        "SQS event source ~0.2 requests per message, events written in batches of 100; "
+        "data transfer and storage not included."
+    )
     write_section(lines)
     print("\n".join(lines))
 
 
 def write_section(lines: list[str]) -> None:
     path = ROOT / "docs" / "benchmarks.md"
-    text = path.read_text() if path.exists() else "# Benchmarks\n\nEach section is written by its own `make` target.\n\n"
+    text = (
+        path.read_text()
+        if path.exists()
+        else "# Benchmarks\n\nEach section is written by its own `make` target.\n\n"
+    )
     block = "\n".join(lines) + "\n"
     pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
     if pattern.search(text):
@@ -233,4 +289,3 @@ def write_section(lines: list[str]) -> None:
 
 if __name__ == "__main__":
     main()
-

@@ -7,12 +7,12 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-
 from mailqueue.aws.accounting import RequestCounter
+from mailqueue.aws.clients import make_clients
 from mailqueue.errors import PermanentStorageError, TransientStorageError
 from mailqueue.model import Claim, MailRef, Result, utcnow
+
 from tests.support import factories as f
-from mailqueue.aws.clients import make_clients
 from tests.support.aws import AwsEnv, make_env, session
 from tests.support.faults import short_circuit
 
@@ -78,7 +78,7 @@ def test_unprocessed_items_are_retried_not_dropped(aws: AwsEnv) -> None:
         calls["n"] += 1
         if calls["n"] > 1:
             return None
-        (table, reqs), = params["RequestItems"].items()
+        ((table, reqs),) = params["RequestItems"].items()
         keep, rest = reqs[: len(reqs) // 2], reqs[len(reqs) // 2 :]
         plain.dynamodb.batch_write_item(RequestItems={table: keep})
         return {"UnprocessedItems": {table: rest}}
@@ -129,9 +129,10 @@ def test_throttling_maps_to_a_transient_error(moto_endpoint: str) -> None:
             "UpdateItem",
         )
 
-    with short_circuit(env.clients.dynamodb, "UpdateItem", throttle), pytest.raises(
-        TransientStorageError
-    ) as err:
+    with (
+        short_circuit(env.clients.dynamodb, "UpdateItem", throttle),
+        pytest.raises(TransientStorageError) as err,
+    ):
         st.send_start(MailRef("m", "g"), utcnow(), lease_seconds=60)
     assert isinstance(err.value.__cause__, ClientError)
 
@@ -153,7 +154,10 @@ def test_reschedule_sets_the_trigger_visibility(aws: AwsEnv) -> None:
         QueueUrl=aws.resources.delivery_queue_url, MaxNumberOfMessages=1, WaitTimeSeconds=1
     )["Messages"][0]
     c = st.send_start(
-        MailRef(q.mail_id, q.groups[0]), utcnow(), lease_seconds=60, receipt_handle=msg["ReceiptHandle"]
+        MailRef(q.mail_id, q.groups[0]),
+        utcnow(),
+        lease_seconds=60,
+        receipt_handle=msg["ReceiptHandle"],
     )
     assert isinstance(c, Claim)
     aws.counter.reset()
@@ -173,7 +177,10 @@ def test_send_cancel_makes_the_trigger_visible_again(aws: AwsEnv) -> None:
         QueueUrl=aws.resources.delivery_queue_url, MaxNumberOfMessages=1, VisibilityTimeout=600
     )["Messages"][0]
     c = st.send_start(
-        MailRef(q.mail_id, q.groups[0]), utcnow(), lease_seconds=60, receipt_handle=msg["ReceiptHandle"]
+        MailRef(q.mail_id, q.groups[0]),
+        utcnow(),
+        lease_seconds=60,
+        receipt_handle=msg["ReceiptHandle"],
     )
     assert isinstance(c, Claim)
     st.send_cancel(c)

@@ -14,7 +14,6 @@ from aws_lambda_powertools.utilities.batch import (
 )
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
-
 from mailqueue.bounce import BounceService, BounceStats, parse_ref
 
 logger = Logger(service="bounce")

@@ -14,7 +14,6 @@ from aws_lambda_powertools.utilities.batch import (
 )
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
-
 from mailqueue.delivery import DeliveryService
 from mailqueue.secrets import powertools_credentials
 from mailqueue.smtp import lambda_deadline

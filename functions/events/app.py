@@ -8,7 +8,6 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
-
 from mailqueue.eventlog import EventWriterService
 
 logger = Logger(service="events")
@@ -21,7 +20,9 @@ def default_service() -> EventWriterService:
     return EventWriterService.from_env()
 
 
-def handle(event: dict[str, Any], context: LambdaContext, service: EventWriterService) -> dict[str, Any]:
+def handle(
+    event: dict[str, Any], context: LambdaContext, service: EventWriterService
+) -> dict[str, Any]:
     # The whole batch is one unit: a failure raises and Lambda retries (bisecting) the batch;
     # object keys derive from the batch, so a retry overwrites rather than duplicates.
     result = service.handle(event.get("Records", []))

@@ -8,7 +8,6 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
-
 from mailqueue.sweeper import Sweeper
 
 logger = Logger(service="sweeper")
@@ -24,9 +23,7 @@ def default_sweeper() -> Sweeper:
 def handle(event: dict[str, Any], context: LambdaContext, sweeper: Sweeper) -> dict[str, Any]:
     # the daily schedule passes {"orphans": true}: listing the content prefix is not free
     orphans = bool((event or {}).get("orphans", False))
-    stats = sweeper.run(
-        lambda: context.get_remaining_time_in_millis() / 1000.0, orphans=orphans
-    )
+    stats = sweeper.run(lambda: context.get_remaining_time_in_millis() / 1000.0, orphans=orphans)
     for name, value in stats.as_metrics().items():
         metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
     logger.info("sweep finished", extra={"stats": stats.as_metrics(), "early": stats.stopped_early})

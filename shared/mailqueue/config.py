@@ -46,7 +46,9 @@ def settings_from_env(
         raw = source.get(prefix + f.name.upper())
         if raw is not None and raw != "":
             try:
-                kwargs[f.name] = _coerce(raw, f.type if not isinstance(f.type, str) else f.type.split(" ")[0])
+                kwargs[f.name] = _coerce(
+                    raw, f.type if not isinstance(f.type, str) else f.type.split(" ")[0]
+                )
             except ValueError as e:
                 raise ConfigError(f"{prefix}{f.name.upper()}: {e}") from e
     try:

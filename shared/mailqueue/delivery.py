@@ -31,11 +31,11 @@ from .smtp import ConnectionPool, DeliveryOutcome, SmtpClient, Timeouts
 log = logging.getLogger(__name__)
 
 
-class KeepMessage(MailqueueError):  # noqa: N818 - a control signal, not a failure
+class KeepMessage(MailqueueError):
     """The record must stay on the queue (its visibility is already set as intended)."""
 
 
-class PoisonMessage(MailqueueError):  # noqa: N818
+class PoisonMessage(MailqueueError):
     """The record cannot be understood; it fails until SQS moves it to the DLQ."""
 
 

@@ -44,4 +44,4 @@ class LeaseLost(MailqueueError):
 
 
 class Conflict(MailqueueError):
-    """The state does not allow this transition (e.g. an idempotency key reused for other content)."""
+    """The state does not allow this transition (an idempotency key reused for other content)."""

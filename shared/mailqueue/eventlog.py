@@ -92,7 +92,13 @@ def derive_events(
         if r.state != b.state and r.state == RecipientState.DELIVERED:
             out.append(
                 QueueEvent(
-                    "Delivery", mail, r.address, when, str(r.attempts), result, attempt,
+                    "Delivery",
+                    mail,
+                    r.address,
+                    when,
+                    str(r.attempts),
+                    result,
+                    attempt,
                     {**extra_common, "processing_ms": _ms_between(mail.timestamp, when)},
                 )
             )
@@ -100,7 +106,13 @@ def derive_events(
             permanent = bool(result and result.status.startswith("5"))
             out.append(
                 QueueEvent(
-                    "Bounce", mail, r.address, when, "bounce", result, attempt,
+                    "Bounce",
+                    mail,
+                    r.address,
+                    when,
+                    "bounce",
+                    result,
+                    attempt,
                     {
                         **extra_common,
                         "bounce_type": "Permanent" if permanent else "Transient",
@@ -111,8 +123,13 @@ def derive_events(
         elif r.attempts > b.attempts and r.state == RecipientState.QUEUED:
             out.append(
                 QueueEvent(
-                    "DeliveryDelay", mail, r.address, r.last_attempt_at or when,
-                    str(r.attempts), result, attempt,
+                    "DeliveryDelay",
+                    mail,
+                    r.address,
+                    r.last_attempt_at or when,
+                    str(r.attempts),
+                    result,
+                    attempt,
                     {**extra_common, "next_attempt_at": new.get("next_at")},
                 )
             )
@@ -122,8 +139,13 @@ def derive_events(
             at = from_iso((op or {}).get("at")) or utcnow()
             out.append(
                 QueueEvent(
-                    "Operator", mail, r.address, at, f"{(op or {}).get('action')}@{(op or {}).get('at')}",
-                    None, None,
+                    "Operator",
+                    mail,
+                    r.address,
+                    at,
+                    f"{(op or {}).get('action')}@{(op or {}).get('at')}",
+                    None,
+                    None,
                     {
                         "action": (op or {}).get("action"),
                         "actor": (op or {}).get("actor"),
@@ -163,7 +185,9 @@ class OutboxEvent(QueueEvent):
         for key in ("reject", "operator", "delivery", "bounce", "deliveryDelay"):
             if isinstance(raw.get(key), dict) and raw[key].get("timestamp"):
                 ts = from_iso(raw[key]["timestamp"]) or ts
-        mail = MailInfo(message_id=str(raw.get("mail", {}).get("messageId", "")), source="", timestamp=ts)
+        mail = MailInfo(
+            message_id=str(raw.get("mail", {}).get("messageId", "")), source="", timestamp=ts
+        )
         return cls(str(raw.get("eventType", "")), mail, None, ts, raw=raw)
 
     def to_json(self) -> dict[str, Any]:
@@ -174,7 +198,9 @@ class OutboxEvent(QueueEvent):
         return str((self.raw or {}).get("eventId", ""))
 
 
-def stream_events(records: Iterable[Mapping[str, Any]], *, reporting_mta: str = "") -> list[QueueEvent]:
+def stream_events(
+    records: Iterable[Mapping[str, Any]], *, reporting_mta: str = ""
+) -> list[QueueEvent]:
     out: list[QueueEvent] = []
     for rec in records:
         ddb = rec.get("dynamodb", {})

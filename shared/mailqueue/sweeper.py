@@ -80,7 +80,9 @@ class Sweeper:
         clients = make_clients(region=ss.region, endpoint_url=ss.endpoint_url)
         return cls(settings_from_env(SweeperSettings), AwsStorage(ss, clients))
 
-    def run(self, time_left: Callable[[], float] | None = None, *, orphans: bool = False) -> SweepStats:
+    def run(
+        self, time_left: Callable[[], float] | None = None, *, orphans: bool = False
+    ) -> SweepStats:
         left = time_left or (lambda: 300.0)
         stats = SweepStats()
         for step in (self.recover_leases, self.repost_lost_triggers, self.repost_dsn, self.clean):

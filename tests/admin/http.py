@@ -41,8 +41,8 @@ def v2_event(
         event["queryStringParameters"] = dict(query)
     else:
         event.pop("queryStringParameters", None)
-    if headers:
-        event["headers"].update({k.lower(): v for k, v in headers.items()})
+    if headers is not None:  # a real request's headers replace the sample's
+        event["headers"] = {k.lower(): v for k, v in headers.items()}
     if body is None:
         event.pop("body", None)
     else:

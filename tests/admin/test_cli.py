@@ -202,12 +202,12 @@ def test_dev_token_instead_of_signing(admin: Admin, env: dict[str, str]) -> None
         return admin_app.handle(ev, ctx, admin.api)
 
     with serve({"/v1/queue": handler}, require_signature=False) as url:
-        code, out, err = cli.main(
+        code = cli.main(
             ["size", "--json", "--no-sign"],
             env={"MAILQUEUE_API": url, "MAILQUEUE_TOKEN": "dev-123"},
             stdout=io.StringIO(),
             stderr=io.StringIO(),
-        ), None, None
+        )
         assert code == 0
     assert seen[0]["headers"]["authorization"] == "Bearer dev-123"
     assert "x-amz-date" not in seen[0]["headers"]

@@ -6,12 +6,13 @@ import email
 import email.policy
 import json
 
-from functions.bounce import app as bounce_app
 from mailqueue.bounce import BounceService, BounceSettings
 from mailqueue.local.runtime import SqsPoller
 from mailqueue.model import Notify
-from tests.support.rigs import RigFactory, relay_to
+
+from functions.bounce import app as bounce_app
 from tests.support import factories as f
+from tests.support.rigs import RigFactory, relay_to
 from tests.support.smtp_peers import Behaviour, smtp_sink
 
 
@@ -31,9 +32,7 @@ def test_permanent_failure_reaches_the_sender_as_a_dsn_and_is_cleaned(rig: RigFa
     with smtp_sink(behaviour) as peer:
         r = rig(routes=relay_to(peer.port))
         st = r.aws.storage()
-        q = st.enqueue(
-            f.envelope("bad@x.example", "worse@x.example", "ok@x.example"), f.content()
-        )
+        q = st.enqueue(f.envelope("bad@x.example", "worse@x.example", "ok@x.example"), f.content())
         r.poll()  # delivery: ok delivered, two bounced
         bsvc = BounceService(BounceSettings(hostname="mq.test"), st)
         b = bounce_poller(r.aws, bsvc).poll_once()
@@ -52,9 +51,10 @@ def test_permanent_failure_reaches_the_sender_as_a_dsn_and_is_cleaned(rig: RigFa
         status = dsn.content.decode()
         assert "Final-Recipient: rfc822; bad@x.example" in status
         assert "Final-Recipient: rfc822; worse@x.example" in status
-        assert "ok@x.example" not in status.split("message/delivery-status", 1)[1].split(
-            "text/rfc822-headers"
-        )[0]
+        assert (
+            "ok@x.example"
+            not in status.split("message/delivery-status", 1)[1].split("text/rfc822-headers")[0]
+        )
         assert "Status: 5.1.1" in status and "Action: failed" in status
     # nothing left anywhere: original and DSN both finished and cleaned
     assert st.list_queue().items == ()

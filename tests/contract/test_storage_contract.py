@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 import pytest
-
 from mailqueue.errors import Conflict, InvalidInput, LeaseLost
 from mailqueue.model import (
     Claim,
@@ -23,6 +22,7 @@ from mailqueue.model import (
     utcnow,
 )
 from mailqueue.storage import ClaimRefused, Storage
+
 from tests.support import factories as f
 from tests.support.aws import AwsEnv
 
@@ -57,7 +57,9 @@ def claim(b: Backend, mail_id: str, group: str, **kw: object) -> Claim:
 
 
 def test_enqueue_then_list_queue_shows_each_group_due(backend: Backend) -> None:
-    q = backend.storage.enqueue(f.envelope("a@x.example", "b@x.example", "c@y.example"), f.content())
+    q = backend.storage.enqueue(
+        f.envelope("a@x.example", "b@x.example", "c@y.example"), f.content()
+    )
     assert sorted(q.groups) == ["x.example", "y.example"]
     assert [rid for rid, _ in q.recipients] == ["r0", "r1", "r2"]
     page = backend.storage.list_queue(due_before=utcnow() + timedelta(seconds=1))
@@ -124,7 +126,9 @@ def test_reschedule_moves_next_attempt_and_counts_the_attempt(backend: Backend) 
     later = utcnow() + timedelta(minutes=5)
     t = backend.storage.reschedule(c, {"r0": TEMP}, later)
     assert t.released and t.group.state == GroupState.QUEUED
-    refused = backend.storage.send_start(MailRef(q.mail_id, q.groups[0]), utcnow(), lease_seconds=60)
+    refused = backend.storage.send_start(
+        MailRef(q.mail_id, q.groups[0]), utcnow(), lease_seconds=60
+    )
     assert isinstance(refused, ClaimRefused) and refused.reason == "not_due"
     assert refused.next_attempt_at is not None
     assert abs((refused.next_attempt_at - later).total_seconds()) < 1
@@ -176,7 +180,9 @@ def test_find_inflight_returns_only_expired_leases(backend: Backend) -> None:
 
 
 def test_partial_results_in_one_group(backend: Backend) -> None:
-    q = backend.storage.enqueue(f.envelope("a@x.example", "b@x.example", "c@x.example"), f.content())
+    q = backend.storage.enqueue(
+        f.envelope("a@x.example", "b@x.example", "c@x.example"), f.content()
+    )
     c = claim(backend, q.mail_id, "x.example")
     t1 = backend.storage.send_done(c, ["r0"], OK)
     assert not t1.released
@@ -204,9 +210,7 @@ def test_drop_marks_bounced_and_a_dsn_due(backend: Backend) -> None:
     assert t.group.recipients[0].dsn_pending == "failed"
 
 
-@pytest.mark.parametrize(
-    ("sender", "notify"), [("", ()), ("alice@example.org", (Notify.NEVER,))]
-)
+@pytest.mark.parametrize(("sender", "notify"), [("", ()), ("alice@example.org", (Notify.NEVER,))])
 def test_drop_without_dsn_finishes_the_mail(
     backend: Backend, sender: str, notify: tuple[Notify, ...]
 ) -> None:
@@ -261,9 +265,7 @@ def test_bad_envelopes_are_refused_before_anything_is_written(
 ) -> None:
     from mailqueue.model import Envelope, Recipient
 
-    env = Envelope(
-        sender=sender, recipients=tuple(Recipient(rid="", address=a) for a in addresses)
-    )
+    env = Envelope(sender=sender, recipients=tuple(Recipient(rid="", address=a) for a in addresses))
     with pytest.raises(InvalidInput) as err:
         backend.storage.enqueue(env, f.content())
     assert err.value.code == code

@@ -20,11 +20,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from functions.bounce import app as bounce_app
-from functions.delivery import app as delivery_app
+from mailqueue.aws.accounting import RequestCounter
 from mailqueue.aws.backend import AwsStorage
 from mailqueue.aws.clients import AwsClients, make_clients
+from mailqueue.aws.resources import create_resources
 from mailqueue.bounce import BounceService, BounceSettings
+from mailqueue.config import StorageSettings
 from mailqueue.delivery import DeliveryService, DeliverySettings
 from mailqueue.errors import StorageError
 from mailqueue.local.runtime import LocalContext, sqs_event
@@ -32,9 +33,9 @@ from mailqueue.model import Envelope, utcnow
 from mailqueue.routing import RoutingTable
 from mailqueue.smtp import Timeouts
 from mailqueue.sweeper import Sweeper, SweeperSettings
-from mailqueue.aws.accounting import RequestCounter
-from mailqueue.aws.resources import create_resources
-from mailqueue.config import StorageSettings
+
+from functions.bounce import app as bounce_app
+from functions.delivery import app as delivery_app
 from tests.support.aws import REGION, AwsEnv, reset_moto, session
 from tests.support.faults import InjectedCrash
 from tests.support.smtp_peers import SmtpPeer
@@ -173,15 +174,26 @@ class World:
             ds,
             self.storage,
             clock=self.clock,
-            timeouts=Timeouts(connect=2, greeting=3, ehlo=3, mail=3, rcpt=3, data_init=3,
-                              data_block=3, data_done=3),
+            timeouts=Timeouts(
+                connect=2,
+                greeting=3,
+                ehlo=3,
+                mail=3,
+                rcpt=3,
+                data_init=3,
+                data_block=3,
+                data_done=3,
+            ),
         )
         if failing_port is not None:
             self.route_to(failing_port)
-        self.bounce = BounceService(BounceSettings(hostname="mq.test"), self.storage, clock=self.clock)
+        self.bounce = BounceService(
+            BounceSettings(hostname="mq.test"), self.storage, clock=self.clock
+        )
         self.sweeper = Sweeper(
-            SweeperSettings(trigger_grace_seconds=300, cleanup_grace_seconds=60,
-                            orphan_grace_seconds=36 * 3600),
+            SweeperSettings(
+                trigger_grace_seconds=300, cleanup_grace_seconds=60, orphan_grace_seconds=36 * 3600
+            ),
             self.storage,
             clock=self.clock,
         )
@@ -249,9 +261,14 @@ class World:
         for name in ("delivery", "bounce"):
             a = self.env.clients.sqs.get_queue_attributes(
                 QueueUrl=self._queue(name),
-                AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+                AttributeNames=[
+                    "ApproximateNumberOfMessages",
+                    "ApproximateNumberOfMessagesNotVisible",
+                ],
             )["Attributes"]
-            if int(a["ApproximateNumberOfMessages"]) or int(a["ApproximateNumberOfMessagesNotVisible"]):
+            if int(a["ApproximateNumberOfMessages"]) or int(
+                a["ApproximateNumberOfMessagesNotVisible"]
+            ):
                 return False
         return True
 
@@ -260,7 +277,9 @@ class World:
         return resp.get("Items", [])
 
     def content_objects(self) -> list[str]:
-        resp = self.env.clients.s3.list_objects_v2(Bucket=self.env.resources.bucket, Prefix="content/")
+        resp = self.env.clients.s3.list_objects_v2(
+            Bucket=self.env.resources.bucket, Prefix="content/"
+        )
         return [o["Key"] for o in resp.get("Contents", [])]
 
     # ------------------------------------------------------------------ driving
@@ -308,7 +327,9 @@ class World:
         return int(a["ApproximateNumberOfMessages"]) > 0
 
     def _pending_state(self) -> bool:
-        return any(it["sk"]["S"] != "M" and "st" in it and it["st"]["S"] != "done" for it in self.items())
+        return any(
+            it["sk"]["S"] != "M" and "st" in it and it["st"]["S"] != "done" for it in self.items()
+        )
 
 
 def dsn_recipients(content: bytes) -> list[str]:

@@ -11,14 +11,13 @@ is left.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
 
+from tests.crash.conftest import Peers
 from tests.crash.harness import Clients, Injector, World, dsn_recipients
 from tests.support import factories as f
-from tests.support.smtp_peers import Behaviour, SmtpPeer, smtp_sink
 
 
 @dataclass(frozen=True)
@@ -45,29 +44,9 @@ SCENARIOS = [
 
 
 @dataclass
-class Peers:
-    ok: SmtpPeer
-    failing: SmtpPeer
-
-
-@pytest.fixture(scope="module")
-def peers() -> Iterator[Peers]:
-    bad = {"bad@x.example": "550 5.1.1 no such user"}
-    with smtp_sink(Behaviour(rcpt_replies=bad)) as ok, smtp_sink(
-        Behaviour(rcpt_replies={**bad, "later@x.example": "451 4.3.0 later", "later@y.example": "451 4.3.0 later"})
-    ) as failing:
-        yield Peers(ok, failing)
-
-
-@dataclass
 class Outcome:
     requests: int
     duplicates: int
-
-
-@pytest.fixture(scope="module")
-def clients(moto_endpoint: str) -> Clients:
-    return Clients.create(moto_endpoint)
 
 
 def run(clients: Clients, peers: Peers, sc: Scenario, crash_at: int) -> Outcome:
@@ -81,7 +60,7 @@ def run(clients: Clients, peers: Peers, sc: Scenario, crash_at: int) -> Outcome:
     )
     w.enqueue(f.envelope(*sc.recipients), f.content(), key=f"{sc.name}-{crash_at}")
     w.run_until_quiet()
-    msgs = peers.ok.messages[starts[0]:] + peers.failing.messages[starts[1]:]
+    msgs = peers.ok.messages[starts[0] :] + peers.failing.messages[starts[1] :]
     originals = [m for m in msgs if m.mail_from not in ("", "<>")]
     dsns = [m for m in msgs if m.mail_from in ("", "<>")]
     got = Counter(r for m in originals for r in m.rcpt_tos)
@@ -95,9 +74,7 @@ def run(clients: Clients, peers: Peers, sc: Scenario, crash_at: int) -> Outcome:
         assert sorted(dsn_recipients(dsns[0].content)) == sorted(sc.bounced), where
         assert dsns[0].rcpt_tos == ["alice@example.org"], where
     assert w.content_objects() == [], f"{where}: content left behind"
-    assert [it for it in w.items() if "tomb" not in it] == [], (
-        f"{where}: state left behind"
-    )
+    assert [it for it in w.items() if "tomb" not in it] == [], f"{where}: state left behind"
     return Outcome(len(inj.seen), sum(n - 1 for n in got.values() if n > 1))
 
 
@@ -111,4 +88,7 @@ def test_crash_at_every_request(
     for k in range(1, base.requests + 1):
         dups += run(clients, peers, sc, k).duplicates
     with capsys.disabled():
-        print(f"\n[crash] {sc.name}: {base.requests} crash points covered, 0 lost, {dups} duplicate deliveries")
+        print(
+            f"\n[crash] {sc.name}: {base.requests} crash points covered, 0 lost, "
+            f"{dups} duplicate deliveries"
+        )

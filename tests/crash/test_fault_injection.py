@@ -11,8 +11,9 @@ import pytest
 from botocore.awsrequest import AWSResponse
 from botocore.exceptions import ConnectTimeoutError
 
+from tests.crash.conftest import Peers
 from tests.crash.harness import Clients, Injector, World, dsn_recipients
-from tests.crash.test_crash_injection import SCENARIOS, Peers, Scenario, clients, peers  # noqa: F401
+from tests.crash.test_crash_injection import SCENARIOS, Scenario
 from tests.support import factories as f
 
 
@@ -26,12 +27,19 @@ class _Raw:
 
 def _response(request: Any, status: int, code: str) -> AWSResponse:
     svc = request.context.get("service_name") or ""
-    if "s3" in str(request.url).split("/")[2:3] or svc == "s3" or "X-Amz-Target" not in request.headers:
+    if (
+        "s3" in str(request.url).split("/")[2:3]
+        or svc == "s3"
+        or "X-Amz-Target" not in request.headers
+    ):
         body = f"<Error><Code>{code}</Code><Message>injected</Message></Error>".encode()
         headers = {"Content-Type": "application/xml"}
     else:
         body = json.dumps({"__type": code, "message": "injected"}).encode()
-        headers = {"Content-Type": "application/x-amz-json-1.0", "x-amzn-query-error": f"{code};Sender"}
+        headers = {
+            "Content-Type": "application/x-amz-json-1.0",
+            "x-amzn-query-error": f"{code};Sender",
+        }
     return AWSResponse(request.url, status, headers, _Raw(body))
 
 
@@ -53,7 +61,9 @@ class FaultInjector(Injector):
             raise ConnectTimeoutError(endpoint_url=request.url)
         if self.kind == "throttle":
             s3 = "X-Amz-Target" not in request.headers
-            return _response(request, 503 if s3 else 400, "SlowDown" if s3 else "ThrottlingException")
+            return _response(
+                request, 503 if s3 else 400, "SlowDown" if s3 else "ThrottlingException"
+            )
         return _response(request, 500, "InternalError")
 
 
@@ -63,10 +73,12 @@ KINDS = ("throttle", "internal", "timeout")
 def run(clients: Clients, peers: Peers, sc: Scenario, at: int, kind: str) -> int:
     starts = (len(peers.ok.messages), len(peers.failing.messages))
     inj = FaultInjector(at, kind)
-    w = World(clients, peers.ok.port, inj, failing_port=peers.failing.port if sc.temporary_first else None)
+    w = World(
+        clients, peers.ok.port, inj, failing_port=peers.failing.port if sc.temporary_first else None
+    )
     w.enqueue(f.envelope(*sc.recipients), f.content(), key=f"fault-{sc.name}-{at}-{kind}")
     w.run_until_quiet()
-    msgs = peers.ok.messages[starts[0]:] + peers.failing.messages[starts[1]:]
+    msgs = peers.ok.messages[starts[0] :] + peers.failing.messages[starts[1] :]
     got = Counter(r for m in msgs if m.mail_from not in ("", "<>") for r in m.rcpt_tos)
     dsns = [m for m in msgs if m.mail_from in ("", "<>")]
     where = f"{sc.name} {inj.faulted}"
@@ -83,7 +95,10 @@ def run(clients: Clients, peers: Peers, sc: Scenario, at: int, kind: str) -> int
 
 @pytest.mark.parametrize("sc", [SCENARIOS[0], SCENARIOS[3]], ids=["deliverable", "mixed3"])
 def test_a_fault_on_each_call_in_turn(
-    clients: Clients, peers: Peers, sc: Scenario, capsys: pytest.CaptureFixture[str]  # noqa: F811
+    clients: Clients,
+    peers: Peers,
+    sc: Scenario,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     total = run(clients, peers, sc, 0, "none")
     covered = Counter()  # type: Counter[str]

@@ -5,9 +5,10 @@ from __future__ import annotations
 from datetime import timedelta
 
 from mailqueue.model import GroupState, MailRef, utcnow
-from tests.support.rigs import RigFactory, relay_to
+
 from tests.support import factories as f
 from tests.support.dns_peer import dns_server
+from tests.support.rigs import RigFactory, relay_to
 from tests.support.smtp_peers import Behaviour, pki, refused_port, silent_server, smtp_sink
 
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from functions.events import app as events_app
 from mailqueue.eventlog import EventWriterService, EventWriterSettings, iter_jsonl
 from mailqueue.model import Claim, MailRef, Result, utcnow
+
+from functions.events import app as events_app
 from tests.support import factories as f
 from tests.support.aws import AwsEnv
 from tests.support.lambda_context import LambdaContext

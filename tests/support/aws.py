@@ -8,13 +8,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import boto3
-from moto.server import ThreadedMotoServer
-
 from mailqueue.aws.accounting import RequestCounter
 from mailqueue.aws.backend import AwsStorage
 from mailqueue.aws.clients import AwsClients, make_clients
 from mailqueue.aws.resources import CreatedResources, create_resources
 from mailqueue.config import StorageSettings
+from moto.server import ThreadedMotoServer
 
 REGION = "us-east-1"
 

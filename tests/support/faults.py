@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any

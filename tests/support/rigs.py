@@ -6,12 +6,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-
-from functions.delivery import app as delivery_app
 from mailqueue.delivery import DeliveryService, DeliverySettings
 from mailqueue.local.runtime import PollResult, SqsPoller
 from mailqueue.model import GroupState, MailRef
 from mailqueue.smtp import Timeouts
+
+from functions.delivery import app as delivery_app
 from tests.support.aws import AwsEnv
 
 
@@ -85,8 +85,17 @@ def rig(aws: AwsEnv) -> RigFactory:
             ds,
             aws.storage(),
             resolver=resolver or ds.resolver(),
-            timeouts=timeouts or Timeouts(connect=2, greeting=3, ehlo=3, mail=3, rcpt=3,
-                                          data_init=3, data_block=3, data_done=3),
+            timeouts=timeouts
+            or Timeouts(
+                connect=2,
+                greeting=3,
+                ehlo=3,
+                mail=3,
+                rcpt=3,
+                data_init=3,
+                data_block=3,
+                data_done=3,
+            ),
         )
         poller = SqsPoller(
             aws.clients.sqs,

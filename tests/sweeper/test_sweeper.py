@@ -6,10 +6,11 @@ import json
 from datetime import timedelta
 from typing import Any
 
-from functions.sweeper import app as sweeper_app
 from mailqueue.aws.backend import AwsStorage
 from mailqueue.model import Claim, GroupState, MailRef, RecipientState, Result, utcnow
 from mailqueue.sweeper import Sweeper, SweeperSettings
+
+from functions.sweeper import app as sweeper_app
 from tests.crash.harness import FakeClock
 from tests.support import factories as f
 from tests.support.aws import AwsEnv
@@ -24,7 +25,9 @@ def make(aws: AwsEnv, clock: FakeClock) -> tuple[AwsStorage, Sweeper]:
 def drain(aws: AwsEnv, url: str) -> list[dict[str, Any]]:
     out = []
     while True:
-        msgs = aws.clients.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
+        msgs = aws.clients.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get(
+            "Messages", []
+        )
         if not msgs:
             return out
         for m in msgs:
@@ -74,7 +77,9 @@ def test_past_lifetime_is_bounced_with_447(aws: AwsEnv) -> None:
     g = st.get_group(MailRef(q.mail_id, q.groups[0]))
     assert g.recipients[0].state == RecipientState.BOUNCED
     assert g.recipients[0].last_result.status == "4.4.7"
-    assert drain(aws, aws.resources.bounce_queue_url) == [{"v": 1, "mail_id": q.mail_id, "group": q.groups[0]}]
+    assert drain(aws, aws.resources.bounce_queue_url) == [
+        {"v": 1, "mail_id": q.mail_id, "group": q.groups[0]}
+    ]
 
 
 def test_held_mail_is_untouched(aws: AwsEnv) -> None:
@@ -84,7 +89,11 @@ def test_held_mail_is_untouched(aws: AwsEnv) -> None:
     drain(aws, aws.resources.delivery_queue_url)
     c = st.admin_claim(MailRef(q.mail_id, q.groups[0]), clock())
     assert isinstance(c, Claim)
-    st.mark(c, {r.rid: r.with_(state=RecipientState.HELD) for r in c.unresolved()}, op={"action": "held"})
+    st.mark(
+        c,
+        {r.rid: r.with_(state=RecipientState.HELD) for r in c.unresolved()},
+        op={"action": "held"},
+    )
     clock.advance(timedelta(days=6))
     stats = sweep(sw, orphans=True)["stats"]
     assert stats == {k: 0 for k in stats}

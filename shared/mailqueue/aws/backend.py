@@ -157,9 +157,7 @@ class AwsStorage:
     def _group_from_item(self, raw: dict[str, Any]) -> Group:
         d = raw
         rcpts = d.get("rcpts") or {}
-        recipients = tuple(
-            Recipient.from_json(rcpts[rid]) for rid in sorted(rcpts, key=_rid_order)
-        )
+        recipients = tuple(Recipient.from_json(rcpts[rid]) for rid in sorted(rcpts, key=_rid_order))
         st = d.get("st")
         derived = derive_group_state(recipients)
         state = GroupState(st) if st else derived
@@ -273,7 +271,9 @@ class AwsStorage:
                     raise InvalidInput("orcpt_too_long", "orcpt too long", f"recipients[{i}].orcpt")
             if Notify.NEVER in r.notify and len(r.notify) > 1:
                 raise InvalidInput(
-                    "invalid_notify", "NEVER excludes other NOTIFY values", f"recipients[{i}].notify"
+                    "invalid_notify",
+                    "NEVER excludes other NOTIFY values",
+                    f"recipients[{i}].notify",
                 )
         if envelope.envid is not None:
             check_no_ctl(envelope.envid, "envid")
@@ -344,7 +344,9 @@ class AwsStorage:
                         raise _AlreadyStored() from e
                     raise
         except _AlreadyStored:
-            return self._resume_enqueue(mail_id, sha, answer, envelope, recipients, groups, now, due)
+            return self._resume_enqueue(
+                mail_id, sha, answer, envelope, recipients, groups, now, due
+            )
 
         # 2. state: one mail item + one item per group, one BatchWriteItem for ≤ 24 groups
         items = self._items_for(
@@ -377,7 +379,7 @@ class AwsStorage:
             "envid": envelope.envid,
             "smtputf8": envelope.smtputf8,
         }
-        mail = {
+        mail: dict[str, Any] = {
             **common,
             "sk": "M",
             "sha256": sha,
@@ -632,7 +634,8 @@ class AwsStorage:
                             "lease_until = :lu, started_at = :now"
                         ),
                         ConditionExpression=(
-                            "(st = :queued AND due <= :now_ms) OR (st = :inflight AND due < :now_ms)"
+                            "(st = :queued AND due <= :now_ms) "
+                            "OR (st = :inflight AND due < :now_ms)"
                         ),
                         ExpressionAttributeValues={
                             ":inflight": {"S": GroupState.INFLIGHT.value},
@@ -781,7 +784,9 @@ class AwsStorage:
         removes: list[str] = []
         for i, (rid, r) in enumerate(changed.items()):
             old = by_rid[rid]
-            stored = r.with_(state=RecipientState.QUEUED) if r.state == RecipientState.INFLIGHT else r
+            stored = (
+                r.with_(state=RecipientState.QUEUED) if r.state == RecipientState.INFLIGHT else r
+            )
             old_json = (
                 old.with_(state=RecipientState.QUEUED)
                 if old.state == RecipientState.INFLIGHT
@@ -867,7 +872,9 @@ class AwsStorage:
         cleaned = False
         if release and state == GroupState.DONE:
             finished, cleaned = self._after_group_done(group.mail_id, group.key)
-        return Transition(group=new_group, released=release, mail_finished=finished, cleaned=cleaned)
+        return Transition(
+            group=new_group, released=release, mail_finished=finished, cleaned=cleaned
+        )
 
     def _after_group_done(self, mail_id: str, gkey: str) -> tuple[bool, bool]:
         """The last group to finish cleans the mail; others leave the cleanup index.

@@ -12,10 +12,12 @@ from botocore.config import Config
 from botocore.exceptions import (
     BotoCoreError,
     ClientError,
-    ConnectionError as BotoConnectionError,
     ConnectTimeoutError,
     EndpointConnectionError,
     ReadTimeoutError,
+)
+from botocore.exceptions import (
+    ConnectionError as BotoConnectionError,
 )
 
 from ..errors import PermanentStorageError, TransientStorageError

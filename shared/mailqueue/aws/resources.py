@@ -71,7 +71,9 @@ def create_resources(
             Attributes={
                 "VisibilityTimeout": str(vis),
                 "MessageRetentionPeriod": str(14 * 86400),
-                "RedrivePolicy": json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 100}),
+                "RedrivePolicy": json.dumps(
+                    {"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 100}
+                ),
             },
         )["QueueUrl"]
         urls[name] = url

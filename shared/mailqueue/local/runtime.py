@@ -266,9 +266,7 @@ class LocalFunction:
         return self.spec.name
 
     def context(self) -> LocalContext:
-        return LocalContext(
-            self.spec.function_name, self.spec.timeout_seconds, self.spec.memory_mb
-        )
+        return LocalContext(self.spec.function_name, self.spec.timeout_seconds, self.spec.memory_mb)
 
     def __call__(self, event: dict[str, Any], context: Any = None) -> Any:
         """Invoke synchronously; an exception is the invocation's error (as Lambda reports)."""
