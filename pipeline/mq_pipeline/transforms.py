@@ -7,7 +7,7 @@ be tested on a tiny DataFrame built with an explicit schema.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -28,10 +28,13 @@ REASON_RULES: tuple[tuple[str, str], ...] = (
     (r"\s+", " "),
 )
 REASON_MAX_LEN = 160
+# The job may run on an older Python than the project's 3.11 (EMR's runtime), so no
+# datetime.UTC, dataclass slots or zip(strict=) in the modules the driver imports.
+UTC = timezone.utc  # noqa: UP017
 STATUS_RE = r"\b([245]\.\d{1,3}\.\d{1,3})\b"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class TimeRange:
     """A half-open UTC interval [start, end); None ends mean "whatever the data holds"."""
 

@@ -309,8 +309,6 @@ class EventWriterService:
 
 def _counter_store(ss: Any, clients: Any) -> Any:
     """The queue-size counters maintained from the same stream (see counters.py)."""
-    try:
-        from .counters import CounterStore
-    except ImportError:  # counters not part of this build
-        return None
-    return CounterStore(clients.dynamodb, ss.table)
+    from .counters import CounterStore
+
+    return CounterStore(ss.table, clients.dynamodb)

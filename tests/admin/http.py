@@ -55,7 +55,8 @@ def answer(resp: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str]]:
     return resp["statusCode"], json.loads(resp["body"]), dict(resp.get("headers") or {})
 
 
-def context(remaining_ms: int = 30_000) -> LambdaContext:
+def context(remaining_ms: int = 30_000) -> Any:
+    """A Lambda context (typed Any: it stands in for Powertools' LambdaContext)."""
     return LambdaContext(
         function_name="mailqueue-admin",
         invoked_function_arn="arn:aws:lambda:us-east-1:123456789012:function:mailqueue-admin",
@@ -124,9 +125,9 @@ def serve(routes: Mapping[str, Handler], *, require_signature: bool = True) -> I
             self.end_headers()
             self.wfile.write(raw)
 
-        do_GET = do_POST = do_DELETE = _do  # noqa: N815
+        do_GET = do_POST = do_DELETE = _do
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+        def log_message(self, format: str, *args: Any) -> None:
             return None
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Adapter)

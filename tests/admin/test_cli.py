@@ -85,7 +85,10 @@ def test_local_list_show_hold_release(admin: Admin, env: dict[str, str]) -> None
 
     code, out, _ = run("--local", "hold", a.mail_id, b.mail_id)
     assert code == 0
-    assert out.splitlines() == [f"{a.mail_id}: hold: 2 recipient(s)", f"{b.mail_id}: hold: 1 recipient(s)"]
+    assert out.splitlines() == [
+        f"{a.mail_id}: hold: 2 recipient(s)",
+        f"{b.mail_id}: hold: 1 recipient(s)",
+    ]
     op = admin.item(a.mail_id, "example.net")["op"]["M"]
     assert op["actor"]["S"].startswith("cli:")
     code, out, _ = run("--local", "release", a.mail_id, "--group", "example.com", "--json")
@@ -117,7 +120,9 @@ def test_local_size_and_shape(admin: Admin, env: dict[str, str]) -> None:
     assert doc["recipients"] == {"queued": 3} and doc["pending"] == 3
     code, out, _ = run("--local", "size")
     assert out.splitlines()[1].split() == ["queued", "3", "2"]
-    assert any(line.startswith("example.net") and line.split()[1] == "2" for line in out.splitlines())
+    assert any(
+        line.startswith("example.net") and line.split()[1] == "2" for line in out.splitlines()
+    )
     code, out, _ = run("--local", "shape")
     assert code == 0
     assert out.splitlines()[1].split()[:3] == ["TOTAL", "3", "3"]

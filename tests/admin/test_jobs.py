@@ -21,7 +21,7 @@ def run(admin: Admin, action: Action, *, everything: bool = False, **flt: str) -
 
 
 def pending_groups(admin: Admin) -> list[Any]:
-    out = []
+    out: list[Any] = []
     for st in (GroupState.QUEUED, GroupState.INFLIGHT, GroupState.HELD):
         out.extend(admin.storage.list_queue(state=st, limit=1000).items)
     return out

@@ -88,3 +88,18 @@ def test_events_are_partitioned_by_date_and_hour(aws: AwsEnv) -> None:
     (key,) = out["objects"]
     now = utcnow()
     assert key.startswith(f"events/dt={now:%Y-%m-%d}/hr=") and key.endswith(".json.gz")
+
+
+def test_the_writer_also_keeps_the_queue_size_counters(aws: AwsEnv) -> None:
+    from mailqueue.counters import CounterStore
+
+    st = aws.storage()
+    reader = StreamReader(aws)
+    counters = CounterStore(aws.resources.table, aws.clients.dynamodb)
+    svc = EventWriterService(
+        EventWriterSettings(bucket=aws.resources.bucket), aws.clients.s3, counters
+    )
+    st.enqueue(f.envelope("a@x.example", "b@x.example", "c@y.example"), f.content())
+    svc.handle(reader.poll())
+    counts = counters.read()
+    assert counts.pending() == 3 and counts.domains["y.example"] == {"queued": 1}
