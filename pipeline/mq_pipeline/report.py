@@ -16,15 +16,16 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
 
-from .transforms import UTC
-from .schema import (
+from .consts import (
     ATTEMPTS_CAP,
     BOUNCE_BANDS,
     LAG_EDGES_S,
     PERCENTILE_ACCURACY,
     PERCENTILES,
     QSHAPE_EDGES_MIN,
+    bounce_band,
 )
+from .transforms import ts_lit
 
 GRAIN_COLS = ("grain", "day", "hour", "domain")
 # Grouping sets over (day, hour, domain): what each grain keeps.
@@ -64,16 +65,6 @@ def _with_time_keys(df: DataFrame, ts: str) -> DataFrame:
 
 def _ratio(num: str, den: str) -> Column:
     return F.when(F.col(den) > 0, F.col(num) / F.col(den))
-
-
-def bounce_band(rate: float | None) -> str:
-    """The SES band a hard-bounce rate falls in: ok, elevated (>=2 %), review, pause."""
-    if rate is None:
-        return "ok"
-    for limit, name in BOUNCE_BANDS:
-        if rate >= limit:
-            return name
-    return "ok"
 
 
 def _band_col(rate: Column) -> Column:
@@ -219,34 +210,13 @@ def sched_lag(events: DataFrame, accuracy: int = PERCENTILE_ACCURACY) -> DataFra
     )
 
 
-def lag_bucket_labels() -> list[str]:
-    """Human labels for sched_lag's lag_bucket_<i> columns."""
-
-    def fmt(s: float) -> str:
-        return f"{s / 60:g}m" if s >= 60 else f"{s:g}s"
-
-    edges = LAG_EDGES_S
-    labels = [f"<{fmt(edges[0])}"]
-    labels += [f"{fmt(edges[i])}-{fmt(edges[i + 1])}" for i in range(len(edges) - 1)]
-    labels.append(f">={fmt(edges[-1])}")
-    return labels
-
-
-def qshape_labels() -> list[str]:
-    """Bucket labels like postfix qshape: 0-5, 5-10, ... minutes, last open-ended."""
-    edges = (0, *QSHAPE_EDGES_MIN)
-    labels = [f"{edges[i]}-{edges[i + 1]}" for i in range(len(edges) - 1)]
-    labels.append(f"{edges[-1]}+")
-    return labels
-
-
 def qshape(outcomes: DataFrame, at: datetime) -> DataFrame:
     """Pending recipients at time `at` by domain x age bucket (age = at - accepted).
 
     A recipient is pending at `at` if it was accepted by then and had no final event by
     then. Rows: grain "domain" (per domain and bucket) and "overall" (per bucket).
     """
-    at_lit = F.lit(at.astimezone(UTC).replace(tzinfo=None)).cast("timestamp_ntz").cast("timestamp")
+    at_lit = ts_lit(at)
     age_min = (F.unix_micros(at_lit) - F.unix_micros(F.col("accepted_at"))) / F.lit(60e6)
     bucket: Column = F.lit(len(QSHAPE_EDGES_MIN))
     for i in reversed(range(len(QSHAPE_EDGES_MIN))):

@@ -19,30 +19,6 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-EVENT_TYPES = ("Send", "Delivery", "DeliveryDelay", "Bounce", "Reject", "Operator")
-OPERATOR_ACTIONS = ("deleted", "held", "released", "retried", "bounced")
-FINAL_STATES = ("delivered", "bounced", "deleted")
-STATES = (*FINAL_STATES, "pending")
-
-# `percentile_approx` accuracy: the returned value's rank is within n / ACCURACY of the
-# exact rank (relative rank error 1 / ACCURACY = 0.01 %); memory per group grows with it.
-PERCENTILE_ACCURACY = 10_000
-PERCENTILES = (0.5, 0.9, 0.95, 0.99)
-
-# SES account-level bounce thresholds: stay below 2 %, review at 5 %, pause at 10 %.
-BOUNCE_BANDS = ((0.10, "pause"), (0.05, "review"), (0.02, "elevated"))
-
-# qshape age buckets in minutes: 0-5, 5-10, 10-20, 20-40, ... doubling; the last is open.
-QSHAPE_EDGES_MIN = (5, 10, 20, 40, 80, 160, 320, 640, 1280)
-
-# Attempts histogram: counts above this are folded into one "N+" bucket.
-ATTEMPTS_CAP = 10
-
-# Scheduling lag buckets (seconds, upper bounds); the last is open.
-LAG_EDGES_S = (1.0, 5.0, 30.0, 60.0, 300.0, 900.0)
-
-
-
 def _s(name: str) -> StructField:
     return StructField(name, StringType(), True)
 

@@ -88,8 +88,11 @@ def normalise_reason_py(text: str | None) -> str | None:
     return out.strip()[:REASON_MAX_LEN]
 
 
-def _ts_lit(t: datetime) -> Column:
-    return F.lit(t.astimezone(UTC).replace(tzinfo=None)).cast("timestamp_ntz").cast("timestamp")
+def ts_lit(t: datetime) -> Column:
+    """A timestamp literal from epoch micros: independent of any local time zone."""
+    if t.tzinfo is None:
+        raise ValueError("naive datetime: pass an aware (UTC) time")
+    return F.timestamp_micros(F.lit(round(t.timestamp() * 1_000_000)))
 
 
 def _part_key() -> Column:
@@ -180,9 +183,9 @@ def in_range(events: DataFrame, rng: TimeRange) -> DataFrame:
     """Events whose own time is in the range (late ones included, early partitions not)."""
     out = events
     if rng.start is not None:
-        out = out.where(F.col("ts") >= _ts_lit(rng.start))
+        out = out.where(F.col("ts") >= ts_lit(rng.start))
     if rng.end is not None:
-        out = out.where(F.col("ts") < _ts_lit(rng.end))
+        out = out.where(F.col("ts") < ts_lit(rng.end))
     return out
 
 
@@ -252,9 +255,9 @@ def outcomes(events: DataFrame, rng: TimeRange) -> DataFrame:
     )
     out = agg.withColumn("final_at", final_at).withColumn("final_state", state)
     if rng.start is not None:
-        out = out.where(F.col("accepted_at") >= _ts_lit(rng.start))
+        out = out.where(F.col("accepted_at") >= ts_lit(rng.start))
     if rng.end is not None:
-        out = out.where(F.col("accepted_at") < _ts_lit(rng.end))
+        out = out.where(F.col("accepted_at") < ts_lit(rng.end))
     return out.select(
         "message_id",
         "rcpt",

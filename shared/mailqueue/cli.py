@@ -285,24 +285,27 @@ def render_groups(items: Sequence[Mapping[str, Any]], out: TextIO, header: bool)
 
 
 def render_size(doc: Mapping[str, Any], out: TextIO) -> None:
-    states = ("queued", "inflight", "held", "delivered", "bounced", "deleted")
+    """Recipients by state (and groups by state), then recipients by domain."""
+    rcpt_states = ("queued", "inflight", "held", "delivered", "bounced", "deleted")
+    group_states = ("queued", "inflight", "held", "dsn", "done")
     rc, gc = doc.get("recipients", {}), doc.get("groups", {})
     out.write(f"{'STATE':<10} {'RECIPIENTS':>10} {'GROUPS':>8}\n")
-    for s in (*states, "dsn", "done"):
-        if s in rc or s in gc or s in states[:3]:
-            r = str(rc.get(s, 0)) if s in states else ""
-            out.write(f"{s:<10} {r:>10} {gc.get(s, '') if s not in states[3:] else '':>8}\n")
+    for st in (*rcpt_states, "dsn", "done"):
+        r = rc.get(st, 0) if st in rcpt_states else "-"
+        g = gc.get(st, 0) if st in group_states else "-"
+        if st in group_states[:3] or rc.get(st) or gc.get(st):
+            out.write(f"{st:<10} {r:>10} {g:>8}\n")
     out.write(f"{'pending':<10} {doc.get('pending', 0):>10}\n")
     domains = doc.get("domains", {})
     if domains:
-        out.write(f"\n{'DOMAIN':<32} " + " ".join(f"{s:>9}" for s in states) + "\n")
+        out.write(f"\n{'DOMAIN':<32} " + " ".join(f"{st:>9}" for st in rcpt_states) + "\n")
         order = sorted(
-            domains.items(), key=lambda kv: (-sum(kv[1].get(s, 0) for s in states[:3]), kv[0])
+            domains.items(),
+            key=lambda kv: (-sum(kv[1].get(st, 0) for st in rcpt_states[:3]), kv[0]),
         )
         for dom, counts in order:
-            out.write(
-                f"{dom[:32]:<32} " + " ".join(f"{counts.get(s, 0):>9}" for s in states) + "\n"
-            )
+            cells = " ".join(f"{counts.get(st, 0):>9}" for st in rcpt_states)
+            out.write(f"{dom[:32]:<32} {cells}\n")
     if doc.get("source") != "counters":
         out.write(f"\n(note: {doc.get('source')})\n")
 

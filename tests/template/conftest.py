@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from mailqueue.local.cfn import load_template
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -23,7 +23,6 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-
 from mailqueue.admin.service import admin_settings_from_env
 from mailqueue.aws.accounting import RequestCounter
 from mailqueue.aws.backend import AwsStorage
@@ -38,6 +37,7 @@ from mailqueue.local.cfn import MOTO_SKIPPED, StackOutputs, deploy_stack
 from mailqueue.local.runtime import LocalContext, SqsPoller
 from mailqueue.model import Envelope, MailRef, Recipient, utcnow
 from mailqueue.sweeper import SweeperSettings
+
 from tests.support.aws import REGION, AwsEnv, reset_moto, session
 from tests.support.events import http_request, http_send, http_upload, send_body, ses_receipt
 from tests.support.smtp_peers import Behaviour, SmtpPeer, smtp_sink

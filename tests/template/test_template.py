@@ -16,7 +16,6 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-
 from mailqueue.admin.service import AdminSettings
 from mailqueue.aws.resources import STATE_INDEX, TABLE_ATTRIBUTES, TABLE_KEYS
 from mailqueue.bounce import BounceSettings
@@ -26,6 +25,7 @@ from mailqueue.eventlog import EventWriterSettings
 from mailqueue.ingress.settings import IngressSettings
 from mailqueue.policy import RetryPolicy, backoff
 from mailqueue.sweeper import SweeperSettings
+
 from tests.template.conftest import ROOT
 
 #: Each function's settings dataclasses: the MQ_* variables it reads are their fields.
@@ -194,7 +194,8 @@ def test_environment_variables_are_settings_the_code_reads(template: dict[str, A
         have = env_names(template, fid)
         for cls in classes:
             for f in dataclasses.fields(cls):
-                required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+                missing = dataclasses.MISSING
+                required = f.default is missing and f.default_factory is missing
                 if required and f.name != "storage":
                     assert f"MQ_{f.name.upper()}" in have or (
                         cls is EventWriterSettings and f.name == "bucket"
@@ -229,8 +230,9 @@ def test_http_api_routes_and_iam_auth(template: dict[str, Any]) -> None:
         ("POST", "/v1/uploads"): "IngressFunction",
         ("ANY", "/v1/queue/{proxy+}"): "AdminFunction",
     }
-    for e in (e for fid in SETTINGS for e in function_props(template, fid).get("Events", {}).values()):
-        assert "Auth" not in e.get("Properties", {}), "a route overriding the IAM authorizer"
+    for fid in SETTINGS:
+        for e in function_props(template, fid).get("Events", {}).values():
+            assert "Auth" not in e.get("Properties", {}), f"{fid}: a route overriding IAM auth"
 
 
 # ------------------------------------------------------------------ bucket

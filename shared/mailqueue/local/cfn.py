@@ -54,7 +54,7 @@ MOTO_SKIPPED: dict[str, str] = {
 _SUB_VAR = re.compile(r"\$\{([^}!][^}]*)\}")
 
 
-class _CfnLoader(yaml.SafeLoader):
+class _CfnLoader(yaml.SafeLoader):  # type: ignore[misc]
     """PyYAML with CloudFormation's short-form tags (!Ref, !Sub, !GetAtt, ...)."""
 
 
@@ -68,7 +68,7 @@ def _intrinsic(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> dict[st
     elif isinstance(node, yaml.SequenceNode):
         value = loader.construct_sequence(node, deep=True)
     else:
-        value = loader.construct_mapping(node, deep=True)  # type: ignore[arg-type]
+        value = loader.construct_mapping(node, deep=True)
     return {name: value}
 
 
@@ -76,7 +76,7 @@ _CfnLoader.add_multi_constructor("!", _intrinsic)
 
 
 def load_template(path: str | Path) -> dict[str, Any]:
-    data = yaml.load(Path(path).read_text(), Loader=_CfnLoader)  # noqa: S506 - SafeLoader subclass
+    data = yaml.load(Path(path).read_text(), Loader=_CfnLoader)
     if not isinstance(data, dict):
         raise ValueError(f"{path}: not a template")
     return data
@@ -290,7 +290,9 @@ def deploy_stack(
         StackName=stack_name,
         TemplateBody=json.dumps(deployable),
         Parameters=[
-            {"ParameterKey": k, "ParameterValue": str(v)} for k, v in params.items() if k in declared
+            {"ParameterKey": k, "ParameterValue": str(v)}
+            for k, v in params.items()
+            if k in declared
         ],
         Capabilities=["CAPABILITY_IAM", "CAPABILITY_AUTO_EXPAND"],
     )

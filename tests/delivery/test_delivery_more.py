@@ -1,0 +1,117 @@
+"""Deadline hand-back, relay credentials from Secrets Manager, delay warnings end to end."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+
+from functions.bounce import app as bounce_app
+from functions.delivery import app as delivery_app
+from mailqueue.aws.backend import AwsStorage
+from mailqueue.bounce import BounceService, BounceSettings
+from mailqueue.delivery import DeliveryService, DeliverySettings
+from mailqueue.local.runtime import LocalContext, SqsPoller
+from mailqueue.model import GroupState, MailRef
+from mailqueue.secrets import powertools_credentials
+from tests.crash.harness import FakeClock
+from tests.support import factories as f
+from tests.support.aws import AwsEnv
+from tests.support.rigs import RigFactory, relay_to
+from tests.support.smtp_peers import Behaviour, smtp_sink
+
+
+def test_a_group_that_cannot_finish_before_the_deadline_is_handed_back(rig: RigFactory) -> None:
+    with smtp_sink() as peer:
+        r = rig(routes=relay_to(peer.port), min_time_left_seconds=30)
+        q = r.aws.storage().enqueue(f.envelope("a@x.example"), f.content())
+        r.poller.timeout_seconds = 20  # less than the 30 s the service wants left
+        res = r.poll()
+        assert res.failed == 1 and peer.messages == []
+    g = r.group(q.mail_id, "x.example")
+    assert g.state == GroupState.QUEUED and g.recipients[0].attempts == 0
+    assert r.visible_triggers() == 1  # handed back: visible again at once
+
+
+def test_relay_credentials_come_from_secrets_manager(
+    aws: AwsEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_ENDPOINT_URL", aws.endpoint)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    from tests.support.aws import session
+
+    session().client("secretsmanager", endpoint_url=aws.endpoint).create_secret(
+        Name="mailqueue/relay", SecretString=json.dumps({"username": "mq", "password": "s3cret"})
+    )
+    behaviour = Behaviour(auth_users={"mq": "s3cret"}, auth_require_tls=False)
+    with smtp_sink(behaviour) as peer:
+        routes = {
+            "default": {
+                "next_hop": f"[127.0.0.1]:{peer.port}",
+                "tls": "opportunistic",
+                "credentials": "secretsmanager:mailqueue/relay",
+                "allow_plaintext_auth": True,
+            }
+        }
+        svc = DeliveryService(
+            DeliverySettings(hostname="mq.test", routes=json.dumps(routes)),
+            aws.storage(),
+            credentials=powertools_credentials,
+        )
+        st = aws.storage()
+        q = st.enqueue(f.envelope("a@x.example"), f.content())
+        poller = SqsPoller(
+            aws.clients.sqs,
+            aws.resources.delivery_queue_url,
+            lambda e, c: delivery_app.handle(e, c, svc),
+            function_name="delivery",
+        )
+        assert poller.poll_once().failed == 0
+        assert [m.auth_login for m in peer.messages] == ["mq"]
+    assert not st.content_exists(q.mail_id)
+
+
+def test_one_delay_warning_after_four_hours(aws: AwsEnv) -> None:
+    clock = FakeClock()
+    st = AwsStorage(aws.settings, aws.clients, clock=clock)
+    later = "451 4.2.0 mailbox busy"
+    with smtp_sink(Behaviour(rcpt_replies={"slow@x.example": later})) as peer:
+        svc = DeliveryService(
+            DeliverySettings(hostname="mq.test", routes=json.dumps(relay_to(peer.port))),
+            st,
+            clock=clock,
+        )
+        bsvc = BounceService(BounceSettings(hostname="mq.test"), st, clock=clock)
+        deliver = SqsPoller(
+            aws.clients.sqs,
+            aws.resources.delivery_queue_url,
+            lambda e, c: delivery_app.handle(e, c, svc),
+            function_name="delivery",
+        )
+        bounce = SqsPoller(
+            aws.clients.sqs,
+            aws.resources.bounce_queue_url,
+            lambda e, c: bounce_app.handle(e, c, bsvc),
+            function_name="bounce",
+        )
+        q = st.enqueue(f.envelope("slow@x.example"), f.content())
+        ref = MailRef(q.mail_id, "x.example")
+        for hours in (0, 3, 2, 2):  # attempts at 0 h, 3 h, 5 h, 7 h
+            clock.advance(timedelta(hours=hours))
+            if hours:
+                st.repost([ref])  # the trigger comes back (visibility elapsed)
+            deliver.poll_once()
+            bounce.poll_once()
+            deliver.poll_once()
+        dsns = [m for m in peer.messages if m.mail_from in ("", "<>")]
+        assert len(dsns) == 1  # exactly one warning, not one per attempt
+        text = dsns[0].content.decode()
+        assert "Action: delayed" in text and "Will-Retry-Until:" in text
+        assert "Status: 4.2.0" in text
+    g = st.get_group(ref)
+    assert g.recipients[0].delay_warned and g.recipients[0].state.value == "queued"
+    assert g.recipients[0].attempts == 4
+    assert LocalContext("x").get_remaining_time_in_millis() > 0
