@@ -31,13 +31,23 @@ from boto3.dynamodb.types import TypeDeserializer
 from botocore.exceptions import ClientError
 
 from .aws.clients import error_code, translate
-from .errors import TransientStorageError
+from .errors import PermanentStorageError, TransientStorageError
 
 __all__ = ["ApplyResult", "CounterStore", "Counts", "contribution", "deltas", "record_id"]
 
 FINAL_STATES = frozenset({"delivered", "bounced", "deleted"})
 PENDING_STATES = frozenset({"queued", "inflight", "held"})
 MAX_TRANSACTION_ITEMS = 100  # DynamoDB TransactWriteItems limit
+_RETRYABLE = frozenset(
+    {
+        "None",
+        "ConditionalCheckFailed",
+        "TransactionConflict",
+        "ThrottlingError",
+        "ProvisionedThroughputExceeded",
+        "RequestLimitExceeded",
+    }
+)
 _deser = TypeDeserializer()
 
 
@@ -219,7 +229,12 @@ class CounterStore:
                     result.duplicates += len(dup)
                     todo = [t for i, t in enumerate(todo) if i not in dup]
                     continue
-                # a conflicting transaction on a counter or marker: back off and retry
+                odd = sorted(set(codes) - _RETRYABLE)
+                if odd:
+                    raise PermanentStorageError(
+                        f"dynamodb:TransactWriteItems: cancelled {odd}"
+                    ) from None
+                # a concurrent transaction on a counter, or throttling: back off, retry
                 result.conflicts += 1
                 attempt += 1
                 if attempt >= self.max_attempts:

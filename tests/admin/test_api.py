@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
-import pytest
 from mailqueue.admin import LambdaLauncher
 from mailqueue.admin.api import AdminApi
 from mailqueue.model import GroupState, MailRef, utcnow
@@ -195,10 +195,10 @@ def test_jobs_run_in_asynchronous_self_invocations(admin: Admin) -> None:
         assert again["state"] == "done" and again["counts"] == out["counts"]
 
 
-@pytest.mark.parametrize("runner", ["inline", "lambda"])
-def test_make_api_picks_the_runner(admin_factory: Any, runner: str) -> None:
-    a: Admin = admin_factory(job_runner=runner)
-    api = app.make_api(a.service, a.settings, "arn:aws:lambda:us-east-1:123456789012:function:x")
-    assert type(api.launcher).__name__ == (
-        "InlineLauncher" if runner == "inline" else "LambdaLauncher"
-    )
+def test_make_api_picks_the_runner(admin: Admin) -> None:
+    fn = "arn:aws:lambda:us-east-1:123456789012:function:x"
+    inline = app.make_api(admin.service, admin.settings, fn)
+    assert type(inline.launcher).__name__ == "InlineLauncher"
+    deployed = app.make_api(admin.service, replace(admin.settings, job_runner="lambda"), fn)
+    assert isinstance(deployed.launcher, LambdaLauncher)
+    assert deployed.launcher.function_arn == fn

