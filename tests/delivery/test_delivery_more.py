@@ -6,15 +6,15 @@ import json
 from datetime import timedelta
 
 import pytest
-
-from functions.bounce import app as bounce_app
-from functions.delivery import app as delivery_app
 from mailqueue.aws.backend import AwsStorage
 from mailqueue.bounce import BounceService, BounceSettings
 from mailqueue.delivery import DeliveryService, DeliverySettings
 from mailqueue.local.runtime import LocalContext, SqsPoller
 from mailqueue.model import GroupState, MailRef
 from mailqueue.secrets import powertools_credentials
+
+from functions.bounce import app as bounce_app
+from functions.delivery import app as delivery_app
 from tests.crash.harness import FakeClock
 from tests.support import factories as f
 from tests.support.aws import AwsEnv

@@ -79,7 +79,6 @@ def install() -> bool:
         return list(saved.values())
 
     def restore(saved: list[tuple[Any, int, list[Any]]]) -> None:
-        return
         for table, stream_length, entries in saved:
             for hk, rk, item in reversed(entries):  # the first copy of a key is the oldest
                 if rk is not None:
