@@ -31,9 +31,19 @@ from boto3.dynamodb.types import TypeDeserializer
 from botocore.exceptions import ClientError
 
 from .aws.clients import error_code, translate
+from .config import ConfigError
 from .errors import PermanentStorageError, TransientStorageError
 
-__all__ = ["ApplyResult", "CounterStore", "Counts", "contribution", "deltas", "record_id"]
+__all__ = [
+    "ApplyResult",
+    "CounterSettings",
+    "CounterStore",
+    "Counts",
+    "contribution",
+    "counter_store",
+    "deltas",
+    "record_id",
+]
 
 FINAL_STATES = frozenset({"delivered", "bounced", "deleted"})
 PENDING_STATES = frozenset({"queued", "inflight", "held"})
@@ -325,6 +335,28 @@ class CounterStore:
             },
             present=present,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class CounterSettings:
+    """Where the counters live; the stream consumer and the admin API must agree.
+
+    Env: ``MQ_COUNTERS_TABLE`` ("" = the state table), ``MQ_COUNTER_PARTITIONS``.
+    """
+
+    counters_table: str = ""
+    counter_partitions: int = 4
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.counter_partitions <= 64:
+            raise ConfigError("counter_partitions must be within 1..64")
+
+
+def counter_store(
+    state_table: str, dynamodb: Any, settings: CounterSettings | None = None
+) -> CounterStore:
+    s = settings or CounterSettings()
+    return CounterStore(s.counters_table or state_table, dynamodb, partitions=s.counter_partitions)
 
 
 class _Cancelled(Exception):

@@ -309,6 +309,7 @@ class EventWriterService:
 
 def _counter_store(ss: Any, clients: Any) -> Any:
     """The queue-size counters maintained from the same stream (see counters.py)."""
-    from .counters import CounterStore
+    from .config import settings_from_env
+    from .counters import CounterSettings, counter_store
 
-    return CounterStore(ss.table, clients.dynamodb)
+    return counter_store(ss.table, clients.dynamodb, settings_from_env(CounterSettings))

@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 
+from .. import counters
 from ..aws.backend import AwsStorage
 from ..aws.clients import AwsClients
-from ..counters import CounterStore
+from ..counters import CounterSettings, CounterStore
 from ..model import utcnow
 from .api import AdminApi, Reply
 from .filters import QueueFilter, parse_filter
@@ -51,10 +52,10 @@ __all__ = [
 
 
 def counter_store(settings: AdminSettings, clients: AwsClients) -> CounterStore:
-    return CounterStore(
-        settings.counters_table or settings.storage.table,
+    return counters.counter_store(
+        settings.storage.table,
         clients.dynamodb,
-        partitions=settings.counter_partitions,
+        CounterSettings(settings.counters_table, settings.counter_partitions),
     )
 
 
