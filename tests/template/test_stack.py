@@ -150,6 +150,9 @@ def test_moto_deploy_leaves_out_only_what_moto_cannot_create(stack: Stack) -> No
     assert created | set(stack.outputs.skipped) == set(types)
     # every data resource, function and role is created as the template declares it
     for lid, kind in types.items():
+        if lid.startswith("Analytics"):  # behind EnableAnalytics=false (EMR is not in moto)
+            assert lid in stack.outputs.skipped, lid
+            continue
         if kind in ("AWS::S3::Bucket", "AWS::DynamoDB::Table", "AWS::SQS::Queue",
                     "AWS::Lambda::Function", "AWS::IAM::Role", "AWS::Lambda::LayerVersion"):
             assert lid in created, lid

@@ -24,6 +24,7 @@ import argparse
 import base64
 import json
 import logging
+import os
 import resource
 import statistics
 import sys
@@ -107,6 +108,7 @@ class Sampler:
         self.busy: Counter[str] = Counter()
         self.samples = 0
         self._stop = threading.Event()
+        self._driver = threading.get_ident()
         self._thread = threading.Thread(target=self._run, name="bench-sampler", daemon=True)
 
     def _classify(self, frame: Any) -> str | None:
@@ -122,11 +124,15 @@ class Sampler:
         return "other (stdlib)"
 
     def _run(self) -> None:
-        me = threading.get_ident()
+        # the load generator (this thread, the driver, the HTTP clients) is not the stack
+        skip = {threading.get_ident(), self._driver}
+        names = {t.ident: t.name for t in threading.enumerate()}
         while not self._stop.wait(self.interval):
             self.samples += 1
             for ident, frame in sys._current_frames().items():
-                if ident != me:
+                if ident not in names:
+                    names = {t.ident: t.name for t in threading.enumerate()}
+                if ident not in skip and not names.get(ident, "").startswith("bench-"):
                     label = self._classify(frame)
                     if label is not None:
                         self.busy[label] += 1
@@ -153,6 +159,7 @@ class Result:
     latencies: list[float]
     max_depth: int
     cpu_seconds: float
+    moto_cpu_seconds: float | None
     busy: dict[str, float]
     profile: list[tuple[str, float]]
     errors: list[str] = field(default_factory=list)
@@ -176,12 +183,29 @@ class Result:
             "latency_p95_s": round(lat[int(0.95 * (len(lat) - 1))], 2) if lat else None,
             "max_delivery_queue_depth": self.max_depth,
             "process_cpu_share": round(self.cpu_seconds / self.total_seconds, 2),
+            "moto_cpu_share": (
+                round(self.moto_cpu_seconds / self.total_seconds, 2)
+                if self.moto_cpu_seconds is not None
+                else None
+            ),
             "function_busy_share": {
                 k: round(v / self.total_seconds, 2) for k, v in self.busy.items()
             },
             "cpu_profile": {k: round(v, 3) for k, v in self.profile},
             "errors": self.errors,
         }
+
+
+def _cpu_of(pid: int | None) -> float | None:
+    """CPU seconds (user + system) a process has used so far, from /proc."""
+    if pid is None:
+        return None
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / ticks
 
 
 def _post(api: str, token: str, doc: dict[str, Any]) -> int:
@@ -238,6 +262,7 @@ def run_scenario(
 
     for f in stack.functions.values():
         f.busy_seconds = 0.0
+    moto0 = _cpu_of(stack.moto_pid)
     cpu0 = resource.getrusage(resource.RUSAGE_SELF)
     t0 = time.monotonic()
     with Sampler() as sampler:
@@ -268,6 +293,8 @@ def run_scenario(
     total = max(done_at.values(), default=time.monotonic()) - t0
     cpu1 = resource.getrusage(resource.RUSAGE_SELF)
     cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
+    moto1 = _cpu_of(stack.moto_pid)
+    moto_cpu = moto1 - moto0 if moto0 is not None and moto1 is not None else None
     return Result(
         scenario=sc,
         mails=mails,
@@ -276,6 +303,7 @@ def run_scenario(
         latencies=[done_at[m] - submitted_at[m] for m in done_at],
         max_depth=depth,
         cpu_seconds=cpu,
+        moto_cpu_seconds=moto_cpu,
         busy={n: f.busy_seconds for n, f in stack.functions.items() if f.busy_seconds > 0.05},
         profile=sampler.shares(),
         errors=errors,
@@ -292,6 +320,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--deploy", choices=("auto", "cloudformation", "direct"), default="auto")
     p.add_argument("--timeout", type=float, default=600.0, help="per scenario")
     p.add_argument("--json", action="store_true", help="one JSON object per scenario")
+    p.add_argument(
+        "--no-moto-patch",
+        action="store_true",
+        help="moto's own TransactWriteItems (copies the whole table per transaction)",
+    )
     ns = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
@@ -308,7 +341,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                     delivered[rcpt.split("@", 1)[0] + "@" + rcpt.split("@", 1)[1]] = now
 
     options = StackOptions(
-        var_dir=ns.var, api_port=0, sink_rules=SinkRules(), on_sink_event=on_sink, deploy=ns.deploy
+        var_dir=ns.var,
+        api_port=0,
+        sink_rules=SinkRules(),
+        on_sink_event=on_sink,
+        deploy=ns.deploy,
+        moto_patch=not ns.no_moto_patch,
     )
     names = ["single", "fanout"] if ns.scenario == "all" else [ns.scenario]
     results = []
@@ -338,7 +376,10 @@ def _human(d: dict[str, Any]) -> str:
         f"  latency      p50 {d['latency_p50_s']} s, p95 {d['latency_p95_s']} s "
         "(202 → at the sink)\n"
         f"  queue depth  at most {d['max_delivery_queue_depth']} delivery triggers\n"
-        f"  busy         {busy}; process CPU {d['process_cpu_share']:.0%} of one core\n"
+        f"  busy         {busy}\n"
+        f"  CPU          this process {d['process_cpu_share']:.0%} of one core, moto "
+        + (f"{d['moto_cpu_share']:.0%}" if d["moto_cpu_share"] is not None else "(in process)")
+        + "\n"
         f"  CPU samples  {prof}\n" + (f"  ERRORS       {d['errors']}\n" if d["errors"] else "")
     )
 

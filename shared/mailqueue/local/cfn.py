@@ -44,6 +44,8 @@ MOTO_SKIPPED: dict[str, str] = {
     "AWS::SES::ReceiptRule": "not in moto's CloudFormation",
     "AWS::S3::BucketPolicy": "not in moto's CloudFormation (moto does not enforce IAM anyway)",
     "AWS::CloudWatch::Alarm": "not in moto's CloudFormation",
+    "AWS::EMRServerless::Application": "not in moto's CloudFormation (analytics off by default)",
+    "AWS::Scheduler::Schedule": "not in moto's CloudFormation (analytics off by default)",
     "AWS::Lambda::EventInvokeConfig": "not in moto's CloudFormation",
     "AWS::Lambda::EventSourceMapping": (
         "moto would invoke the function itself (in Docker) on every message; the local "
@@ -199,11 +201,47 @@ def references(node: Any) -> set[str]:
     return {r for r in out if not r.startswith("AWS::")}
 
 
-def for_moto(template: Mapping[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
-    """The template without what moto cannot create, and without what refers to that."""
+def _condition(node: Any, conditions: Mapping[str, Any], params: Mapping[str, Any]) -> Any:
+    """Evaluate the simple condition forms the template uses; None when unsure."""
+    if isinstance(node, dict) and len(node) == 1:
+        (key, arg), = node.items()
+        if key == "Ref":
+            return params.get(arg)
+        if key == "Condition":
+            return _condition(conditions.get(arg), conditions, params)
+        if key == "Fn::Equals":
+            a, b = (_condition(x, conditions, params) for x in arg)
+            return None if a is None or b is None else str(a) == str(b)
+        if key == "Fn::Not":
+            v = _condition(arg[0], conditions, params)
+            return None if v is None else not v
+        if key in ("Fn::And", "Fn::Or"):
+            vals = [_condition(x, conditions, params) for x in arg]
+            if any(v is None for v in vals):
+                return None
+            return all(vals) if key == "Fn::And" else any(vals)
+        return None
+    return node
+
+
+def for_moto(
+    template: Mapping[str, Any], params: Mapping[str, Any] | None = None
+) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """The template without what moto cannot create, what refers to that, and what a
+    false condition turns off."""
     tpl: dict[str, Any] = json.loads(json.dumps(template))
     resources: dict[str, Any] = tpl["Resources"]
+    conditions = tpl.get("Conditions") or {}
+    values = {
+        k: v.get("Default") for k, v in (tpl.get("Parameters") or {}).items()
+    } | dict(params or {})
     removed = {lid for lid, r in resources.items() if r.get("Type") in MOTO_SKIPPED}
+    removed |= {
+        lid
+        for lid, r in resources.items()
+        if "Condition" in r
+        and _condition({"Condition": r["Condition"]}, conditions, values) is False
+    }
     changed = True
     while changed:
         changed = False
@@ -284,7 +322,7 @@ def deploy_stack(
     s3.create_bucket(Bucket=artifacts)
     packaged = package(load_template(path), path.resolve().parent, s3, artifacts, stack_name)
     translated = translate(packaged, params, region=region)
-    deployable, skipped = for_moto(translated)
+    deployable, skipped = for_moto(translated, params)
     declared = deployable.get("Parameters") or {}
     cfn.create_stack(
         StackName=stack_name,

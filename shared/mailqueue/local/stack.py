@@ -225,6 +225,12 @@ class LocalStack:
 
     # ------------------------------------------------------------------ info
     @property
+    def moto_pid(self) -> int | None:
+        """The moto server's process id when it runs in its own process."""
+        m = self._moto
+        return m.proc.pid if isinstance(m, MotoProcess) and m.proc is not None else None
+
+    @property
     def api_url(self) -> str:
         return self.gateway.url if self.gateway is not None else ""
 

@@ -1,0 +1,18 @@
+# The local stack (issue 9): `make run` (in the Makefile) and `make demo`, both on this
+# machine only: moto in server mode, the real handlers, an SMTP sink on 127.0.0.1.
+# See docs/local.md. Included by the Makefile, which defines PY and STAMP.
+#
+#   make run  RUN_ARGS="--fast-retries --port 0"      (once the Makefile passes RUN_ARGS)
+#   make demo                                         four mails through the queue, then stop
+#   make bench-local BENCH_ARGS="--mails 500"         throughput on this machine
+
+DEMO_ARGS  ?=
+BENCH_ARGS ?=
+
+.PHONY: demo bench-local
+
+demo: $(STAMP)
+	$(PY) -m mailqueue.local.demo $(DEMO_ARGS)
+
+bench-local: $(STAMP)
+	$(PY) -m mailqueue.local.bench $(BENCH_ARGS)

@@ -1,0 +1,39 @@
+"""One local Spark session for the whole pipeline test session (JVM start-up is slow)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+from pyspark.sql import SparkSession
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """local[1] with 2 shuffle partitions: small data, no UI, loopback only."""
+    old = os.environ.get("SPARK_LOCAL_IP")
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    session = (
+        SparkSession.builder.master("local[1]")
+        .appName("mq-pipeline-tests")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "1")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.driver.host", "127.0.0.1")
+        # Tiny data: skip adaptive re-planning, which only adds jobs here.
+        .config("spark.sql.adaptive.enabled", "false")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    try:
+        yield session
+    finally:
+        session.stop()
+        if old is None:
+            os.environ.pop("SPARK_LOCAL_IP", None)
+        else:
+            os.environ["SPARK_LOCAL_IP"] = old
