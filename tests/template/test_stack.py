@@ -158,7 +158,11 @@ def test_moto_deploy_leaves_out_only_what_moto_cannot_create(stack: Stack) -> No
             assert lid in created, lid
     # what is skipped is of a listed type, or the HTTP API's permissions to invoke
     for lid in stack.outputs.skipped:
-        assert types[lid] in MOTO_SKIPPED or types[lid] == "AWS::Lambda::Permission", lid
+        assert (
+            types[lid] in MOTO_SKIPPED
+            or types[lid] == "AWS::Lambda::Permission"
+            or lid.startswith("Analytics")  # condition off
+        ), lid
 
 
 def test_stack_resources_agree_with_create_resources(stack: Stack) -> None:
