@@ -18,7 +18,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider
 
 run: $(STAMP)
-	$(PY) -m mailqueue.local.run
+	$(PY) -m mailqueue.local.run $(RUN_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check shared functions tests pipeline

@@ -55,17 +55,30 @@ def test_claim_to_cleanup_request_count(aws: AwsEnv, capsys: pytest.CaptureFixtu
     t = st.send_done(c, ["r0"], OK)
     assert t.cleaned
     calls = aws.counter.snapshot()
-    # claim (1 update) + content (1 get) + done (1 update) + finish check (1 query)
-    # + content delete (1) + item deletes (1 batch)
+    # claim (1 update) + content (1 get) + done (1 update) + content delete (1)
+    # + item deletes (1 batch); a one-group mail needs no finish-check query
     assert calls == {
         "dynamodb:UpdateItem": 2,
-        "dynamodb:Query": 1,
         "dynamodb:BatchWriteItem": 1,
         "s3:GetObject": 1,
         "s3:DeleteObject": 1,
     }
     with capsys.disabled():
         print(f"\n[requests] claim→cleanup of one group: {aws.counter.total} {calls}")
+
+
+def test_the_last_of_several_groups_checks_the_mail_before_cleanup(aws: AwsEnv) -> None:
+    st = aws.storage()
+    q = st.enqueue(f.envelope("a@x.example", "b@y.example"), f.content())
+    claims = [st.send_start(MailRef(q.mail_id, g), utcnow(), lease_seconds=60) for g in q.groups]
+    assert all(isinstance(c, Claim) for c in claims)
+    aws.counter.reset()
+    first = st.send_done(claims[0], ["r0" if q.groups[0] == "x.example" else "r1"], OK)  # type: ignore[arg-type]
+    assert not first.mail_finished and aws.counter.calls["dynamodb:Query"] == 1
+    assert st.content_exists(q.mail_id)
+    last = st.send_done(claims[1], ["r1" if q.groups[1] == "y.example" else "r0"], OK)  # type: ignore[arg-type]
+    assert last.mail_finished and last.cleaned
+    assert not st.content_exists(q.mail_id)
 
 
 def test_unprocessed_items_are_retried_not_dropped(aws: AwsEnv) -> None:

@@ -691,10 +691,12 @@ def make_client(ns: argparse.Namespace, env: Mapping[str, str]) -> Client:
     api = ns.api or env.get("MAILQUEUE_API")
     if not api:
         raise CliError("no API: give --api URL, set MAILQUEUE_API, or use --local", EXIT_USAGE)
+    token = ns.token or env.get("MAILQUEUE_TOKEN")
     return HttpClient(
         api,
-        sign=not ns.no_sign,
-        token=ns.token or env.get("MAILQUEUE_TOKEN"),
+        # a development token (the local stack) replaces SigV4; otherwise sign
+        sign=not ns.no_sign and not token,
+        token=token,
         region=ns.region,
         profile=ns.profile,
     )

@@ -308,6 +308,7 @@ class Group:
     lease_until: datetime | None = None
     lease_token: str | None = None
     history: tuple[Attempt, ...] = ()  # the last few attempts of this group, newest last
+    groups_in_mail: int = 0  # how many groups the mail has (0: unknown)
 
     @property
     def ref(self) -> MailRef:

@@ -260,7 +260,7 @@ def test_the_real_ingress_handler_queues_a_mail_through_the_gateway(aws: AwsEnv)
     service = ingress.build_service(settings, aws.clients, session=session())
 
     def invoke(event: dict[str, Any]) -> Any:
-        return ingress_app.handle(event, LocalContext("mailqueue-ingress", 29), service)
+        return ingress_app.handle(event, LocalContext("mailqueue-ingress", 29), service)  # type: ignore[arg-type]
 
     gw = ApiGateway(DEFAULT_ROUTES, {"ingress": invoke}, LocalAuth(TOKEN), port=0).start()
     try:

@@ -11,7 +11,6 @@ from typing import Any
 import boto3
 import pytest
 from botocore.exceptions import ClientError
-
 from mailqueue.local.stack import MotoProcess
 
 TABLE = "t"

@@ -194,6 +194,7 @@ class AwsStorage:
             lease_until=from_iso(d.get("lease_until")),
             lease_token=d.get("lease_token"),
             history=tuple(Attempt.from_json(a) for a in d.get("history") or ()),
+            groups_in_mail=int(d.get("ng", 0)),
         )
 
     def _batch_write(self, requests: list[dict[str, Any]]) -> int:
@@ -406,6 +407,7 @@ class AwsStorage:
                     **common,
                     "sk": _gsk(gkey),
                     "dom": group_key_for(rs[0].address),
+                    "ng": len(groups),
                     "rcpts": {r.rid: r.to_json() for r in rs},
                     "st": GroupState.QUEUED.value,
                     "due": _ms(due),
@@ -886,18 +888,31 @@ class AwsStorage:
         finished = False
         cleaned = False
         if release and state == GroupState.DONE:
-            finished, cleaned = self._after_group_done(group.mail_id, group.key)
+            finished, cleaned = self._after_group_done(group.mail_id, group.key, new_group)
         return Transition(
             group=new_group, released=release, mail_finished=finished, cleaned=cleaned
         )
 
-    def _after_group_done(self, mail_id: str, gkey: str) -> tuple[bool, bool]:
+    def _after_group_done(
+        self, mail_id: str, gkey: str, group: Group | None = None
+    ) -> tuple[bool, bool]:
         """The last group to finish cleans the mail; others leave the cleanup index.
 
         Strongly consistent reads after our own write: of two groups finishing at once,
         at least the later reader sees both done, so a finished mail is always cleaned
-        (or, if we crash here, found by `find_pending_cleanup`).
+        (or, if we crash here, found by `find_pending_cleanup`). A mail of one group
+        (most mail) needs no read: its only group just finished under our lease.
         """
+        if group is not None and group.groups_in_mail == 1 and not mail_id.startswith("K"):
+            with translate("s3:DeleteObject"):
+                self.c.s3.delete_object(Bucket=self.s.bucket, Key=group.content_key)
+            self._batch_write(
+                [
+                    {"DeleteRequest": {"Key": {"pk": {"S": _pk(mail_id)}, "sk": {"S": sk}}}}
+                    for sk in ("M", _gsk(gkey))
+                ]
+            )
+            return True, True
         items = self._query_mail(mail_id)
         groups = [self._group_from_item(it) for it in items if it["sk"].startswith("G#")]
         if all(g.state == GroupState.DONE for g in groups):

@@ -121,9 +121,8 @@ def banner(stack: LocalStack) -> str:
         "",
         "Try, in another shell:",
         f"  export MAILQUEUE_API={r['api_url']} MAILQUEUE_TOKEN={r['token']}",
-        "  .venv/bin/mailqueue send --no-sign --from a@example.org --to b@example.net "
-        "--file message.eml",
-        "  .venv/bin/mailqueue list --no-sign",
+        "  .venv/bin/mailqueue send --from a@example.org --to b@example.net --file message.eml",
+        "  .venv/bin/mailqueue list",
         "",
         "Ctrl-C stops everything.",
         "",
