@@ -25,24 +25,26 @@ from .consts import (
     QSHAPE_EDGES_MIN,
     bounce_band,
 )
-from .transforms import ts_lit
+from .transforms import normalise_reason_col, ts_lit
 
 GRAIN_COLS = ("grain", "day", "hour", "domain")
-# Grouping sets over (day, hour, domain): what each grain keeps.
+# Grouping sets: what each grain groups by. Time keys are integer hour / day indexes since
+# the epoch (cheap per row); they become day strings and hours after aggregation.
 _SETS: dict[str, tuple[str, ...]] = {
-    "hour": ("day", "hour"),
-    "day": ("day",),
+    "hour": ("_h",),
+    "day": ("_d",),
     "domain": ("domain",),
     "overall": (),
 }
+_US_PER_HOUR = 3_600_000_000
 
 
 def _grain_col() -> Column:
     """Name the grouping set a row came from (see _SETS)."""
     return (
         F.when(F.grouping("domain") == 0, F.lit("domain"))
-        .when(F.grouping("hour") == 0, F.lit("hour"))
-        .when(F.grouping("day") == 0, F.lit("day"))
+        .when(F.grouping("_h") == 0, F.lit("hour"))
+        .when(F.grouping("_d") == 0, F.lit("day"))
         .otherwise(F.lit("overall"))
     )
 
@@ -50,17 +52,24 @@ def _grain_col() -> Column:
 def _grouped(
     df: DataFrame, grains: Sequence[str], aggs: Sequence[Column], extra: Sequence[str] = ()
 ) -> DataFrame:
-    """Aggregate `df` (with day/hour/domain columns) once per grain, in one job."""
+    """Aggregate `df` (with _h, _d, domain columns) once per grain, in one job."""
     sets = [[F.col(c) for c in (*_SETS[g], *extra)] for g in grains]
-    cols = [F.col(c) for c in ("day", "hour", "domain", *extra)]
+    cols = [F.col(c) for c in ("_d", "_h", "domain", *extra)]
     out = df.groupingSets(sets, *cols).agg(*aggs, _grain_col().alias("grain"))
-    return out.select(*GRAIN_COLS, *extra, *[c for c in out.columns if c not in (*GRAIN_COLS, *extra)])
+    hour_start = F.timestamp_seconds(F.coalesce(F.col("_h"), F.col("_d") * 24) * 3600)
+    out = (
+        out.withColumn("day", F.when(F.col("_h").isNotNull() | F.col("_d").isNotNull(),
+                                     F.date_format(hour_start, "yyyy-MM-dd")))
+        .withColumn("hour", F.when(F.col("_h").isNotNull(), F.pmod(F.col("_h"), 24).cast("int")))
+        .withColumn("domain", F.when(F.col("grain") == "domain", F.col("domain")))
+    )
+    rest = [c for c in out.columns if c not in (*GRAIN_COLS, *extra, "_h", "_d")]
+    return out.select(*GRAIN_COLS, *extra, *rest)
 
 
 def _with_time_keys(df: DataFrame, ts: str) -> DataFrame:
-    return df.withColumn("day", F.date_format(ts, "yyyy-MM-dd")).withColumn(
-        "hour", F.hour(ts).cast("int")
-    )
+    h = F.floor(F.unix_micros(F.col(ts)) / F.lit(_US_PER_HOUR))
+    return df.withColumn("_h", h).withColumn("_d", F.floor(F.col("_h") / 24))
 
 
 def _ratio(num: str, den: str) -> Column:
@@ -79,7 +88,7 @@ def volumes(events: DataFrame) -> DataFrame:
     domain first, then rolled up, so the grouping sets expand a small table only."""
     base = (
         _with_time_keys(events, "ts")
-        .groupBy("day", "hour", "domain", "event_type")
+        .groupBy("_d", "_h", "domain", "event_type")
         .agg(F.count(F.lit(1)).alias("events"), F.sum(F.col("late").cast("long")).alias("late"))
     )
     return _grouped(
@@ -155,19 +164,25 @@ def attempts_histogram(outcomes: DataFrame) -> DataFrame:
 
 def reasons(events: DataFrame, top_n: int = 10) -> DataFrame:
     """Top deferral and bounce reasons by (enhanced status, normalised text), counted in
-    events, with the recipients' share of them; top `top_n` per grain key and kind."""
+    events, with their share of the kind; the top `top_n` per grain key and kind.
+
+    The text is normalised after a first aggregation on the raw text: most diagnostics
+    repeat verbatim ("greylisted, try again in 300 seconds"), so the regular expressions
+    run once per distinct text and day and domain rather than once per event.
+    """
     kind = F.when(F.col("event_type") == "DeliveryDelay", F.lit("deferral")).otherwise(
         F.lit("bounce")
     )
-    base = (
-        _with_time_keys(
-            events.where(F.col("event_type").isin("DeliveryDelay", "Bounce")), "ts"
-        )
+    raw = (
+        _with_time_keys(events.where(F.col("event_type").isin("DeliveryDelay", "Bounce")), "ts")
         .withColumn("kind", kind)
-        .withColumn("status", F.coalesce(F.col("status"), F.lit("")))
-        .withColumn("reason", F.coalesce(F.col("reason"), F.lit("")))
-        .groupBy("day", "hour", "domain", "kind", "status", "reason")
+        .groupBy("_d", "domain", "kind", "status", "diag")
         .agg(F.count(F.lit(1)).alias("events"))
+    )
+    base = (
+        raw.withColumn("status", F.coalesce(F.col("status"), F.lit("")))
+        .withColumn("reason", F.coalesce(normalise_reason_col(F.col("diag")), F.lit("")))
+        .withColumn("_h", F.lit(None).cast("long"))
     )
     g = _grouped(
         base,

@@ -175,7 +175,7 @@ NORMALISED_SCHEMA = StructType(
         _t("accepted_at"),  # mail.timestamp: arrival at the queue
         _t("ts"),  # event time (the type object's timestamp; arrival for Send)
         _s("status"),  # enhanced status code for Bounce / DeliveryDelay
-        _s("reason"),  # normalised diagnostic text for Bounce / DeliveryDelay / Reject
+        _s("diag"),  # diagnostic text of a Bounce / DeliveryDelay, reason of a Reject
         _s("bounce_type"),
         _s("action"),  # Operator action
         StructField("attempt", IntegerType(), True),

@@ -57,7 +57,7 @@ class Ev:
     accepted_at: datetime
     ts: datetime
     status: str | None
-    reason: str | None
+    diag: str | None
     bounce_type: str | None
     action: str | None
     attempt: int | None
@@ -119,7 +119,7 @@ def to_event(dt: str, hr: str, d: dict[str, Any]) -> Ev | None:
         accepted_at=acc,
         ts=ts,
         status=status,
-        reason=normalise_reason_py(diag),
+        diag=diag,
         bounce_type=(d.get("bounce") or {}).get("bounceType"),
         action=(d.get("operator") or {}).get("action"),
         attempt=att.get("number"),
@@ -317,7 +317,7 @@ def reasons(ref: Reference, top_n: int) -> dict[tuple[Any, ...], tuple[int, int,
             continue
         kind = "deferral" if e.event_type == "DeliveryDelay" else "bounce"
         for k in grain_keys(e.ts, e.domain, ("day", "domain", "overall")):
-            c[(*k, kind, e.status or "", e.reason or "")] += 1
+            c[(*k, kind, e.status or "", normalise_reason_py(e.diag) or "")] += 1
     groups: dict[tuple[Any, ...], list[tuple[tuple[Any, ...], int]]] = defaultdict(list)
     for k, v in c.items():
         groups[k[:5]].append((k, v))

@@ -176,18 +176,21 @@ def test_volumes_count_by_event_time_and_grain(spark: SparkSession) -> None:
 
 def test_reasons_top_n_and_share(spark: SparkSession) -> None:
     specs = []
-    for i, (status, reason, n) in enumerate(
-        [("4.7.1", "greylisted", 5), ("4.2.2", "mailbox full", 3), ("4.3.2", "busy", 1)]
+    for i, (status, diag, n) in enumerate(
+        [("4.7.1", "smtp; 451 4.7.1 Greylisted for {} seconds", 5),
+         ("4.2.2", "smtp; 452 Mailbox full", 3), ("4.3.2", "smtp; 421 busy", 1)]
     ):
+        # texts that differ only in digits normalise to one reason
         specs += [dict(event_id=f"d{i}-{j}", event_type="DeliveryDelay", rcpt="u@x.example",
-                       ts=T, status=status, reason=reason) for j in range(n)]
+                       ts=T, status=status, diag=diag.format(60 * j)) for j in range(n)]
     specs += [dict(event_id="b1", event_type="Bounce", rcpt="u@x.example", ts=T,
-                   status="5.1.1", reason="user unknown")]
+                   status="5.1.1", diag="smtp; 550 <u@x.example> user unknown")]
     got = rows_of(report.reasons(_events(spark, specs), top_n=2))
-    ov = sorted((r["kind"], r["rank"], r["status"], r["events"]) for r in got
+    ov = sorted((r["kind"], r["rank"], r["status"], r["reason"], r["events"]) for r in got
                 if r["grain"] == "overall")
-    assert ov == [("bounce", 1, "5.1.1", 1), ("deferral", 1, "4.7.1", 5),
-                  ("deferral", 2, "4.2.2", 3)]
+    assert ov == [("bounce", 1, "5.1.1", "<addr> user unknown", 1),
+                  ("deferral", 1, "4.7.1", "greylisted for # seconds", 5),
+                  ("deferral", 2, "4.2.2", "mailbox full", 3)]
     top = one(got, grain="overall", kind="deferral", rank=1)
     assert top["share"] == pytest.approx(5 / 9)  # share of all deferrals, not of the top 2
 

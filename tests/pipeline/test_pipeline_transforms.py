@@ -58,7 +58,7 @@ def test_normalise_flattens_every_event_type(spark: SparkSession) -> None:
     assert s["ts"] == s["accepted_at"] == at(0).replace(tzinfo=None)
     d = by_type["DeliveryDelay"]
     assert d["status"] == "4.7.1"
-    assert d["reason"] == "greylisted, try again in # seconds"
+    assert d["diag"] == "smtp; 451 greylisted, try again in 300 seconds"
     assert d["attempt"] == 1 and d["sched_lag_s"] == pytest.approx(2.5)
     assert d["ts"] == a1.finished_at.replace(tzinfo=None)
     dl = by_type["Delivery"]
@@ -66,7 +66,7 @@ def test_normalise_flattens_every_event_type(spark: SparkSession) -> None:
     assert by_type["Operator"]["action"] == "held"
     r = by_type["Reject"]
     assert r["rcpt"] is None and r["n_dest"] == 3 and r["domain"] == "x.example"
-    assert r["reason"] == "invalid recipient address"
+    assert r["diag"] == "invalid recipient address"
     assert not any(x["late"] for x in rows)
 
 
@@ -86,7 +86,7 @@ def test_normalise_late_status_fallback_and_bad_rows(spark: SparkSession) -> Non
     assert len(rows) == 2
     by_type = _by(rows, "event_type")
     assert by_type["Bounce"]["status"] == "5.1.1" and by_type["Bounce"]["late"] is True
-    assert by_type["Bounce"]["reason"] == "user unknown"
+    assert by_type["Bounce"]["diag"] == "smtp; 550 5.1.1 user unknown"
     assert by_type["Send"]["ts"] is None and by_type["Send"]["accepted_at"] is None
 
 

@@ -62,6 +62,10 @@ from .clients import AwsClients, error_code, translate
 log = logging.getLogger(__name__)
 
 GSI_STATE = "by_state"
+_LEASE_SET = (
+    "SET st = :inflight, due = :lease_ms, lease_token = :tok, lease_until = :lu, "
+    "started_at = :now"
+)
 MAX_VISIBILITY = 12 * 3600  # SQS ChangeMessageVisibility limit
 MAX_DELAY = 900  # SQS DelaySeconds limit
 _BATCH_RETRIES = 8
@@ -637,42 +641,15 @@ class AwsStorage:
         lease_seconds: int | None = None,
         receipt_handle: str | None = None,
     ) -> Claim | ClaimRefused:
-        lease = lease_seconds or self.s.lease_seconds
-        token = secrets.token_hex(8)
-        lease_until = now + timedelta(seconds=lease)
-        try:
-            with translate("dynamodb:UpdateItem"):
-                try:
-                    resp = self.c.dynamodb.update_item(
-                        TableName=self.s.table,
-                        Key={"pk": {"S": _pk(ref.mail_id)}, "sk": {"S": _gsk(ref.group)}},
-                        UpdateExpression=(
-                            "SET st = :inflight, due = :lease_ms, lease_token = :tok, "
-                            "lease_until = :lu, started_at = :now"
-                        ),
-                        ConditionExpression=(
-                            "(st = :queued AND due <= :now_ms) "
-                            "OR (st = :inflight AND due < :now_ms)"
-                        ),
-                        ExpressionAttributeValues={
-                            ":inflight": {"S": GroupState.INFLIGHT.value},
-                            ":queued": {"S": GroupState.QUEUED.value},
-                            ":lease_ms": {"N": str(_ms(lease_until))},
-                            ":tok": {"S": token},
-                            ":lu": {"S": to_iso(lease_until)},
-                            ":now": {"S": to_iso(now)},
-                            ":now_ms": {"N": str(_ms(now))},
-                        },
-                        ReturnValues="ALL_NEW",
-                        ReturnValuesOnConditionCheckFailure="ALL_OLD",
-                    )
-                except ClientError as e:
-                    if error_code(e) == "ConditionalCheckFailedException":
-                        raise _Refused(e.response.get("Item")) from e
-                    raise
-        except _Refused as r:
-            return self._refusal(r.item)
-        group = self._group_from_item(_from_ddb(resp["Attributes"]))
+        got = self._lease(
+            ref,
+            now,
+            lease_seconds or self.s.lease_seconds,
+            "(st = :queued AND due <= :now_ms) OR (st = :inflight AND due < :now_ms)",
+        )
+        if isinstance(got, ClaimRefused):
+            return got
+        group, token = got
         return Claim(group=group, token=token, receipt_handle=receipt_handle, started_at=now)
 
     def admin_claim(
@@ -683,42 +660,15 @@ class AwsStorage:
         The same lease as delivery, so an operator action and a delivery attempt exclude
         each other: a live delivery lease refuses the operator ("claimed"), and vice versa.
         """
-        token = secrets.token_hex(8)
-        lease_until = now + timedelta(seconds=lease_seconds)
-        try:
-            with translate("dynamodb:UpdateItem"):
-                try:
-                    resp = self.c.dynamodb.update_item(
-                        TableName=self.s.table,
-                        Key={"pk": {"S": _pk(ref.mail_id)}, "sk": {"S": _gsk(ref.group)}},
-                        UpdateExpression=(
-                            "SET st = :inflight, due = :lease_ms, lease_token = :tok, "
-                            "lease_until = :lu, started_at = :now"
-                        ),
-                        ConditionExpression=(
-                            "st = :queued OR st = :held OR (st = :inflight AND due < :now_ms)"
-                        ),
-                        ExpressionAttributeValues={
-                            ":inflight": {"S": GroupState.INFLIGHT.value},
-                            ":queued": {"S": GroupState.QUEUED.value},
-                            ":held": {"S": GroupState.HELD.value},
-                            ":lease_ms": {"N": str(_ms(lease_until))},
-                            ":tok": {"S": token},
-                            ":lu": {"S": to_iso(lease_until)},
-                            ":now": {"S": to_iso(now)},
-                            ":now_ms": {"N": str(_ms(now))},
-                        },
-                        ReturnValues="ALL_NEW",
-                        ReturnValuesOnConditionCheckFailure="ALL_OLD",
-                    )
-                except ClientError as e:
-                    if error_code(e) == "ConditionalCheckFailedException":
-                        raise _Refused(e.response.get("Item")) from e
-                    raise
-        except _Refused as r:
-            refusal = self._refusal(r.item)
-            return ClaimRefused("finished") if refusal.reason == "not_due" else refusal
-        group = self._group_from_item(_from_ddb(resp["Attributes"]))
+        got = self._lease(
+            ref,
+            now,
+            lease_seconds,
+            "st = :queued OR st = :held OR (st = :inflight AND due < :now_ms)",
+        )
+        if isinstance(got, ClaimRefused):
+            return ClaimRefused("finished") if got.reason == "not_due" else got
+        group, token = got
         # held recipients count as pending for an operator claim
         group = replace(
             group,
@@ -728,6 +678,43 @@ class AwsStorage:
             ),
         )
         return Claim(group=group, token=token, started_at=now)
+
+    def _lease(
+        self, ref: MailRef, now: datetime, lease_seconds: int, condition: str
+    ) -> tuple[Group, str] | ClaimRefused:
+        """One conditional write: the group becomes inflight under a fresh lease token."""
+        token = secrets.token_hex(8)
+        lease_until = now + timedelta(seconds=lease_seconds)
+        values = {
+            ":inflight": {"S": GroupState.INFLIGHT.value},
+            ":queued": {"S": GroupState.QUEUED.value},
+            ":held": {"S": GroupState.HELD.value},
+            ":lease_ms": {"N": str(_ms(lease_until))},
+            ":tok": {"S": token},
+            ":lu": {"S": to_iso(lease_until)},
+            ":now": {"S": to_iso(now)},
+            ":now_ms": {"N": str(_ms(now))},
+        }
+        used = {k: v for k, v in values.items() if k in condition or k in _LEASE_SET}
+        try:
+            with translate("dynamodb:UpdateItem"):
+                try:
+                    resp = self.c.dynamodb.update_item(
+                        TableName=self.s.table,
+                        Key={"pk": {"S": _pk(ref.mail_id)}, "sk": {"S": _gsk(ref.group)}},
+                        UpdateExpression=_LEASE_SET,
+                        ConditionExpression=condition,
+                        ExpressionAttributeValues=used,
+                        ReturnValues="ALL_NEW",
+                        ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                    )
+                except ClientError as e:
+                    if error_code(e) == "ConditionalCheckFailedException":
+                        raise _Refused(e.response.get("Item")) from e
+                    raise
+        except _Refused as r:
+            return self._refusal(r.item)
+        return self._group_from_item(_from_ddb(resp["Attributes"])), token
 
     def mark(
         self,
