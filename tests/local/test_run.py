@@ -10,6 +10,7 @@ exited cleanly and closed its ports.
 from __future__ import annotations
 
 import base64
+import gzip
 import json
 import os
 import shlex
@@ -201,6 +202,16 @@ def test_the_local_stack_delivers_mail_and_a_dsn_and_stops_cleanly(stack: Stack)
     code = _stop(stack.proc)
     assert code == 0, stack.stderr.read_text()
     assert "stopped" in stack.stderr.read_text()
+    # the event log outlives moto: mirrored to var/events/dt=…/hr=… for `make report`
+    events_dir = Path(stack.ready["mail_dir"]).parent / "events"
+    logs = sorted(events_dir.rglob("*.json.gz"))
+    assert logs and all(p.parent.name.startswith("hr=") for p in logs)
+    kinds = {
+        json.loads(line)["eventType"]
+        for p in logs
+        for line in gzip.decompress(p.read_bytes()).decode().splitlines()
+    }
+    assert {"Send", "Delivery", "Bounce"} <= kinds
     assert (
         _refused(r["api_url"]) and _refused(r["endpoint_url"]) and _refused("smtp://" + r["sink"])
     )

@@ -110,6 +110,7 @@ class LocalStack:
         self.var_dir = self.options.var_dir.resolve()
         self.mail_dir = self.var_dir / "mail"
         self.log_dir = self.var_dir / "logs"
+        self.events_dir = self.var_dir / "events"
         self.token = ""
         self.endpoint_url = ""
         self.deployment: Deployment | None = None
@@ -122,6 +123,7 @@ class LocalStack:
         self.stream_pollers: list[StreamPoller] = []
         self.next_hop = ""
         self._stop = threading.Event()
+        self._mirror: EventMirror | None = None
         self.timings: dict[str, float] = {}
         self._moto: Any = None
         self._logs: list[TextIO] = []
@@ -200,6 +202,12 @@ class LocalStack:
             if t.is_alive():
                 log.error("%s did not stop", t.name)
         self.threads = []
+        if self._mirror is not None:
+            try:  # the last events before moto (and its in-memory S3) goes away
+                self._mirror.sync()
+            except Exception:  # noqa: BLE001 - stopping must go on; the error is logged
+                log.exception("events mirror: final sync failed")
+            self._mirror = None
         if self.sink is not None:
             self.sink.stop()
             self.sink = None
@@ -491,6 +499,10 @@ class LocalStack:
             )
             sched = Schedule(sc.rule_name, every, fn, sc.input)
             self.threads.append(Loop(f"schedule-{sc.rule_name}", sched.step, self._stop))
+        if d.bucket:
+            mirror = EventMirror(self.clients.s3, d.bucket, self.events_dir)
+            self._mirror = mirror
+            self.threads.append(Loop("events-mirror", mirror.step, self._stop))
         for t_ in self.threads:
             t_.start()
         http = {r.function: fns[r.function] for r in w.routes if r.function in fns}
@@ -610,3 +622,40 @@ def _relay_hop(relay: str) -> str:
     host = host.strip("[]")
     address = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)[0][4][0]
     return f"[{address}]:{port}"
+
+
+class EventMirror:
+    """Copies the event log from moto's S3 (in memory) to `var/events/` on disk.
+
+    On AWS the event log stays in S3; locally it would vanish with moto, and `make report`
+    reads it from disk. Same keys below `events/`, so the partitions (dt=/hr=) carry over.
+    """
+
+    def __init__(self, s3: Any, bucket: str, target: Path, prefix: str = "events/") -> None:
+        self.s3 = s3
+        self.bucket = bucket
+        self.target = target
+        self.prefix = prefix
+        self.copied: dict[str, str] = {}  # key -> ETag already on disk
+
+    def sync(self) -> int:
+        n = 0
+        paginator = self.s3.get_paginator("list_objects_v2")
+        for page in paginator.paginate(Bucket=self.bucket, Prefix=self.prefix):
+            for obj in page.get("Contents", []):
+                key, etag = obj["Key"], obj.get("ETag", "")
+                if self.copied.get(key) == etag:
+                    continue
+                dest = self.target / key[len(self.prefix) :]
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                body = self.s3.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+                tmp = dest.with_name(dest.name + ".tmp")
+                tmp.write_bytes(body)
+                tmp.replace(dest)  # a reader never sees half a file
+                self.copied[key] = etag
+                n += 1
+        return n
+
+    def step(self) -> float:
+        self.sync()
+        return 5.0
