@@ -205,7 +205,7 @@ class LocalStack:
         if self._mirror is not None:
             try:  # the last events before moto (and its in-memory S3) goes away
                 self._mirror.sync()
-            except Exception:  # noqa: BLE001 - stopping must go on; the error is logged
+            except Exception:
                 log.exception("events mirror: final sync failed")
             self._mirror = None
         if self.sink is not None:
