@@ -1,0 +1,494 @@
+"""The storage protocol on a local filesystem: a crash-safe queue directory (kannader-like).
+
+Layout under `root`:
+  data/<mail_id>/content          the RFC 5322 bytes, written once
+  data/<mail_id>/mail.json        envelope summary (sha256, digest, groups), or a tombstone
+  data/<mail_id>/g/<group>.json   one destination group: recipients, schedule, lease
+Every file is written to a temporary name, fsynced and renamed into place (atomic on one
+filesystem), and the directory is fsynced: after a crash each file is either the old or
+the new version. A group is changed only under an exclusive `flock` on its lock file, so
+a claim is a real compare-and-set between processes. Order of enqueue is content →
+groups → mail.json (the commit point), as qmail's mess → intd → todo.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import secrets
+import shutil
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from .aws.backend import envelope_digest, plan_groups
+from .errors import Conflict, InvalidInput, LeaseLost, NotFound
+from .model import (
+    Attempt,
+    Claim,
+    Envelope,
+    Group,
+    GroupState,
+    MailRef,
+    Notify,
+    Page,
+    QueuedMail,
+    Recipient,
+    RecipientState,
+    Result,
+    Ret,
+    derive_group_state,
+    from_iso,
+    mail_id_for_key,
+    new_mail_id,
+    to_iso,
+    utcnow,
+)
+from .storage import ClaimRefused, InflightMail, PendingCleanup, Transition
+from .validate import check_no_ctl, validate_address, validate_content, validate_sender
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def _safe(name: str) -> str:
+    if not name or "/" in name or name.startswith(".") or "\x00" in name:
+        raise InvalidInput("invalid_id", "not a valid id", "mail_id")
+    return name
+
+
+class FsStorage:
+    """`Storage` on a directory. Triggers are implicit: a local worker polls `list_queue`."""
+
+    def __init__(
+        self,
+        root: Path | str,
+        *,
+        max_size: int = 40 * 1024 * 1024,
+        max_recipients: int = 1000,
+        group_recipient_limit: int = 50,
+        lease_seconds: int = 360,
+        history_limit: int = 10,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self.root = Path(root)
+        self.data = self.root / "data"
+        self.data.mkdir(parents=True, exist_ok=True)
+        self.max_size = max_size
+        self.max_recipients = max_recipients
+        self.group_recipient_limit = group_recipient_limit
+        self.lease_seconds = lease_seconds
+        self.history_limit = history_limit
+        self.clock = clock
+
+    # ------------------------------------------------------------------ files
+    def _dir(self, mail_id: str) -> Path:
+        return self.data / _safe(mail_id)
+
+    def _gpath(self, ref: MailRef) -> Path:
+        return self._dir(ref.mail_id) / "g" / f"{_safe(ref.group)}.json"
+
+    @contextlib.contextmanager
+    def _locked(self, ref: MailRef) -> Iterator[dict[str, Any] | None]:
+        path = self._gpath(ref)
+        if not path.parent.exists():
+            yield None
+            return
+        with open(path.with_suffix(".lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield json.loads(path.read_bytes()) if path.exists() else None
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _save(self, ref: MailRef, item: dict[str, Any]) -> None:
+        _write_atomic(self._gpath(ref), json.dumps(item, sort_keys=True).encode())
+
+    def _group(self, item: dict[str, Any]) -> Group:
+        recipients = tuple(Recipient.from_json(r) for r in item["rcpts"])
+        st = item.get("st") or derive_group_state(recipients).value
+        state = GroupState(st)
+        if state == GroupState.INFLIGHT:
+            recipients = tuple(
+                r.with_(state=RecipientState.INFLIGHT)
+                if r.state in (RecipientState.QUEUED, RecipientState.HELD)
+                else r
+                for r in recipients
+            )
+        next_at = from_iso(item["next_at"]) or self.clock()
+        return Group(
+            mail_id=item["mail_id"],
+            key=item["key"],
+            sender=item["sender"],
+            recipients=recipients,
+            state=state,
+            next_attempt_at=next_at,
+            arrival=from_iso(item["arrival"]) or next_at,
+            content_key=str(self._dir(item["mail_id"]) / "content"),
+            size=int(item["size"]),
+            ret=Ret(item["ret"]) if item.get("ret") else None,
+            envid=item.get("envid"),
+            smtputf8=bool(item.get("smtputf8")),
+            lease_until=from_iso(item.get("lease_until")),
+            lease_token=item.get("lease_token"),
+            history=tuple(Attempt.from_json(a) for a in item.get("history", [])),
+            groups_in_mail=int(item.get("ng", 0)),
+        )
+
+    def _items(self) -> Iterator[dict[str, Any]]:
+        """Groups of committed mails only: mail.json is the commit point of enqueue."""
+        for mail in sorted(self.data.iterdir()):
+            gdir = mail / "g"
+            if not gdir.is_dir() or not (mail / "mail.json").exists():
+                continue
+            for p in sorted(gdir.glob("*.json")):
+                with contextlib.suppress(FileNotFoundError):  # cleaned meanwhile
+                    yield json.loads(p.read_bytes())
+
+    # ------------------------------------------------------------------ enqueue
+    def validate(self, envelope: Envelope, content: bytes) -> None:
+        check_no_ctl(envelope.sender, "sender")
+        validate_sender(envelope.sender, smtputf8=envelope.smtputf8)
+        if not envelope.recipients:
+            raise InvalidInput("no_recipients", "at least one recipient is required", "recipients")
+        if len(envelope.recipients) > self.max_recipients:
+            raise InvalidInput(
+                "too_many_recipients", f"at most {self.max_recipients} recipients", "recipients"
+            )
+        for i, r in enumerate(envelope.recipients):
+            validate_address(r.address, f"recipients[{i}].address", smtputf8=envelope.smtputf8)
+        validate_content(content, max_size=self.max_size)
+
+    def enqueue(
+        self,
+        envelope: Envelope,
+        content: bytes,
+        *,
+        idempotency_key: str | None = None,
+        not_before: datetime | None = None,
+    ) -> QueuedMail:
+        self.validate(envelope, content)
+        now = self.clock()
+        mail_id = mail_id_for_key("fs", idempotency_key) if idempotency_key else new_mail_id()
+        recipients = tuple(
+            r.with_(rid=f"r{i}", state=RecipientState.QUEUED)
+            for i, r in enumerate(envelope.recipients)
+        )
+        groups = plan_groups(recipients, self.group_recipient_limit)
+        answer = QueuedMail(mail_id, tuple((r.rid, r.address) for r in recipients), tuple(groups))
+        sha = hashlib.sha256(content).hexdigest()
+        digest = envelope_digest(envelope)
+        d = self._dir(mail_id)
+        mail_file = d / "mail.json"
+        if mail_file.exists():  # the commit point was reached: a retry, or a tombstone
+            stored = json.loads(mail_file.read_bytes())
+            if stored["sha256"] != sha or stored["env_sha"] != digest:
+                raise Conflict("idempotency key reused with different content or envelope")
+            return replace(answer, duplicate=True)
+        (d / "g").mkdir(parents=True, exist_ok=True)
+        _write_atomic(d / "content", content)
+        due = max(now, not_before) if not_before else now
+        for gkey, rs in groups.items():
+            self._save(
+                MailRef(mail_id, gkey),
+                {
+                    "mail_id": mail_id,
+                    "key": gkey,
+                    "sender": envelope.sender,
+                    "rcpts": [r.to_json() for r in rs],
+                    "st": GroupState.QUEUED.value,
+                    "next_at": to_iso(due),
+                    "arrival": to_iso(now),
+                    "size": len(content),
+                    "ret": envelope.ret.value if envelope.ret else None,
+                    "envid": envelope.envid,
+                    "smtputf8": envelope.smtputf8,
+                    "ng": len(groups),
+                    "history": [],
+                },
+            )
+        meta = {"sha256": sha, "env_sha": digest, "groups": list(groups), "arrival": to_iso(now)}
+        _write_atomic(mail_file, json.dumps(meta).encode())
+        return answer
+
+    # ------------------------------------------------------------------ reads
+    def _page(self, items: list[Group], limit: int, cursor: str | None) -> Page:
+        start = int(cursor) if cursor else 0
+        chunk = items[start : start + limit]
+        more = start + limit < len(items)
+        return Page(items=tuple(chunk), cursor=str(start + limit) if more else None)
+
+    def list_queue(
+        self,
+        *,
+        state: GroupState = GroupState.QUEUED,
+        due_before: datetime | None = None,
+        limit: int = 100,
+        cursor: str | None = None,
+    ) -> Page:
+        groups = [self._group(it) for it in self._items() if it.get("st") == state.value]
+        if due_before is not None:
+            groups = [g for g in groups if g.next_attempt_at <= due_before]
+        groups.sort(key=lambda g: (g.next_attempt_at, g.mail_id, g.key))
+        return self._page(groups, limit, cursor)
+
+    def find_inflight(self, now: datetime, *, limit: int = 100, cursor: str | None = None) -> Page:
+        groups = [
+            self._group(it)
+            for it in self._items()
+            if it.get("st") == GroupState.INFLIGHT.value
+            and (from_iso(it.get("lease_until")) or now) < now
+        ]
+        groups.sort(key=lambda g: (g.lease_until or now, g.mail_id))
+        return self._page(groups, limit, cursor)
+
+    def find_pending_cleanup(
+        self,
+        now: datetime,
+        *,
+        grace_seconds: int = 300,
+        orphan_grace_seconds: int = 129600,
+        orphans: bool = True,
+    ) -> Iterator[PendingCleanup]:
+        for mail in sorted(self.data.iterdir()):
+            if not (mail / "content").exists() and not (mail / "g").exists():
+                continue
+            items = self._mail_items(mail.name)
+            if not (mail / "mail.json").exists():  # an enqueue that never committed
+                with contextlib.suppress(FileNotFoundError):
+                    age = now.timestamp() - (mail / "content").stat().st_mtime
+                    if orphans and age > orphan_grace_seconds:
+                        yield PendingCleanup(mail.name, "orphan")
+                continue
+            if all(it.get("st") == GroupState.DONE.value for it in items):
+                done_at = max(from_iso(it.get("done_at")) or now for it in items)
+                if done_at < now - timedelta(seconds=grace_seconds):
+                    yield PendingCleanup(mail.name, "finished")
+
+    def _mail_items(self, mail_id: str) -> list[dict[str, Any]]:
+        gdir = self._dir(mail_id) / "g"
+        out = []
+        for p in sorted(gdir.glob("*.json")) if gdir.exists() else []:
+            with contextlib.suppress(FileNotFoundError):
+                out.append(json.loads(p.read_bytes()))
+        return out
+
+    def get_mail(self, mail_id: str) -> tuple[dict[str, Any] | None, list[Group]]:
+        items = self._mail_items(mail_id)
+        meta_file = self._dir(mail_id) / "mail.json"
+        if not items and not meta_file.exists():
+            raise NotFound(mail_id)
+        meta = json.loads(meta_file.read_bytes()) if meta_file.exists() else None
+        return meta, [self._group(it) for it in items]
+
+    def content_exists(self, mail_id: str) -> bool:
+        return (self._dir(mail_id) / "content").exists()
+
+    # ------------------------------------------------------------------ claims
+    def send_start(
+        self,
+        ref: MailRef,
+        now: datetime,
+        *,
+        lease_seconds: int | None = None,
+        receipt_handle: str | None = None,
+    ) -> Claim | ClaimRefused:
+        with self._locked(ref) as item:
+            if item is None:
+                return ClaimRefused("gone")
+            st = item.get("st")
+            next_at = from_iso(item["next_at"]) or now
+            lease_until = from_iso(item.get("lease_until"))
+            due = st == GroupState.QUEUED.value and next_at <= now
+            stale = (
+                st == GroupState.INFLIGHT.value and lease_until is not None and lease_until < now
+            )
+            if not (due or stale):
+                if st == GroupState.QUEUED.value:
+                    return ClaimRefused("not_due", next_at)
+                if st == GroupState.INFLIGHT.value:
+                    return ClaimRefused("claimed", lease_until)
+                if st == GroupState.HELD.value:
+                    return ClaimRefused("held")
+                return ClaimRefused("finished")
+            token = secrets.token_hex(8)
+            until = now + timedelta(seconds=lease_seconds or self.lease_seconds)
+            item.update(st=GroupState.INFLIGHT.value, lease_token=token, lease_until=to_iso(until))
+            self._save(ref, item)
+            return Claim(self._group(item), token, receipt_handle, now)
+
+    def read_inflight(self, claim: Claim) -> InflightMail:
+        path = self._dir(claim.group.mail_id) / "content"
+        try:
+            f: BinaryIO = open(path, "rb")
+        except FileNotFoundError as e:
+            raise NotFound(claim.group.mail_id) from e
+        return InflightMail(claim.group, f, path.stat().st_size)
+
+    # ------------------------------------------------------------------ transitions
+    def _transition(
+        self,
+        claim: Claim,
+        changed: dict[str, Recipient],
+        *,
+        next_attempt_at: datetime | None = None,
+        attempt: Attempt | None = None,
+    ) -> Transition:
+        if claim.released:
+            raise LeaseLost("this claim was already released")
+        now = self.clock()
+        with self._locked(claim.ref) as item:
+            if item is None or item.get("lease_token") != claim.token:
+                raise LeaseLost(f"{claim.group.mail_id}/{claim.group.key}")
+            stored = {r["rid"]: Recipient.from_json(r) for r in item["rcpts"]}
+            for rid, r in changed.items():
+                if rid not in stored:
+                    raise InvalidInput("unknown_recipient", f"{rid} is not in this group", "rids")
+                stored[rid] = (
+                    r.with_(state=RecipientState.QUEUED)
+                    if (r.state == RecipientState.INFLIGHT)
+                    else r
+                )
+            resolved = claim.resolved | set(changed)
+            release = not [r for r in claim.group.pending() if r.rid not in resolved]
+            item["rcpts"] = [r.to_json() for r in stored.values()]
+            if attempt is not None:
+                item["history"] = (item.get("history", []) + [attempt.to_json()])[
+                    -self.history_limit :
+                ]
+            if next_attempt_at is not None:
+                item["next_at"] = to_iso(next_attempt_at)
+            if release:
+                state = derive_group_state(tuple(stored.values()))
+                item["st"] = state.value
+                item.pop("lease_token", None)
+                item.pop("lease_until", None)
+                if state in (GroupState.DONE, GroupState.DSN):
+                    item["done_at"] = to_iso(now)
+            self._save(claim.ref, item)
+            group = self._group(item)
+        claim.resolved = resolved
+        claim.group = group
+        claim.released = release
+        finished = cleaned = False
+        if release and group.state == GroupState.DONE:
+            finished = all(
+                it.get("st") == GroupState.DONE.value for it in self._mail_items(group.mail_id)
+            )
+            cleaned = finished and self.cleanup(group.mail_id)
+        return Transition(group, release, finished, cleaned)
+
+    def _attempted(self, claim: Claim, r: Recipient, result: Result, now: datetime) -> Recipient:
+        return r.with_(
+            attempts=r.attempts + 1,
+            first_attempt_at=r.first_attempt_at or now,
+            last_attempt_at=now,
+            last_result=result,
+        )
+
+    def _attempt(self, claim: Claim, result: Result) -> Attempt:
+        return Attempt(
+            claim.attempt_number,
+            claim.group.next_attempt_at,
+            claim.started_at,
+            self.clock(),
+            result,
+        )
+
+    def send_done(self, claim: Claim, rids: Sequence[str], result: Result) -> Transition:
+        now = self.clock()
+        by = {r.rid: r for r in claim.group.recipients}
+        changed = {}
+        for rid in rids:
+            wants = Notify.SUCCESS in by[rid].notify and claim.group.sender != ""
+            changed[rid] = self._attempted(claim, by[rid], result, now).with_(
+                state=RecipientState.DELIVERED,
+                final_at=now,
+                dsn_pending="delivered" if wants else by[rid].dsn_pending,
+            )
+        return self._transition(claim, changed, attempt=self._attempt(claim, result))
+
+    def send_cancel(self, claim: Claim) -> Group:
+        now = self.clock()
+        t = self._transition(
+            claim,
+            {r.rid: r.with_(state=RecipientState.QUEUED) for r in claim.unresolved()},
+            next_attempt_at=min(claim.group.next_attempt_at, now),
+        )
+        return t.group
+
+    def reschedule(
+        self,
+        claim: Claim,
+        results: dict[str, Result],
+        next_attempt_at: datetime,
+        *,
+        delay_warning: bool = False,
+    ) -> Transition:
+        now = self.clock()
+        by = {r.rid: r for r in claim.group.recipients}
+        changed = {}
+        for rid, res in results.items():
+            r = self._attempted(claim, by[rid], res, now).with_(state=RecipientState.QUEUED)
+            if delay_warning and not r.delay_warned and claim.group.sender != "":
+                if Notify.NEVER not in r.notify:
+                    r = r.with_(delay_warned=True, dsn_pending=r.dsn_pending or "delayed")
+            changed[rid] = r
+        first = next(iter(results.values()))
+        return self._transition(
+            claim,
+            changed,
+            next_attempt_at=max(next_attempt_at, claim.group.next_attempt_at),
+            attempt=self._attempt(claim, first),
+        )
+
+    def drop(self, claim: Claim, results: dict[str, Result]) -> Transition:
+        now = self.clock()
+        by = {r.rid: r for r in claim.group.recipients}
+        changed = {}
+        for rid, res in results.items():
+            dsn = claim.group.sender != "" and Notify.NEVER not in by[rid].notify
+            changed[rid] = self._attempted(claim, by[rid], res, now).with_(
+                state=RecipientState.BOUNCED,
+                final_at=now,
+                dsn_pending="failed" if dsn else by[rid].dsn_pending,
+            )
+        first = next(iter(results.values()))
+        return self._transition(claim, changed, attempt=self._attempt(claim, first))
+
+    # ------------------------------------------------------------------ cleanup
+    def cleanup(self, mail_id: str) -> bool:
+        """Finished mail: content and groups go (a keyed mail keeps mail.json as its
+        tombstone). A mail that never reached its commit point (no mail.json) was never
+        accepted: everything goes (the sweeper asks only after the orphan grace)."""
+        d = self._dir(mail_id)
+        items = self._mail_items(mail_id)
+        committed = (d / "mail.json").exists()
+        if committed and any(it.get("st") != GroupState.DONE.value for it in items):
+            return False
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(d / "content")
+        if (d / "g").exists():
+            shutil.rmtree(d / "g")
+        meta_file = d / "mail.json"
+        if meta_file.exists() and not mail_id.startswith("K"):
+            os.unlink(meta_file)  # a keyed mail keeps mail.json as its tombstone
+        if d.exists() and not any(d.iterdir()):
+            d.rmdir()
+        return True

@@ -1,0 +1,76 @@
+"""The filesystem backend's own crash windows and its cross-process claim."""
+
+from __future__ import annotations
+
+import multiprocessing
+from datetime import timedelta
+from pathlib import Path
+
+from mailqueue.fs import FsStorage
+from mailqueue.model import Claim, MailRef, Result, utcnow
+
+from tests.support import factories as f
+from tests.support.faults import InjectedCrash
+
+OK = Result(250, "2.0.0", "ok")
+
+
+def _claim(root: str, mail_id: str, group: str, out: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+    st = FsStorage(root)
+    got = st.send_start(MailRef(mail_id, group), utcnow(), lease_seconds=60)
+    out.put(isinstance(got, Claim))
+
+
+def test_only_one_process_wins_a_claim(tmp_path: Path) -> None:
+    st = FsStorage(tmp_path)
+    q = st.enqueue(f.envelope(), f.content())
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    procs = [
+        ctx.Process(target=_claim, args=(str(tmp_path), q.mail_id, q.groups[0], out))
+        for _ in range(6)
+    ]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(30)
+    wins = [out.get(timeout=5) for _ in procs]
+    assert wins.count(True) == 1
+
+
+def test_an_enqueue_cut_before_its_commit_point_is_invisible_then_an_orphan(
+    tmp_path: Path,
+) -> None:
+    st = FsStorage(tmp_path)
+    q = st.enqueue(f.envelope(), f.content())
+    (tmp_path / "data" / q.mail_id / "mail.json").unlink()  # as if we died just before it
+    assert st.list_queue().items == ()
+    later = utcnow() + timedelta(hours=37)
+    pending = list(st.find_pending_cleanup(later))
+    assert [(p.mail_id, p.reason) for p in pending] == [(q.mail_id, "orphan")]
+    assert st.cleanup(q.mail_id) and not (tmp_path / "data" / q.mail_id).exists()
+
+
+def test_a_cleanup_cut_short_is_found_and_finished(tmp_path: Path) -> None:
+    class DiesBeforeCleanup(FsStorage):
+        """Crash injection: the process dies right after the last state write."""
+
+        def cleanup(self, mail_id: str) -> bool:
+            raise InjectedCrash("died before cleanup")
+
+    dying = DiesBeforeCleanup(tmp_path)
+    q = dying.enqueue(f.envelope("a@x.example", "b@y.example"), f.content())
+    for i, g in enumerate(q.groups):
+        c = dying.send_start(MailRef(q.mail_id, g), utcnow(), lease_seconds=60)
+        assert isinstance(c, Claim)
+        try:
+            dying.send_done(c, [c.group.recipients[0].rid], OK)
+        except InjectedCrash:
+            assert i == len(q.groups) - 1  # only the last finisher cleans
+    st = FsStorage(tmp_path)
+    assert st.content_exists(q.mail_id)
+    assert list(st.find_pending_cleanup(utcnow())) == []  # within the grace
+    pending = list(st.find_pending_cleanup(utcnow() + timedelta(minutes=10)))
+    assert [(p.mail_id, p.reason) for p in pending] == [(q.mail_id, "finished")]
+    assert st.cleanup(q.mail_id) and not st.content_exists(q.mail_id)
+    assert list(st.find_pending_cleanup(utcnow() + timedelta(minutes=10))) == []
