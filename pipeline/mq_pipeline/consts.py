@@ -28,6 +28,14 @@ ATTEMPTS_CAP = 10
 # Scheduling lag histogram bucket upper bounds in seconds; the last bucket is open.
 LAG_EDGES_S = (1.0, 5.0, 30.0, 60.0, 300.0, 900.0)
 
+# Scheduling lag quantiles come from a log-spaced histogram (bins grow by LAG_GAMMA), like
+# DDSketch: cheap, mergeable, and each quantile is within LAG_REL_ERROR of the exact value
+# at its rank (absolute LAG_MIN_S for lags at or below LAG_MIN_S).
+LAG_PERCENTILES = (0.5, 0.9, 0.99)
+LAG_GAMMA = 1.02
+LAG_MIN_S = 0.001
+LAG_REL_ERROR = (LAG_GAMMA - 1) / (LAG_GAMMA + 1)
+
 
 def bounce_band(rate: float | None) -> str:
     """The band a hard-bounce rate falls in: ok, elevated (>= 2 %), review, pause."""

@@ -9,6 +9,7 @@ much was delivered, how fast").
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -20,6 +21,9 @@ from .consts import (
     ATTEMPTS_CAP,
     BOUNCE_BANDS,
     LAG_EDGES_S,
+    LAG_GAMMA,
+    LAG_MIN_S,
+    LAG_PERCENTILES,
     PERCENTILE_ACCURACY,
     PERCENTILES,
     QSHAPE_EDGES_MIN,
@@ -83,14 +87,67 @@ def _band_col(rate: Column) -> Column:
     return out.otherwise(F.lit("ok"))
 
 
-def volumes(events: DataFrame) -> DataFrame:
-    """Events per type at every grain (by event time). Cheap: pre-aggregated per hour and
-    domain first, then rolled up, so the grouping sets expand a small table only."""
-    base = (
+def _lag_bucket_aggs(lag: Column) -> list[Column]:
+    """Counts per LAG_EDGES_S bucket: lag_bucket_0 is below the first edge, the last is
+    at or above the last edge."""
+    aggs: list[Column] = []
+    lows: list[float | None] = [None, *LAG_EDGES_S]
+    highs: list[float | None] = [*LAG_EDGES_S, None]
+    for i, (lo, hi) in enumerate(zip(lows, highs)):  # noqa: B905 - same length by design
+        cond: Column = lag.isNotNull()
+        if lo is not None:
+            cond = cond & (lag >= lo)
+        if hi is not None:
+            cond = cond & (lag < hi)
+        aggs.append(F.count(F.when(cond, 1)).alias(f"lag_bucket_{i}"))
+    return aggs
+
+
+_REASON_TYPES = ("DeliveryDelay", "Bounce")
+
+
+def event_base(events: DataFrame) -> DataFrame:
+    """One pass over the events: per hour x domain x type (and, for deferrals and bounces,
+    x status x raw diagnostic text) the events, rows read, late ones, first and last time,
+    and the scheduling lag's count, sum, max and fixed buckets. The volumes, reasons,
+    scheduling lag and the run's input statistics all roll up from this table, so the
+    events are scanned and hashed once for all of them."""
+    lag = F.col("sched_lag_s")
+    for_reasons = F.col("event_type").isin(*_REASON_TYPES)
+    return (
         _with_time_keys(events, "ts")
-        .groupBy("_d", "_h", "domain", "event_type")
-        .agg(F.count(F.lit(1)).alias("events"), F.sum(F.col("late").cast("long")).alias("late"))
+        .withColumn("status", F.when(for_reasons, F.col("status")))
+        .withColumn("diag", F.when(for_reasons, F.col("diag")))
+        .groupBy("_d", "_h", "domain", "event_type", "status", "diag")
+        .agg(
+            F.count(F.lit(1)).alias("events"),
+            F.sum("copies").alias("rows"),
+            F.count(F.when(F.col("late"), 1)).alias("late"),
+            F.min(F.unix_micros("ts")).alias("first_us"),
+            F.max(F.unix_micros("ts")).alias("last_us"),
+            F.count(lag).alias("lag_n"),
+            F.sum(lag).alias("lag_sum"),
+            F.max(lag).alias("lag_max"),
+            *_lag_bucket_aggs(lag),
+        )
     )
+
+
+def input_stats(base: DataFrame) -> DataFrame:
+    """One row: events, rows read (duplicates included), late events, first and last
+    event time in epoch micros (micros, not timestamps: collected timestamps would be
+    converted to the driver's local zone)."""
+    return base.agg(
+        F.coalesce(F.sum("events"), F.lit(0)).alias("events"),
+        F.coalesce(F.sum("rows"), F.lit(0)).alias("rows"),
+        F.coalesce(F.sum("late"), F.lit(0)).alias("late"),
+        F.min("first_us").alias("first"),
+        F.max("last_us").alias("last"),
+    )
+
+
+def volumes(base: DataFrame) -> DataFrame:
+    """Events per type at every grain, by event time (from `event_base`)."""
     return _grouped(
         base,
         ("hour", "day", "domain", "overall"),
@@ -108,38 +165,50 @@ def delivery(outcomes: DataFrame, accuracy: int = PERCENTILE_ACCURACY) -> DataFr
     hard_bounce_rate = hard bounces / accepted recipients (SES's bounce rate basis).
     Time to deliver (accepted -> Delivery, seconds) percentiles use percentile_approx with
     `accuracy`: each value's rank is within n / accuracy of the exact one.
+
+    The counts roll up from a per hour x domain table (a cheap hash aggregate); only the
+    percentile sketches see every delivered recipient once per grain.
     """
     st = F.col("final_state")
     delivered = st == "delivered"
     deferred = F.col("deferrals") > 0
-    ttd = F.when(delivered, F.col("time_to_final_s"))
 
     def n(cond: Column) -> Column:
         return F.count(F.when(cond, 1))
 
-    aggs = [
-        F.count(F.lit(1)).alias("recipients"),
-        n(delivered).alias("delivered"),
-        n(st == "bounced").alias("bounced"),
-        n(F.col("hard_bounce")).alias("hard_bounced"),
-        n(st == "deleted").alias("deleted"),
-        n(st == "pending").alias("pending"),
-        n(F.col("attempts") >= 1).alias("attempted"),
-        n(delivered & (F.col("delivered_attempt") == 1)).alias("first_attempt_delivered"),
-        n(deferred).alias("deferred"),
-        n(deferred & (st != "pending")).alias("deferred_finalised"),
-        n(deferred & delivered).alias("deferred_delivered"),
-        F.sum("deferrals").alias("deferrals"),
-        F.percentile_approx(ttd, list(PERCENTILES), accuracy).alias("ttd_pct"),
-        F.max(ttd).alias("ttd_max_s"),
-        F.avg(ttd).alias("ttd_mean_s"),
-    ]
-    g = _grouped(_with_time_keys(outcomes, "accepted_at"), tuple(_SETS), aggs)
-    g = g.withColumn("finalised", F.col("delivered") + F.col("bounced") + F.col("deleted"))
+    counts = {
+        "recipients": F.count(F.lit(1)),
+        "delivered": n(delivered),
+        "bounced": n(st == "bounced"),
+        "hard_bounced": n(F.col("hard_bounce")),
+        "deleted": n(st == "deleted"),
+        "pending": n(st == "pending"),
+        "attempted": n(F.col("attempts") >= 1),
+        "first_attempt_delivered": n(delivered & (F.col("delivered_attempt") == 1)),
+        "deferred": n(deferred),
+        "deferred_finalised": n(deferred & (st != "pending")),
+        "deferred_delivered": n(deferred & delivered),
+        "deferrals": F.sum("deferrals"),
+        "ttd_sum": F.sum(F.when(delivered, F.col("time_to_final_s"))),
+    }
+    keyed = _with_time_keys(outcomes, "accepted_at")
+    base = keyed.groupBy("_d", "_h", "domain").agg(*[c.alias(k) for k, c in counts.items()])
+    g = _grouped(base, tuple(_SETS), [F.sum(k).alias(k) for k in counts])
+    ttd = _grouped(
+        keyed.where(delivered).select("_d", "_h", "domain", "time_to_final_s"),
+        tuple(_SETS),
+        [
+            F.percentile_approx("time_to_final_s", list(PERCENTILES), accuracy).alias("pct"),
+            F.max("time_to_final_s").alias("ttd_max_s"),
+        ],
+    )
     for i, p in enumerate(PERCENTILES):
-        g = g.withColumn(f"ttd_p{round(p * 100)}_s", F.col("ttd_pct")[i])
+        ttd = ttd.withColumn(f"ttd_p{round(p * 100)}_s", F.col("pct")[i])
+    g = _grain_join(g, ttd.drop("pct"))
+    g = g.withColumn("finalised", F.col("delivered") + F.col("bounced") + F.col("deleted"))
     return (
-        g.drop("ttd_pct")
+        g.withColumn("ttd_mean_s", _ratio("ttd_sum", "delivered"))
+        .drop("ttd_sum")
         .withColumn("delivery_rate", _ratio("delivered", "finalised"))
         .withColumn("first_attempt_rate", _ratio("first_attempt_delivered", "attempted"))
         .withColumn("retry_yield", _ratio("deferred_delivered", "deferred_finalised"))
@@ -162,22 +231,22 @@ def attempts_histogram(outcomes: DataFrame) -> DataFrame:
     )
 
 
-def reasons(events: DataFrame, top_n: int = 10) -> DataFrame:
+def reasons(base: DataFrame, top_n: int = 10) -> DataFrame:
     """Top deferral and bounce reasons by (enhanced status, normalised text), counted in
     events, with their share of the kind; the top `top_n` per grain key and kind.
 
-    The text is normalised after a first aggregation on the raw text: most diagnostics
-    repeat verbatim ("greylisted, try again in 300 seconds"), so the regular expressions
-    run once per distinct text and day and domain rather than once per event.
+    From `event_base`, which aggregated the raw texts: most diagnostics repeat verbatim
+    ("greylisted, try again in 300 seconds"), so the regular expressions run once per
+    distinct text, hour and domain rather than once per event.
     """
     kind = F.when(F.col("event_type") == "DeliveryDelay", F.lit("deferral")).otherwise(
         F.lit("bounce")
     )
     raw = (
-        _with_time_keys(events.where(F.col("event_type").isin("DeliveryDelay", "Bounce")), "ts")
+        base.where(F.col("event_type").isin(*_REASON_TYPES))
         .withColumn("kind", kind)
         .groupBy("_d", "domain", "kind", "status", "diag")
-        .agg(F.count(F.lit(1)).alias("events"))
+        .agg(F.sum("events").alias("events"))
     )
     base = (
         raw.withColumn("status", F.coalesce(F.col("status"), F.lit("")))
@@ -198,31 +267,86 @@ def reasons(events: DataFrame, top_n: int = 10) -> DataFrame:
     return ranked.where(F.col("rank") <= top_n)
 
 
-def sched_lag(events: DataFrame, accuracy: int = PERCENTILE_ACCURACY) -> DataFrame:
-    """Retry scheduling lag (attempt.startedAt - scheduledAt, seconds): how late the
-    scheduler picks up due work. Percentiles plus a fixed-bucket histogram."""
+def lag_bin_col(lag: Column) -> Column:
+    """Log-spaced bin of a lag in seconds: bin 0 holds <= LAG_MIN_S, bin b > 0 holds
+    (LAG_MIN_S * GAMMA^(b-1), LAG_MIN_S * GAMMA^b]."""
+    ratio = F.log(lag / F.lit(LAG_MIN_S)) / F.lit(math.log(LAG_GAMMA))
+    return F.when(lag <= LAG_MIN_S, F.lit(0)).otherwise(F.ceil(ratio)).cast("int")
+
+
+def lag_bin_value(b: Column) -> Column:
+    """A bin's representative: within LAG_REL_ERROR of every value in the bin."""
+    mid = F.lit(LAG_MIN_S) * F.pow(F.lit(LAG_GAMMA), b) * F.lit(2 / (1 + LAG_GAMMA))
+    return F.when(b == 0, F.lit(LAG_MIN_S)).otherwise(mid)
+
+
+def lag_histogram(events: DataFrame) -> DataFrame:
+    """Attempts per hour and log-spaced lag bin: a mergeable sketch of the lag's
+    distribution (like DDSketch) that `sched_lag` turns into quantiles."""
     lag = F.col("sched_lag_s")
-    aggs: list[Column] = [
-        F.count(F.lit(1)).alias("attempts"),
-        F.percentile_approx(lag, [0.5, 0.9, 0.99], accuracy).alias("pct"),
-        F.max(lag).alias("max_s"),
-        F.avg(lag).alias("mean_s"),
-    ]
-    lo = float("-inf")
-    for i, hi in enumerate((*LAG_EDGES_S, float("inf"))):
-        cond = (lag >= lo) if i else F.lit(True)
-        if hi != float("inf"):
-            cond = cond & (lag < hi)
-        aggs.append(F.count(F.when(cond, 1)).alias(f"lag_bucket_{i}"))
-        lo = hi
-    df = _with_time_keys(events.where(lag.isNotNull()), "ts")
-    g = _grouped(df, ("hour", "day", "overall"), aggs)
     return (
-        g.withColumn("p50_s", F.col("pct")[0])
-        .withColumn("p90_s", F.col("pct")[1])
-        .withColumn("p99_s", F.col("pct")[2])
-        .drop("pct")
+        _with_time_keys(events.where(lag.isNotNull()), "ts")
+        .groupBy("_d", "_h", lag_bin_col(lag).alias("bin"))
+        .agg(F.count(F.lit(1)).alias("n"))
     )
+
+
+def _grain_join(left: DataFrame, right: DataFrame) -> DataFrame:
+    """Left-join two per-grain tables on (grain, day, hour, domain), nulls matching."""
+    r = right.select(*[F.col(c).alias(f"_r_{c}") if c in GRAIN_COLS else F.col(c)
+                       for c in right.columns])
+    cond = None
+    for c in GRAIN_COLS:
+        e = left[c].eqNullSafe(r[f"_r_{c}"])
+        cond = e if cond is None else cond & e
+    out = left.join(r, cond, "left")
+    return out.drop(*[f"_r_{c}" for c in GRAIN_COLS])
+
+
+def sched_lag(base: DataFrame, histogram: DataFrame) -> DataFrame:
+    """Retry scheduling lag (attempt.startedAt - scheduledAt, seconds): how late the
+    scheduler picks up due work, per hour, day and overall.
+
+    Count, mean, max and the fixed buckets are exact (from `event_base`); p50/p90/p99 come
+    from the log-spaced histogram: the value at rank ceil(p * n), within LAG_REL_ERROR
+    (about 1 %) relative, or LAG_MIN_S absolute below that.
+    """
+    grains = ("hour", "day", "overall")
+    buckets = [c for c in base.columns if c.startswith("lag_bucket_")]
+    exact = _grouped(
+        base.where(F.col("lag_n") > 0),
+        grains,
+        [
+            F.sum("lag_n").alias("attempts"),
+            (F.sum("lag_sum") / F.sum("lag_n")).alias("mean_s"),
+            F.max("lag_max").alias("max_s"),
+            *[F.sum(c).alias(c) for c in buckets],
+        ],
+    )
+    per_bin = _grouped(
+        histogram.withColumn("domain", F.lit(None).cast("string")),
+        grains,
+        [F.sum("n").alias("n")],
+        extra=("bin",),
+    )
+    key = [F.col(c) for c in GRAIN_COLS]
+    cum = F.sum("n").over(
+        Window.partitionBy(*key).orderBy("bin").rowsBetween(Window.unboundedPreceding, 0)
+    )
+    total = F.sum("n").over(Window.partitionBy(*key))
+    ranked = per_bin.withColumn("cum", cum).withColumn("total", total)
+    picks = []
+    for p in LAG_PERCENTILES:
+        rank = F.greatest(F.lit(1), F.ceil(F.lit(p) * F.col("total")))
+        picks.append(F.min(F.when(F.col("cum") >= rank, F.col("bin"))).alias(_pname(p)))
+    q = ranked.groupBy(*key).agg(*picks)
+    for p in LAG_PERCENTILES:
+        q = q.withColumn(_pname(p), lag_bin_value(F.col(_pname(p))))
+    return _grain_join(exact, q)
+
+
+def _pname(p: float) -> str:
+    return f"p{round(p * 100)}_s"
 
 
 def qshape(outcomes: DataFrame, at: datetime) -> DataFrame:

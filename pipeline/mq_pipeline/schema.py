@@ -19,6 +19,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+
 def _s(name: str) -> StructField:
     return StructField(name, StringType(), True)
 

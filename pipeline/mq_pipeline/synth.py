@@ -32,8 +32,9 @@ import time
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import IO
 
+# Bump when the generated data changes, so cached benchmark data is regenerated.
+SYNTH_VERSION = 1
 HOUR_MS = 3_600_000
 MIN_MS = 60_000
 BIG_DOMAINS = (
@@ -140,7 +141,8 @@ class Clock:
 def domain_table(n: int, seed: int) -> tuple[list[str], list[float], list[Profile]]:
     """Domain names, cumulative Zipf weights (s=1.1) and a behaviour profile per domain."""
     rnd = random.Random(seed * 7919 + 1)
-    names = list(BIG_DOMAINS[:n]) + [f"corp{i:05d}.example" for i in range(max(0, n - len(BIG_DOMAINS)))]
+    small = max(0, n - len(BIG_DOMAINS))
+    names = list(BIG_DOMAINS[:n]) + [f"corp{i:05d}.example" for i in range(small)]
     cum: list[float] = []
     total = 0.0
     for rank in range(1, len(names) + 1):
@@ -174,7 +176,7 @@ class ShardWriter:
         self.clock = clock
         self.buffers: dict[str, list[str]] = {}
         self.sizes: dict[str, int] = {}
-        self.files: dict[str, IO[bytes]] = {}
+        self.files: dict[str, gzip.GzipFile] = {}
         self.count = 0
 
     def add(self, write_ms: int, line: str) -> None:
@@ -196,7 +198,8 @@ class ShardWriter:
         if f is None:
             d = self.root / "events" / part
             d.mkdir(parents=True, exist_ok=True)
-            f = self.files[part] = gzip.open(d / f"part-s{self.shard:03d}.json.gz", "wb", 1)
+            f = gzip.GzipFile(d / f"part-s{self.shard:03d}.json.gz", "wb", 1)
+            self.files[part] = f
         f.write(("\n".join(buf) + "\n").encode())
         buf.clear()
 
@@ -225,7 +228,11 @@ class _CountingSink:
 
 
 def _simulate(
-    cfg: SynthConfig, shard: int, mails: int, sink: ShardWriter | _CountingSink, seed_offset: int = 0
+    cfg: SynthConfig,
+    shard: int,
+    mails: int,
+    sink: ShardWriter | _CountingSink,
+    seed_offset: int = 0,
 ) -> None:
     """Generate `mails` mails for one shard; every event goes through `sink.add`."""
     rnd = random.Random(cfg.seed * 1_000_003 + shard + seed_offset)
@@ -361,7 +368,8 @@ def _simulate(
                                 f'"bounceSubType":"General","bouncedRecipients":[{{"emailAddress":'
                                 f'"{addr}","action":"failed","status":"4.4.7","diagnosticCode":'
                                 f'"smtp; 0 Message expired after {n} attempts, last error: '
-                                f'{status} {text}"}}],"reportingMTA":"{mta}","remoteMtaIp":null}}}}',
+                                f'{status} {text}"}}],"reportingMTA":"{mta}",'
+                                f'"remoteMtaIp":null}}}}',
                             )
                         break
                     sched = nxt
@@ -403,7 +411,7 @@ def generate(cfg: SynthConfig, root: Path, processes: int | None = None) -> int:
         with multiprocessing.get_context("spawn").Pool(procs) as pool:
             counts = pool.map(_run_shard, jobs, chunksize=1)
     lines = sum(counts)
-    meta = {**asdict(cfg), "mails": mails, "lines": lines}
+    meta = {**asdict(cfg), "version": SYNTH_VERSION, "mails": mails, "lines": lines}
     (root / "synth.json").write_text(json.dumps(meta, indent=2) + "\n")
     return lines
 

@@ -11,12 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from mailqueue.events import MailInfo, QueueEvent, dumps
-from mailqueue.model import Attempt, Result
+from mailqueue.model import Attempt, Result, to_iso
+from mq_pipeline.schema import NORMALISED_SCHEMA, PARTITION_FIELDS, READ_SCHEMA
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
-
-from mq_pipeline.schema import NORMALISED_SCHEMA, PARTITION_FIELDS, READ_SCHEMA
 
 T0 = datetime(2026, 5, 4, 10, 0, tzinfo=UTC)
 
@@ -58,9 +57,13 @@ def delivery(m: MailInfo, rcpt: str, a: Attempt) -> QueueEvent:
 
 
 def delay(m: MailInfo, rcpt: str, a: Attempt, next_at: datetime | None = None) -> QueueEvent:
+    nxt = next_at or a.finished_at + timedelta(minutes=5)
     return QueueEvent(
         "DeliveryDelay", m, rcpt, a.finished_at, str(a.number), a.result, a,
-        {"next_attempt_at": None if next_at is None else next_at.isoformat()},
+        {
+            "next_attempt_at": to_iso(nxt),
+            "expiration_time": to_iso(m.timestamp + timedelta(hours=12)),
+        },
     )
 
 
@@ -100,7 +103,7 @@ def write_events(root: Path, events: Iterable[tuple[QueueEvent, datetime]]) -> P
 def raw_df(spark: SparkSession, docs: Sequence[tuple[str, str, str]]) -> DataFrame:
     """(dt, hr, JSON line) triples as the raw events DataFrame the reader produces."""
     schema = StructType(READ_SCHEMA.fields + PARTITION_FIELDS)
-    rows = spark.createDataFrame([(dt, hr, line) for dt, hr, line in docs], "dt string, hr string, j string")
+    rows = spark.createDataFrame(list(docs), "dt string, hr string, j string")
     return rows.select(F.from_json("j", READ_SCHEMA).alias("d"), "dt", "hr").select(
         "d.*", "dt", "hr"
     ).select(*[f.name for f in schema.fields])

@@ -6,11 +6,18 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from pyspark.sql import DataFrame, SparkSession
-
 from mq_pipeline import report
-from mq_pipeline.consts import bounce_band, lag_bucket_labels, qshape_labels
+from mq_pipeline.consts import (
+    LAG_MIN_S,
+    LAG_REL_ERROR,
+    bounce_band,
+    lag_bucket_labels,
+    qshape_labels,
+)
 from mq_pipeline.schema import OUTCOME_SCHEMA
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
 from tests.pipeline import factory as fx
 
 T = datetime(2026, 5, 4, 10, 0, tzinfo=UTC)
@@ -157,14 +164,14 @@ def _events(spark: SparkSession, specs: list[dict[str, Any]]) -> DataFrame:
 
 
 def test_volumes_count_by_event_time_and_grain(spark: SparkSession) -> None:
-    specs = [
+    specs: list[dict[str, Any]] = [
         dict(event_id="1", event_type="Send", rcpt="a@x.example", ts=T),
         dict(event_id="2", event_type="Send", rcpt="b@y.example", ts=T + timedelta(minutes=70),
              late=True),
         dict(event_id="3", event_type="Delivery", rcpt="a@x.example", ts=T + timedelta(minutes=1)),
         dict(event_id="4", event_type="Reject", rcpt=None, domain="x.example", ts=T),
     ]
-    got = rows_of(report.volumes(_events(spark, specs)))
+    got = rows_of(report.volumes(report.event_base(_events(spark, specs))))
     assert one(got, grain="overall", event_type="Send")["events"] == 2
     assert one(got, grain="overall", event_type="Send")["late"] == 1
     assert one(got, grain="hour", hour=11, event_type="Send")["events"] == 1
@@ -185,7 +192,7 @@ def test_reasons_top_n_and_share(spark: SparkSession) -> None:
                        ts=T, status=status, diag=diag.format(60 * j)) for j in range(n)]
     specs += [dict(event_id="b1", event_type="Bounce", rcpt="u@x.example", ts=T,
                    status="5.1.1", diag="smtp; 550 <u@x.example> user unknown")]
-    got = rows_of(report.reasons(_events(spark, specs), top_n=2))
+    got = rows_of(report.reasons(report.event_base(_events(spark, specs)), top_n=2))
     ov = sorted((r["kind"], r["rank"], r["status"], r["reason"], r["events"]) for r in got
                 if r["grain"] == "overall")
     assert ov == [("bounce", 1, "5.1.1", "<addr> user unknown", 1),
@@ -200,9 +207,24 @@ def test_sched_lag_percentiles_and_buckets(spark: SparkSession) -> None:
     specs = [dict(event_id=str(i), event_type="Delivery", rcpt="u@x.example", attempt=1,
                   ts=T, sched_lag_s=x) for i, x in enumerate(lags)]
     specs.append(dict(event_id="send", event_type="Send", rcpt="u@x.example", ts=T))
-    got = rows_of(report.sched_lag(_events(spark, specs)))
+    ev = _events(spark, specs)
+    got = rows_of(report.sched_lag(report.event_base(ev), report.lag_histogram(ev)))
     o = one(got, grain="overall")
     assert o["attempts"] == len(lags) and o["max_s"] == 2000.0
+    assert o["mean_s"] == pytest.approx(sum(lags) / len(lags))
     assert [o[f"lag_bucket_{i}"] for i in range(7)] == [2, 1, 1, 1, 1, 1, 1]
-    assert o["p50_s"] == 10.0
+    # nearest rank: p50 -> 4th of 8 (10 s), p90 -> 8th (2000 s), within the sketch's error
+    assert o["p50_s"] == pytest.approx(10.0, rel=LAG_REL_ERROR)
+    assert o["p90_s"] == pytest.approx(2000.0, rel=LAG_REL_ERROR)
+    assert o["p99_s"] == pytest.approx(2000.0, rel=LAG_REL_ERROR)
+    assert one(got, grain="hour", hour=10)["attempts"] == len(lags)
     assert len(lag_bucket_labels()) == 7
+
+
+def test_lag_bins_bound_the_relative_error(spark: SparkSession) -> None:
+    values = [0.0, 0.0004, 0.001, 0.0011, 0.37, 1.0, 59.99, 60.0, 3601.5, 86400.0]
+    df = spark.createDataFrame([(v,) for v in values], "v double")
+    got = df.select("v", report.lag_bin_value(report.lag_bin_col(F.col("v"))).alias("r"))
+    for row in got.collect():
+        v, r = row["v"], row["r"]
+        assert abs(r - v) <= max(LAG_REL_ERROR * v, LAG_MIN_S) + 1e-12, (v, r)

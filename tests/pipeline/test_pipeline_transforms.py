@@ -4,20 +4,21 @@ from __future__ import annotations
 
 import random
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from mailqueue.events import dumps
 from mailqueue.model import Result
+from mq_pipeline import transforms as T
+from mq_pipeline.schema import OUTCOME_SCHEMA
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from mq_pipeline import transforms as T
-from mq_pipeline.schema import OUTCOME_SCHEMA
 from tests.pipeline import factory as fx
 from tests.pipeline.factory import at
 
 
-def _by(rows: list[dict], key: str) -> dict:
+def _by(rows: list[dict[str, Any]], key: str) -> dict[str, dict[str, Any]]:
     return {r[key]: r for r in rows}
 
 
@@ -146,7 +147,8 @@ def test_in_range_uses_event_time(spark: SparkSession) -> None:
         fx.norm_row(event_id="c", event_type="Send", ts=datetime(2026, 5, 4, 23, 59, tzinfo=UTC)),
         fx.norm_row(event_id="d", event_type="Send", ts=datetime(2026, 5, 5, 0, 0, tzinfo=UTC)),
     ]
-    got = sorted(r["event_id"] for r in T.in_range(fx.norm_df(spark, rows, copies=False), day).collect())
+    kept = T.in_range(fx.norm_df(spark, rows, copies=False), day).collect()
+    got = sorted(r["event_id"] for r in kept)
     assert got == ["b", "c"]
 
 
@@ -169,7 +171,9 @@ def test_dedupe_keeps_one_row_per_event_id(spark: SparkSession) -> None:
     assert out["e3"]["copies"] == 1
 
 
-def _outcome_rows(spark: SparkSession, rows: list[dict], rng: T.TimeRange | None = None) -> dict:
+def _outcome_rows(
+    spark: SparkSession, rows: list[dict[str, Any]], rng: T.TimeRange | None = None
+) -> dict[str, dict[str, Any]]:
     df = T.outcomes(fx.norm_df(spark, rows), rng or T.TimeRange(None, None))
     assert [f.name for f in df.schema.fields] == [f.name for f in OUTCOME_SCHEMA.fields]
     return {r["rcpt"]: r.asDict() for r in df.collect()}
@@ -178,7 +182,7 @@ def _outcome_rows(spark: SparkSession, rows: list[dict], rng: T.TimeRange | None
 def test_outcomes_final_states_attempts_and_deferrals(spark: SparkSession) -> None:
     t = datetime(2026, 5, 4, 10, tzinfo=UTC)
 
-    def ev(i: str, typ: str, rcpt: str, minutes: float, **kw: object) -> dict:
+    def ev(i: str, typ: str, rcpt: str, minutes: float, **kw: object) -> dict[str, Any]:
         return fx.norm_row(event_id=i, event_type=typ, message_id="M", rcpt=rcpt,
                            accepted_at=t, ts=t + timedelta(minutes=minutes), **kw)
 

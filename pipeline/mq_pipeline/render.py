@@ -1,0 +1,494 @@
+"""Render the job's CSV/JSON outputs as one self-contained HTML page with inline SVG charts.
+
+Plain Python (standard library only, no Spark, no network, no CDN): it runs anywhere the
+outputs were copied to, and the page opens offline. Usage:
+
+    python -m mq_pipeline.render var/report            # writes var/report/report.html
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import html
+import json
+import math
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from .consts import BOUNCE_BANDS, PERCENTILES, attempts_label
+
+# Colour-blind-safe palette (Okabe-Ito), one colour per meaning, reused across charts.
+C = {
+    "Send": "#999999",
+    "Delivery": "#009E73",
+    "DeliveryDelay": "#E69F00",
+    "Bounce": "#D55E00",
+    "Reject": "#CC79A7",
+    "Operator": "#56B4E9",
+    "delivered": "#009E73",
+    "bounced": "#D55E00",
+    "deleted": "#CC79A7",
+    "pending": "#E69F00",
+    "p50": "#009E73",
+    "p90": "#56B4E9",
+    "p95": "#0072B2",
+    "p99": "#D55E00",
+    "deferral": "#E69F00",
+    "bounce": "#D55E00",
+}
+W = 760  # chart width in px
+FONT = "font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif"
+
+
+def esc(s: object) -> str:
+    return html.escape(str(s), quote=True)
+
+
+def read_csv(path: Path) -> list[dict[str, str]]:
+    if not path.exists():
+        return []
+    with path.open(newline="", encoding="utf-8") as fh:
+        return list(csv.DictReader(fh))
+
+
+def num(v: str | None) -> float | None:
+    if v is None or v == "":
+        return None
+    try:
+        return float(v)
+    except ValueError:
+        return None
+
+
+def fmt_n(v: float | None) -> str:
+    if v is None:
+        return "–"
+    if abs(v) >= 1e6:
+        return f"{v / 1e6:.2f} M"
+    if abs(v) >= 1e4:
+        return f"{v / 1e3:.1f} k"
+    return f"{v:,.0f}" if float(v).is_integer() else f"{v:.3g}"
+
+
+def fmt_pct(v: float | None, digits: int = 2) -> str:
+    return "–" if v is None else f"{v * 100:.{digits}f} %"
+
+
+def fmt_s(v: float | None) -> str:
+    if v is None:
+        return "–"
+    if v < 1:
+        return f"{v * 1000:.0f} ms"
+    if v < 120:
+        return f"{v:.1f} s"
+    if v < 7200:
+        return f"{v / 60:.1f} min"
+    return f"{v / 3600:.1f} h"
+
+
+def nice_max(v: float) -> float:
+    """A round axis maximum at or above v."""
+    if v <= 0:
+        return 1.0
+    exp = 10.0 ** math.floor(math.log10(v))
+    for m in (1, 2, 2.5, 5, 10):
+        if m * exp >= v:
+            return m * exp
+    return 10 * exp
+
+
+class Svg:
+    """A tiny SVG builder: enough for bars, lines, text and rectangles."""
+
+    def __init__(self, width: int, height: int, title: str) -> None:
+        self.w, self.h = width, height
+        self.parts: list[str] = [
+            f'<svg width="{width}" height="{height}" '
+            f'viewBox="0 0 {width} {height}" role="img" aria-label="{esc(title)}" '
+            f'style="{FONT};font-size:11px">',
+            f"<title>{esc(title)}</title>",
+        ]
+
+    def rect(self, x: float, y: float, w: float, h: float, fill: str, tip: str = "") -> None:
+        t = f"<title>{esc(tip)}</title>" if tip else ""
+        self.parts.append(
+            f'<rect x="{x:.1f}" y="{y:.1f}" width="{max(w, 0):.1f}" height="{max(h, 0):.1f}" '
+            f'fill="{fill}">{t}</rect>'
+        )
+
+    def line(self, x1: float, y1: float, x2: float, y2: float, stroke: str = "#ccc",
+             width: float = 1, dash: str = "") -> None:
+        d = f' stroke-dasharray="{dash}"' if dash else ""
+        self.parts.append(
+            f'<line x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" y2="{y2:.1f}" '
+            f'stroke="{stroke}" stroke-width="{width}"{d}/>'
+        )
+
+    def path(self, pts: Sequence[tuple[float, float]], stroke: str, tip: str = "") -> None:
+        if not pts:
+            return
+        d = " ".join(f"{'M' if i == 0 else 'L'}{x:.1f},{y:.1f}" for i, (x, y) in enumerate(pts))
+        t = f"<title>{esc(tip)}</title>" if tip else ""
+        self.parts.append(
+            f'<path d="{d}" fill="none" stroke="{stroke}" stroke-width="2">{t}</path>'
+        )
+        for x, y in pts:
+            self.parts.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="2" fill="{stroke}"/>')
+
+    def text(self, x: float, y: float, s: object, anchor: str = "start", fill: str = "#333",
+             size: int = 11, weight: str = "normal") -> None:
+        self.parts.append(
+            f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}" fill="{fill}" '
+            f'font-size="{size}" font-weight="{weight}">{esc(s)}</text>'
+        )
+
+    def legend(self, items: Sequence[tuple[str, str]], x: float, y: float) -> None:
+        for label, colour in items:
+            self.rect(x, y - 9, 10, 10, colour)
+            self.text(x + 14, y, label)
+            x += 24 + 7 * len(label)
+
+    def render(self) -> str:
+        return "\n".join([*self.parts, "</svg>"])
+
+
+def _y_axis(svg: Svg, x0: float, y0: float, h: float, vmax: float, label: Callable[[float], str],
+            ticks: int = 4) -> None:
+    for i in range(ticks + 1):
+        v = vmax * i / ticks
+        y = y0 - h * i / ticks
+        svg.line(x0, y, svg.w - 10, y, "#eee")
+        svg.text(x0 - 4, y + 4, label(v), "end", "#666")
+
+
+def chart_hourly_outcomes(volumes: list[dict[str, str]]) -> str:
+    """Stacked bars of events per hour by type (what happened when), Send as a line."""
+    hours: dict[tuple[str, int], dict[str, float]] = defaultdict(dict)
+    for r in volumes:
+        if r["grain"] == "hour":
+            hours[(r["day"], int(r["hour"]))][r["event_type"]] = num(r["events"]) or 0
+    if not hours:
+        return "<p>No events in range.</p>"
+    keys = sorted(hours)
+    stack = ["Delivery", "DeliveryDelay", "Bounce", "Reject", "Operator"]
+    h, x0, y0 = 240, 60, 250
+    svg = Svg(W, 300, "Events per hour by type")
+    vmax = nice_max(max(max(sum(v.get(t, 0) for t in stack), v.get("Send", 0))
+                        for v in hours.values()))
+    _y_axis(svg, x0, y0, h - 20, vmax, fmt_n)
+    bw = (W - x0 - 10) / len(keys)
+    pts = []
+    for i, k in enumerate(keys):
+        y: float = y0
+        for t in stack:
+            v = hours[k].get(t, 0)
+            bh = (h - 20) * v / vmax
+            svg.rect(x0 + i * bw + 1, y - bh, bw - 2, bh, C[t], f"{k[0]} {k[1]:02d}h {t}: {v:,.0f}")
+            y -= bh
+        pts.append((x0 + (i + 0.5) * bw, y0 - (h - 20) * hours[k].get("Send", 0) / vmax))
+        if len(keys) <= 48 or i % max(1, len(keys) // 24) == 0:
+            svg.text(x0 + (i + 0.5) * bw, y0 + 14, f"{k[1]:02d}", "middle", "#666")
+    svg.path(pts, C["Send"], "Send (accepted) per hour")
+    svg.legend([(t, C[t]) for t in [*stack, "Send"]], x0, 290)
+    return svg.render()
+
+
+def chart_domain_rates(delivery: list[dict[str, str]], top: int = 15) -> str:
+    """Delivery rate and hard-bounce rate of the biggest domains, against SES bands."""
+    doms = [r for r in delivery if r["grain"] == "domain"]
+    doms.sort(key=lambda r: -(num(r["recipients"]) or 0))
+    doms = doms[:top]
+    if not doms:
+        return "<p>No domains.</p>"
+    row_h, x0, bar_w = 22, 170, 250
+    svg = Svg(W, 50 + row_h * len(doms), "Delivery rate of the top domains")
+    svg.text(x0, 14, "delivery rate (of finalised)", weight="bold")
+    x1 = x0 + bar_w + 110
+    svg.text(x1, 14, "hard-bounce rate (0–12 %)", weight="bold")
+    scale = 0.12
+    for k, (limit, name) in enumerate(BOUNCE_BANDS):
+        x = x1 + bar_w * 0.8 * limit / scale
+        svg.line(x, 20, x, 26 + row_h * len(doms), "#bbb", 1, "3,3")
+        svg.text(x, 36 + row_h * len(doms) + 10 * (k % 2), f"{name} {limit:.0%}", "middle",
+                 "#888", 9)
+    for i, r in enumerate(doms):
+        y = 24 + i * row_h
+        rate, hb = num(r["delivery_rate"]), num(r["hard_bounce_rate"]) or 0
+        svg.text(x0 - 6, y + 13, f"{r['domain']} ({fmt_n(num(r['recipients']))})", "end")
+        svg.rect(x0, y + 3, bar_w, row_h - 6, "#eee")
+        svg.rect(x0, y + 3, bar_w * (rate or 0), row_h - 6, C["delivered"],
+                 f"{r['domain']}: {fmt_pct(rate)} delivered")
+        svg.text(x0 + bar_w + 4, y + 14, fmt_pct(rate, 1))
+        colour = C["bounced"] if hb >= BOUNCE_BANDS[-1][0] else "#999"
+        svg.rect(x1, y + 3, bar_w * 0.8 * min(hb, scale) / scale, row_h - 6, colour,
+                 f"{r['domain']}: {fmt_pct(hb)} hard bounces ({r['bounce_band']})")
+        svg.text(x1 + bar_w * 0.8 * min(hb, scale) / scale + 4, y + 14, fmt_pct(hb, 1))
+    return svg.render()
+
+
+def chart_ttd(delivery: list[dict[str, str]]) -> str:
+    """Time to deliver percentiles per acceptance hour, on a log scale (p50 is seconds,
+    p99 minutes: a linear axis would flatten one of them)."""
+    rows = sorted(
+        (r for r in delivery if r["grain"] == "hour"), key=lambda r: (r["day"], int(r["hour"]))
+    )
+    names = [f"p{round(p * 100)}" for p in PERCENTILES]
+    vals = [num(r[f"ttd_{n}_s"]) for r in rows for n in names]
+    vals_ok = [v for v in vals if v and v > 0]
+    if not vals_ok:
+        return "<p>No deliveries.</p>"
+    lo = 10 ** math.floor(math.log10(min(vals_ok)))
+    hi = 10 ** math.ceil(math.log10(max(vals_ok)))
+    x0, y0, h = 60, 230, 210
+    svg = Svg(W, 270, "Time to deliver percentiles per hour")
+    span = math.log10(hi) - math.log10(lo)
+
+    def ypos(v: float) -> float:
+        return y0 - h * (math.log10(v) - math.log10(lo)) / span
+
+    d = lo
+    while d <= hi * 1.0001:
+        svg.line(x0, ypos(d), W - 10, ypos(d), "#eee")
+        svg.text(x0 - 4, ypos(d) + 4, fmt_s(d), "end", "#666")
+        d *= 10
+    step = (W - x0 - 20) / max(1, len(rows) - 1)
+    for n in names:
+        pts = [(x0 + i * step, ypos(v)) for i, r in enumerate(rows)
+               if (v := num(r[f"ttd_{n}_s"])) and v > 0]
+        svg.path(pts, C[n], n)
+    for i, r in enumerate(rows):
+        if len(rows) <= 48 or i % max(1, len(rows) // 24) == 0:
+            svg.text(x0 + i * step, y0 + 14, f"{int(r['hour']):02d}", "middle", "#666")
+    svg.legend([(n, C[n]) for n in names], x0, 262)
+    return svg.render()
+
+
+def chart_reasons(reasons: list[dict[str, str]], kind: str, top: int = 8) -> str:
+    """Top reasons of one kind overall: status code and normalised text."""
+    rows = [r for r in reasons if r["grain"] == "overall" and r["kind"] == kind]
+    rows.sort(key=lambda r: int(r["rank"]))
+    rows = rows[:top]
+    if not rows:
+        return f"<p>No {kind}s.</p>"
+    vmax = max(num(r["events"]) or 0 for r in rows) or 1
+    row_h, x0, bar_w = 34, 10, 300
+    svg = Svg(W, 8 + row_h * len(rows), f"Top {kind} reasons")
+    for i, r in enumerate(rows):
+        y = 4 + i * row_h
+        v = num(r["events"]) or 0
+        text = r["reason"] if len(r["reason"]) <= 95 else r["reason"][:94] + "…"
+        svg.text(x0, y + 11, f"{r['status'] or '?'}  {text}", size=11)
+        svg.rect(x0, y + 15, bar_w * v / vmax, 12, C[kind], f"{v:,.0f} events")
+        svg.text(x0 + bar_w * v / vmax + 4, y + 25,
+                 f"{fmt_n(v)} ({fmt_pct(num(r['share']), 1)})", fill="#666")
+    return svg.render()
+
+
+def chart_qshape(qshape: list[dict[str, str]], labels: list[str], top: int = 15) -> str:
+    """Pending recipients by domain and age (postfix qshape), as a heat map."""
+    if not qshape:
+        return "<p>Nothing pending.</p>"
+    rows = qshape[: top + 1]
+    cell_w, cell_h, x0 = 52, 20, 190
+    svg = Svg(max(W, x0 + cell_w * (len(labels) + 1) + 10), 30 + cell_h * len(rows),
+              "Pending recipients by domain and age")
+    vmax = max((num(r[b]) or 0) for r in rows[1:] for b in labels) if len(rows) > 1 else 1
+    svg.text(x0 - 6, 16, "domain \\ age (min)", "end", weight="bold")
+    for j, b in enumerate(["total", *labels]):
+        svg.text(x0 + j * cell_w + cell_w / 2, 16, b, "middle", weight="bold")
+    for i, r in enumerate(rows):
+        y = 22 + i * cell_h
+        svg.text(x0 - 6, y + 14, r["domain"], "end", weight="bold" if i == 0 else "normal")
+        for j, b in enumerate(["total", *labels]):
+            v = num(r[b]) or 0
+            x = x0 + j * cell_w
+            if i > 0 and j > 0 and v > 0:
+                a = 0.12 + 0.88 * math.sqrt(v / (vmax or 1))
+                svg.rect(x + 1, y + 1, cell_w - 2, cell_h - 2, f"rgba(213,94,0,{a:.2f})",
+                         f"{r['domain']}, {b} min: {v:,.0f}")
+            else:
+                svg.rect(x + 1, y + 1, cell_w - 2, cell_h - 2, "#f4f4f4")
+            dark = i > 0 and j > 0 and v / (vmax or 1) > 0.35
+            svg.text(x + cell_w / 2, y + 14, fmt_n(v) if v else "", "middle",
+                     "#fff" if dark else "#333")
+    return svg.render()
+
+
+def chart_attempts(attempts: list[dict[str, str]]) -> str:
+    """Recipients by number of attempts, stacked by final state (log-free: counts)."""
+    cells: dict[int, dict[str, float]] = defaultdict(dict)
+    for r in attempts:
+        if r["grain"] == "overall":
+            cells[int(r["attempts_bucket"])][r["final_state"]] = num(r["recipients"]) or 0
+    if not cells:
+        return "<p>No recipients.</p>"
+    states = ["delivered", "bounced", "deleted", "pending"]
+    buckets = list(range(0, max(cells) + 1))
+    x0, y0, h = 60, 220, 200
+    svg = Svg(W, 260, "Recipients by attempts")
+    # Attempt 1 dwarfs the rest; a square-root scale keeps the tail visible.
+    vmax = nice_max(max(sum(v.values()) for v in cells.values()))
+
+    def sy(v: float) -> float:
+        return h * math.sqrt(v / vmax)
+
+    for frac in (0.01, 0.1, 0.25, 0.5, 1.0):
+        y = y0 - sy(vmax * frac)
+        svg.line(x0, y, W - 10, y, "#eee")
+        svg.text(x0 - 4, y + 4, fmt_n(vmax * frac), "end", "#666")
+    bw = (W - x0 - 10) / len(buckets)
+    for i, b in enumerate(buckets):
+        total = sum(cells.get(b, {}).values())
+        top = y0 - sy(total) if total else y0
+        y = y0
+        for st in states:
+            v = cells.get(b, {}).get(st, 0)
+            if not v:
+                continue
+            share = v / total
+            bh = (y0 - top) * share
+            svg.rect(x0 + i * bw + 2, y - bh, bw - 4, bh, C[st],
+                     f"{attempts_label(b)} attempts, {st}: {v:,.0f}")
+            y -= bh
+        svg.text(x0 + (i + 0.5) * bw, y0 + 14, attempts_label(b), "middle", "#666")
+        if total:
+            svg.text(x0 + (i + 0.5) * bw, top - 3, fmt_n(total), "middle", "#666", 9)
+    svg.legend([(s, C[s]) for s in states], x0, 252)
+    return svg.render()
+
+
+def chart_lag(sched: list[dict[str, str]], labels: list[str]) -> str:
+    """Scheduling lag histogram (overall): how late due attempts start."""
+    o = next((r for r in sched if r["grain"] == "overall"), None)
+    if o is None:
+        return "<p>No attempts.</p>"
+    vals = [num(o.get(f"lag {lab}")) or 0 for lab in labels]
+    vmax = nice_max(max(vals) or 1)
+    x0, y0, h = 60, 170, 150
+    svg = Svg(W, 200, "Retry scheduling lag")
+    _y_axis(svg, x0, y0, h, vmax, fmt_n)
+    bw = (W - x0 - 10) / len(vals)
+    for i, (lab, v) in enumerate(zip(labels, vals, strict=True)):
+        bh = h * v / vmax
+        svg.rect(x0 + i * bw + 4, y0 - bh, bw - 8, bh, C["Operator"], f"{lab}: {v:,.0f}")
+        svg.text(x0 + (i + 0.5) * bw, y0 + 14, lab, "middle", "#666")
+        svg.text(x0 + (i + 0.5) * bw, y0 - bh - 3, fmt_n(v), "middle", "#666", 9)
+    return svg.render()
+
+
+def _tile(label: str, value: str, note: str = "") -> str:
+    n = f"<div class=n>{esc(note)}</div>" if note else ""
+    return (
+        f"<div class=tile><div class=l>{esc(label)}</div><div class=v>{esc(value)}</div>"
+        f"{n}</div>"
+    )
+
+
+def render(out_dir: Path) -> str:
+    """The report page for the outputs in `out_dir` (summary.json and csv/)."""
+    summary: dict[str, Any] = json.loads((out_dir / "summary.json").read_text(encoding="utf-8"))
+    csvs = {n: read_csv(out_dir / "csv" / f"{n}.csv")
+            for n in ("volumes", "delivery", "attempts", "reasons", "sched_lag", "qshape")}
+    h = summary["headline"]
+    inp = summary["input"]
+    lag = summary["sched_lag"]
+    rng = summary["range"]
+    labels = summary["labels"]
+    tiles = "".join([
+        _tile("events", fmt_n(inp["events"]),
+              f"{fmt_n(inp['duplicates_removed'])} duplicates, {fmt_n(inp['late_events'])} late"),
+        _tile("recipients accepted", fmt_n(h["recipients"]), f"{fmt_n(h['pending'])} pending"),
+        _tile("delivery rate", fmt_pct(h["delivery_rate"]), "delivered / finalised"),
+        _tile("first-attempt rate", fmt_pct(h["first_attempt_rate"])),
+        _tile("retry yield", fmt_pct(h["retry_yield"]), "deferred, then delivered"),
+        _tile("hard-bounce rate", fmt_pct(h["hard_bounce_rate"]), f"band: {h['bounce_band']}"),
+        _tile("time to deliver p50 / p99", f"{fmt_s(h['ttd_p50_s'])} / {fmt_s(h['ttd_p99_s'])}",
+              f"max {fmt_s(h['ttd_max_s'])}"),
+        _tile("scheduling lag p50 / p99", f"{fmt_s(lag['p50_s'])} / {fmt_s(lag['p99_s'])}",
+              f"max {fmt_s(lag['max_s'])}"),
+    ])
+    breaches = summary["breaches"]
+    if breaches:
+        rows = "".join(
+            f"<tr><td>{esc(b['grain'])}</td><td>{esc(b['key'] or 'all')}</td>"
+            f"<td class=r>{fmt_pct(b['value'])}</td><td><span class='band {esc(b['band'])}'>"
+            f"{esc(b['band'])}</span></td><td class=r>{fmt_n(b['recipients'])}</td></tr>"
+            for b in breaches[:25]
+        )
+        more = (
+            f"<p>… and {len(breaches) - 25} more in summary.json.</p>" if len(breaches) > 25 else ""
+        )
+        breach_html = (
+            "<table><tr><th>grain</th><th>key</th><th>hard-bounce rate</th><th>band</th>"
+            f"<th>recipients</th></tr>{rows}</table>{more}"
+        )
+    else:
+        breach_html = "<p class=ok>No hard-bounce threshold breached.</p>"
+    sections = [
+        ("Hourly outcomes", "Events per hour of their own time, by type; the line is Send "
+         "(accepted).", chart_hourly_outcomes(csvs["volumes"])),
+        ("Delivery rate of the top domains", "Left: delivered / finalised recipients. Right: "
+         "hard bounces / accepted, against the 2 / 5 / 10 % bands.",
+         chart_domain_rates(csvs["delivery"])),
+        ("Time to deliver", "Acceptance to Delivery event, per acceptance hour, percentile_approx "
+         f"(accuracy {summary['percentiles']['accuracy']}).", chart_ttd(csvs["delivery"])),
+        ("Top deferral reasons", "By enhanced status and normalised diagnostic text.",
+         chart_reasons(csvs["reasons"], "deferral")),
+        ("Top bounce reasons", "", chart_reasons(csvs["reasons"], "bounce")),
+        ("Queue shape", f"Pending recipients at {summary['qshape']['at']} by domain and age "
+         "in minutes (postfix qshape).",
+         chart_qshape(csvs["qshape"], labels["qshape_buckets_min"])),
+        ("Attempts", "Recipients by attempts made and final state (square-root scale).",
+         chart_attempts(csvs["attempts"])),
+        ("Retry scheduling lag", "attempt.startedAt − scheduledAt, all attempts.",
+         chart_lag(csvs["sched_lag"], labels["sched_lag_buckets"])),
+    ]
+    body = "".join(
+        f"<section><h2>{esc(t)}</h2><p class=d>{esc(d)}</p>{c}</section>" for t, d, c in sections
+    )
+    title = f"mailqueue delivery report {rng['from'] or ''} – {rng['to'] or ''}"
+    return f"""<!doctype html>
+<html lang=en><head><meta charset=utf-8><title>{esc(title)}</title>
+<meta name=viewport content="width=device-width,initial-scale=1">
+<style>
+body{{{FONT};margin:24px auto;max-width:820px;color:#222;background:#fff}}
+h1{{font-size:22px;margin-bottom:4px}} h2{{font-size:16px;margin:28px 0 2px}}
+.d{{color:#666;margin:0 0 8px;font-size:13px}} .meta{{color:#666;font-size:12px}}
+.tiles{{display:grid;grid-template-columns:repeat(4,1fr);gap:8px;margin:16px 0}}
+.tile{{border:1px solid #ddd;border-radius:6px;padding:8px}}
+.tile .l{{font-size:11px;color:#666}} .tile .v{{font-size:18px;font-weight:600}}
+.tile .n{{font-size:11px;color:#888}}
+table{{border-collapse:collapse;font-size:12px}}
+td,th{{border-bottom:1px solid #eee;padding:3px 8px;text-align:left}}
+.r{{text-align:right}} .band{{padding:1px 6px;border-radius:8px;color:#fff}}
+.elevated{{background:#E69F00}} .review{{background:#D55E00}} .pause{{background:#8b0000}}
+.ok{{color:#009E73}} svg{{max-width:100%;height:auto}}
+</style></head><body>
+<h1>{esc(title)}</h1>
+<p class=meta>Generated {esc(summary['generated_at'])} from {fmt_n(inp['rows_read'])} event rows;
+first event {esc(inp['first_event'])}, last {esc(inp['last_event'])}.</p>
+<div class=tiles>{tiles}</div>
+<section><h2>Threshold breaches</h2><p class=d>Hard-bounce rate at day, domain (at least
+{esc(summary['thresholds']['min_domain_volume'])} recipients) and overall grain.</p>
+{breach_html}</section>
+{body}
+</body></html>
+"""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="Render the pipeline outputs as one HTML page.")
+    ap.add_argument("out_dir", type=Path, help="the job's --out directory")
+    ap.add_argument("--html", type=Path, default=None, help="default: OUT_DIR/report.html")
+    a = ap.parse_args(argv)
+    target = a.html or a.out_dir / "report.html"
+    target.write_text(render(a.out_dir), encoding="utf-8")
+    print(target)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
