@@ -6,7 +6,7 @@ import math
 from datetime import timedelta
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from mailqueue.policy import (
     DIAGNOSTIC_LIMIT,
@@ -97,9 +97,22 @@ ages = st.integers(0, 14 * 86400).map(lambda s: timedelta(seconds=s))
 
 @settings(max_examples=300)
 @given(policies, st.integers(0, 10_000), ages)
+@example(  # a slow multiplier past 200 attempts: the exponent must not be truncated
+    RetryPolicy(
+        minimal_backoff=timedelta(seconds=1),
+        maximal_backoff=timedelta(seconds=3600),
+        maximal_queue_lifetime=timedelta(days=2),
+        multiplier=1.03125,
+    ),
+    202,
+    timedelta(0),
+)
 def test_backoff_bounds_and_expiry(p: RetryPolicy, attempts: int, age: timedelta) -> None:
     delay = backoff(attempts, age, p)
-    uncapped = p.minimal_backoff.total_seconds() * p.multiplier ** min(max(attempts, 1) - 1, 200)
+    exponent = max(attempts, 1) - 1
+    # beyond e**50 the cap has long won; avoid float overflow without truncating the exponent
+    growth = p.multiplier**exponent if exponent * math.log(p.multiplier) < 50 else math.inf
+    uncapped = p.minimal_backoff.total_seconds() * growth
     expected = timedelta(seconds=min(uncapped, p.maximal_backoff.total_seconds()))
     if age + expected > p.maximal_queue_lifetime:
         assert delay is None
