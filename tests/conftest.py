@@ -1,10 +1,18 @@
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import settings
 
-from tests.support.aws import AwsEnv, make_env, moto_server, reset_moto
+# CI is the gate: the same examples every run (a new failure shows up as a change, not as
+# luck); `HYPOTHESIS_PROFILE=explore` runs random examples when hunting for bugs.
+settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
+settings.register_profile("explore", deadline=None, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+from tests.support.aws import AwsEnv, make_env, moto_server, reset_moto  # noqa: E402
 
 
 @pytest.fixture(scope="session")
