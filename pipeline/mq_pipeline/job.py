@@ -465,6 +465,8 @@ def parse_args(argv: Sequence[str] | None = None) -> JobConfig:
     a = ap.parse_args(argv)
     if a.date and a.end:
         ap.error("--to goes with --from, not --date")
+    if a.date == "yesterday":  # the daily schedule's argument (a static schedule input)
+        a.date = (datetime.now(UTC).date() - timedelta(days=1)).isoformat()
     rng = TimeRange.day(a.date) if a.date else TimeRange.parse(a.start, a.end)
     at = None
     if a.qshape_at:
