@@ -190,7 +190,7 @@ def render_section(results: list[dict[str, Any]], notes: list[str]) -> str:
         "```sh",
         "make bench-pipeline                      # 1 M, 10 M, 50 M; data cached in var/bench/",
         "make bench-pipeline BENCH_ARGS='--sizes 1m,10m'",
-        f"{results[-1]['command'] if results else ''}",
+        *[r["command"].replace(f"{repo_root()}/", "") for r in results[-1:]],
         "```",
         "",
         "Tuning that mattered (each measured on 10 M events, JVM CPU seconds): reading "
@@ -201,7 +201,8 @@ def render_section(results: list[dict[str, Any]], notes: list[str]) -> str:
         "instead of `persist` (no columnar cache encoding: ~40 s CPU less); de-duplication as "
         "a hash aggregate (no sort); normalising diagnostic texts after aggregating them; "
         "one pass over events for volumes, reasons and lag; ParallelGC; shuffle partitions = "
-        "max(2 x cores, gzip input / 128 MiB); spark.memory.fraction 0.8; narrower checkpointed rows.",
+        "max(2 x cores, gzip input / 128 MiB); spark.memory.fraction 0.8; narrower "
+        "checkpointed rows.",
         "",
     ]
     return "\n".join(lines)

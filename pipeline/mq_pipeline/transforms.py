@@ -75,7 +75,7 @@ def normalise_reason_col(c: Column) -> Column:
 
 
 def normalise_reason_py(text: str | None) -> str | None:
-    """Python version of the same normaliser, for the renderer and cross-checks."""
+    """Python version of the same normaliser (the tests hold both to the same answers)."""
     import re
 
     if text is None:
