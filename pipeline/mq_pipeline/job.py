@@ -454,7 +454,12 @@ def parse_args(argv: Sequence[str] | None = None) -> JobConfig:
         prog="main.py", description="mailqueue event analytics (run with spark-submit)"
     )
     ap.add_argument("--events", required=True, help="dir of dt=/hr= partitions (local or s3://)")
-    ap.add_argument("--out", required=True, help="output dir (local or s3://)")
+    ap.add_argument(
+        "--out",
+        required=True,
+        help="output dir (local or s3://); {date} becomes the range's first day, so a "
+        "daily schedule keeps one report per day",
+    )
     g = ap.add_mutually_exclusive_group()
     g.add_argument("--date", help="one UTC day, YYYY-MM-DD")
     g.add_argument("--from", dest="start", help="start: YYYY-MM-DD or ISO time (inclusive)")
@@ -477,9 +482,14 @@ def parse_args(argv: Sequence[str] | None = None) -> JobConfig:
     if a.qshape_at:
         at = datetime.fromisoformat(a.qshape_at.replace("Z", "+00:00"))
         at = at.replace(tzinfo=UTC) if at.tzinfo is None else at
+    out = a.out
+    if "{date}" in out:
+        if rng.start is None:
+            ap.error("--out with {date} needs --date or --from")
+        out = out.replace("{date}", rng.start.astimezone(UTC).date().isoformat())
     return JobConfig(
         events=a.events,
-        out=a.out,
+        out=out,
         rng=rng,
         late_hours=a.late_hours,
         partitions=a.partitions,

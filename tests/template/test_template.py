@@ -358,3 +358,27 @@ def test_layers_are_built_by_sam(template: dict[str, Any]) -> None:
 @pytest.mark.parametrize("name", ["Hostname"])
 def test_required_parameters_have_no_default(template: dict[str, Any], name: str) -> None:
     assert "Default" not in template["Parameters"][name]
+
+
+def test_analytics_schedule_runs_the_job_with_arguments_it_accepts(
+    template: dict[str, Any],
+) -> None:
+    """The daily run's arguments go through the job's own parser, and the runtime is a
+    Spark 4 release (the job uses Spark 4 APIs: groupingSets, try_cast)."""
+    from mq_pipeline.job import parse_args
+
+    label = template["Parameters"]["EmrReleaseLabel"]["Default"]
+    assert re.fullmatch(r"emr-spark-(\d+)\.\d+\.\d+", label), label
+    assert int(label.split("-")[2].split(".")[0]) >= 8  # emr-spark-8.x = Spark 4.0
+    sub = props(template, "AnalyticsDailyRun")["Target"]["Input"]["Fn::Sub"]
+    text, names = sub
+    for name in names:
+        text = text.replace("${" + name + "}", "bucket")
+    text = re.sub(r"\$\{[^}]+\}", "x", text)
+    job = json.loads(text)["JobDriver"]["SparkSubmit"]
+    assert job["EntryPoint"] == "s3://bucket/pipeline/main.py"
+    assert "--py-files s3://bucket/pipeline/mq_pipeline.zip" in job["SparkSubmitParameters"]
+    cfg = parse_args(job["EntryPointArguments"])
+    assert cfg.events == "s3://bucket/events/"
+    day = cfg.rng.start.date().isoformat() if cfg.rng.start else None
+    assert cfg.out == f"s3://bucket/reports/daily/dt={day}/"
