@@ -21,7 +21,9 @@ def test_yesterday_is_the_previous_utc_day() -> None:
 
 
 def test_out_date_placeholder_gives_one_report_per_day() -> None:
-    cfg = parse_args(["--events", "e", "--out", "s3://b/reports/dt={date}/", "--date", "2026-05-04"])
+    cfg = parse_args(
+        ["--events", "e", "--out", "s3://b/reports/dt={date}/", "--date", "2026-05-04"]
+    )
     assert cfg.out == "s3://b/reports/dt=2026-05-04/"
     ranged = parse_args(
         ["--events", "e", "--out", "r/{date}", "--from", "2026-05-01", "--to", "2026-05-03"]
