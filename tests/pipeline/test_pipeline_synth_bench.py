@@ -108,12 +108,15 @@ def test_bench_docs_section_replaces_only_itself(tmp_path: Path) -> None:
     result = {"size": "10m", "events": 9_716_870, "gz_bytes": 700 * 2**20, "job_s": 88.0,
               "job_inner_s": 80.0, "duckdb_s": 40.0, "match": True, "load_before": 0.5,
               "load_after": 2.0, "driver_memory": "12g", "command": "spark-submit x",
+              "runs": [{"wall_s": 91.5, "cpu_s": 160.0}, {"wall_s": 88.0, "cpu_s": 150.0},
+                       {"wall_s": 85.0, "cpu_s": 149.0}], "job_cpu_s": 150.0,
               "steps_s": {"read": {"wall_s": 40.0, "jvm_cpu_s": 78.0}}}
     bench.write_section(doc, bench.render_section([result], ["a note"]))
     text = doc.read_text()
     assert "queue numbers" in text and "keep me" in text and "old" not in text
     assert text.index("## Queue") < text.index("## Pipeline") < text.index("## Later")
-    assert "| 9.72 M | 700 MiB | 88.0 | 80.0 | 40.0 | yes |" in text and "a note" in text
+    assert "| 9.72 M | 700 MiB | 88.0 | 91.5, 88.0, 85.0 | 150 | 80.0 | 40.0 | yes |" in text
+    assert "**88.0 s** median of 3 runs" in text and "a note" in text
     bench.write_section(doc, bench.render_section([result], []))
     assert doc.read_text().count("## Pipeline") == 1
     fresh = tmp_path / "new.md"

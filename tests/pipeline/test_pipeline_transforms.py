@@ -152,6 +152,41 @@ def test_in_range_uses_event_time(spark: SparkSession) -> None:
     assert got == ["b", "c"]
 
 
+def test_in_range_on_raw_times_in_every_form(spark: SparkSession) -> None:
+    """The string comparison of the canonical form agrees with the time comparison at the
+    boundaries; other ISO forms are parsed; a canonical-looking non-time is dropped."""
+    t0 = "2026-05-04T10:00:00.000Z"
+    cases = {
+        "2026-05-03T23:59:59.999Z": False,
+        "2026-05-04T00:00:00.000Z": True,
+        "2026-05-04T23:59:59.999Z": True,
+        "2026-05-05T00:00:00.000Z": False,
+        "2026-05-04T01:30:00+02:00": False,  # 2026-05-03T23:30Z
+        "2026-05-04T22:30:00-02:00": False,  # 2026-05-05T00:30Z
+        "2026-05-03T23:30:00-01:00": True,  # 2026-05-04T00:30Z
+        "2026-05-04T12:00:00Z": True,
+        "2026-05-04 12:00:00.123456Z": True,
+        "2026-05-04T25:00:00.000Z": None,  # shaped like a time, is none: null ts
+        "garbage": False,
+    }
+    docs = []
+    for i, stamp in enumerate(cases):
+        m = fx.mail(f"M{i}", "u@d.example", at(0))
+        docs.append(("2026-05-04", "10", dumps(fx.send(m, "u@d.example")).replace(t0, stamp)))
+    day = T.TimeRange.day("2026-05-04")
+    rows = T.in_range(T.normalise(fx.raw_df(spark, docs)), day).collect()
+    assert "ts_raw" not in rows[0].asDict()
+    got = {r["message_id"]: r["ts"] for r in rows}
+    stamps = list(cases)
+    kept = {stamps[int(mid[1:])] for mid in got}
+    assert kept == {s for s, ok in cases.items() if ok is not False}
+    assert got["M9"] is None  # prepare() drops it after de-duplication
+    # A bound that is not a whole millisecond: the string shortcut is not used.
+    odd = T.TimeRange(day.start + timedelta(microseconds=500), day.end)
+    rows = T.in_range(T.normalise(fx.raw_df(spark, docs)), odd).collect()
+    assert "2026-05-04T00:00:00.000Z" not in {stamps[int(r["message_id"][1:])] for r in rows}
+
+
 def test_dedupe_keeps_one_row_per_event_id(spark: SparkSession) -> None:
     t = datetime(2026, 5, 4, 10, tzinfo=UTC)
     base = dict(event_type="Delivery", message_id="M1", rcpt="u@d.example", ts=t,
