@@ -85,6 +85,19 @@ def test_delivery_rates_percentiles_and_bands(spark: SparkSession) -> None:
     assert one(got, grain="day", day="2026-05-04")["recipients"] == 13
 
 
+def test_delivery_one_day_copies_the_day_sketch_as_overall(spark: SparkSession) -> None:
+    rows = [
+        outcome(f"d{i}@{'ab'[i % 2]}.example", "delivered", float(i * 7 % 23), delivered_attempt=1)
+        for i in range(1, 40)
+    ] + [outcome("p@a.example", "pending", None, attempts=1, deferrals=1)]
+    df = outcomes_df(spark, rows)
+    key = ("grain", "day", "hour", "domain")
+    full = {tuple(r[k] for k in key): r for r in rows_of(report.delivery(df))}
+    fast = {tuple(r[k] for k in key): r for r in rows_of(report.delivery(df, one_day=True))}
+    assert full == fast and ("overall", None, None, None) in fast
+    assert fast[("overall", None, None, None)]["ttd_p90_s"] is not None
+
+
 def test_bounce_band_edges() -> None:
     assert [bounce_band(x) for x in (None, 0.0, 0.0199, 0.02, 0.05, 0.0999, 0.1, 0.5)] == [
         "ok", "ok", "ok", "elevated", "review", "review", "pause", "pause"]

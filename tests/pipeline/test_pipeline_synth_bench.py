@@ -103,7 +103,7 @@ def test_synth_mix_duplicates_late_and_determinism(tmp_path: Path) -> None:
 
 def test_bench_docs_section_replaces_only_itself(tmp_path: Path) -> None:
     doc = tmp_path / "benchmarks.md"
-    doc.write_text("# Benchmarks\n\n## Queue\n\nqueue numbers\n\n## Pipeline\n\nold\n\n"
+    doc.write_text("# Benchmarks\n\n## Queue\n\nqueue numbers\n\n## Pipeline\n\nOLD-SECTION\n\n"
                    "## Later\n\nkeep me\n")
     result = {"size": "10m", "events": 9_716_870, "gz_bytes": 700 * 2**20, "job_s": 88.0,
               "job_inner_s": 80.0, "duckdb_s": 40.0, "match": True, "load_before": 0.5,
@@ -113,7 +113,7 @@ def test_bench_docs_section_replaces_only_itself(tmp_path: Path) -> None:
               "steps_s": {"read": {"wall_s": 40.0, "jvm_cpu_s": 78.0}}}
     bench.write_section(doc, bench.render_section([result], ["a note"]))
     text = doc.read_text()
-    assert "queue numbers" in text and "keep me" in text and "old" not in text
+    assert "queue numbers" in text and "keep me" in text and "OLD-SECTION" not in text
     assert text.index("## Queue") < text.index("## Pipeline") < text.index("## Later")
     assert "| 9.72 M | 700 MiB | 88.0 | 91.5, 88.0, 85.0 | 150 | 80.0 | 40.0 | yes |" in text
     assert "**88.0 s** median of 3 runs" in text and "a note" in text
