@@ -16,6 +16,7 @@ venv: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider
+	$(MAKE) --no-print-directory test-emr-spark
 
 run: $(STAMP)
 	$(PY) -m mailqueue.local.run $(RUN_ARGS)

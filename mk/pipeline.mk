@@ -34,3 +34,20 @@ bench-pipeline: $(STAMP)
 
 pipeline-zip: $(STAMP)
 	$(PIPELINE_ENV) $(PY) -m mq_pipeline.bundle $(PIPELINE_BUILD)
+
+# The daily job runs on EMR Serverless emr-spark-8.0.0, i.e. Spark 4.0.2 (template.yaml's
+# EmrReleaseLabel); the venv has a newer PySpark. `make test` runs the pipeline tests on
+# that version as well, so a newer-only API cannot slip into the job.
+EMR_SPARK_VERSION := 4.0.2
+EMR_SPARK := var/pyspark-$(EMR_SPARK_VERSION)
+
+$(EMR_SPARK)/.installed: $(STAMP)
+	rm -rf $(EMR_SPARK)
+	$(PY) -m pip install -q --no-deps --target $(EMR_SPARK) pyspark==$(EMR_SPARK_VERSION)
+	@touch $@
+
+.PHONY: test-emr-spark
+test-emr-spark: $(EMR_SPARK)/.installed
+	PYTHONPATH=$(abspath $(EMR_SPARK)) $(PY) -c 'import pyspark, sys; v = pyspark.__version__; print("PySpark", v); sys.exit(v != "$(EMR_SPARK_VERSION)")'
+	PYSPARK_PYTHON=$(abspath $(PY)) PYSPARK_DRIVER_PYTHON=$(abspath $(PY)) \
+		PYTHONPATH=$(abspath $(EMR_SPARK)) $(PY) -m pytest -q -p no:cacheprovider tests/pipeline
