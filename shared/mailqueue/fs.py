@@ -26,7 +26,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from .aws.backend import envelope_digest, plan_groups
+from . import transitions
 from .errors import Conflict, InvalidInput, LeaseLost, NotFound
 from .model import (
     Attempt,
@@ -35,7 +35,6 @@ from .model import (
     Group,
     GroupState,
     MailRef,
-    Notify,
     Page,
     QueuedMail,
     Recipient,
@@ -50,7 +49,7 @@ from .model import (
     utcnow,
 )
 from .storage import ClaimRefused, InflightMail, PendingCleanup, Transition
-from .validate import check_no_ctl, validate_address, validate_content, validate_sender
+from .transitions import envelope_digest, plan_groups
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
@@ -163,17 +162,9 @@ class FsStorage:
 
     # ------------------------------------------------------------------ enqueue
     def validate(self, envelope: Envelope, content: bytes) -> None:
-        check_no_ctl(envelope.sender, "sender")
-        validate_sender(envelope.sender, smtputf8=envelope.smtputf8)
-        if not envelope.recipients:
-            raise InvalidInput("no_recipients", "at least one recipient is required", "recipients")
-        if len(envelope.recipients) > self.max_recipients:
-            raise InvalidInput(
-                "too_many_recipients", f"at most {self.max_recipients} recipients", "recipients"
-            )
-        for i, r in enumerate(envelope.recipients):
-            validate_address(r.address, f"recipients[{i}].address", smtputf8=envelope.smtputf8)
-        validate_content(content, max_size=self.max_size)
+        transitions.validate_envelope(
+            envelope, content, max_recipients=self.max_recipients, max_size=self.max_size
+        )
 
     def enqueue(
         self,
@@ -394,14 +385,6 @@ class FsStorage:
             cleaned = finished and self.cleanup(group.mail_id)
         return Transition(group, release, finished, cleaned)
 
-    def _attempted(self, claim: Claim, r: Recipient, result: Result, now: datetime) -> Recipient:
-        return r.with_(
-            attempts=r.attempts + 1,
-            first_attempt_at=r.first_attempt_at or now,
-            last_attempt_at=now,
-            last_result=result,
-        )
-
     def _attempt(self, claim: Claim, result: Result) -> Attempt:
         return Attempt(
             claim.attempt_number,
@@ -412,16 +395,7 @@ class FsStorage:
         )
 
     def send_done(self, claim: Claim, rids: Sequence[str], result: Result) -> Transition:
-        now = self.clock()
-        by = {r.rid: r for r in claim.group.recipients}
-        changed = {}
-        for rid in rids:
-            wants = Notify.SUCCESS in by[rid].notify and claim.group.sender != ""
-            changed[rid] = self._attempted(claim, by[rid], result, now).with_(
-                state=RecipientState.DELIVERED,
-                final_at=now,
-                dsn_pending="delivered" if wants else by[rid].dsn_pending,
-            )
+        changed = transitions.delivered(claim.group, rids, result, self.clock())
         return self._transition(claim, changed, attempt=self._attempt(claim, result))
 
     def send_cancel(self, claim: Claim) -> Group:
@@ -441,15 +415,9 @@ class FsStorage:
         *,
         delay_warning: bool = False,
     ) -> Transition:
-        now = self.clock()
-        by = {r.rid: r for r in claim.group.recipients}
-        changed = {}
-        for rid, res in results.items():
-            r = self._attempted(claim, by[rid], res, now).with_(state=RecipientState.QUEUED)
-            if delay_warning and not r.delay_warned and claim.group.sender != "":
-                if Notify.NEVER not in r.notify:
-                    r = r.with_(delay_warned=True, dsn_pending=r.dsn_pending or "delayed")
-            changed[rid] = r
+        changed, _ = transitions.deferred(
+            claim.group, results, self.clock(), delay_warning=delay_warning
+        )
         first = next(iter(results.values()))
         return self._transition(
             claim,
@@ -459,16 +427,7 @@ class FsStorage:
         )
 
     def drop(self, claim: Claim, results: dict[str, Result]) -> Transition:
-        now = self.clock()
-        by = {r.rid: r for r in claim.group.recipients}
-        changed = {}
-        for rid, res in results.items():
-            dsn = claim.group.sender != "" and Notify.NEVER not in by[rid].notify
-            changed[rid] = self._attempted(claim, by[rid], res, now).with_(
-                state=RecipientState.BOUNCED,
-                final_at=now,
-                dsn_pending="failed" if dsn else by[rid].dsn_pending,
-            )
+        changed = transitions.bounced(claim.group, results, self.clock())
         first = next(iter(results.values()))
         return self._transition(claim, changed, attempt=self._attempt(claim, first))
 

@@ -277,6 +277,31 @@ def test_bad_envelopes_are_refused_before_anything_is_written(
     assert backend.storage.list_queue().items == ()
 
 
+@pytest.mark.parametrize(
+    ("change", "code"),
+    [
+        ({"notify": "NEVER,FAILURE"}, "invalid_notify"),
+        ({"orcpt": "rfc822;" + "o" * 600}, "orcpt_too_long"),
+        ({"orcpt": "rfc822;bob@x.example\r\nX: y"}, "forbidden_character"),
+        ({"envid": "e" * 101}, "envid_too_long"),
+    ],
+)
+def test_bad_dsn_parameters_are_refused_by_every_backend(
+    backend: Backend, change: dict[str, str], code: str
+) -> None:
+    """The RFC 3461 parameters are checked by the shared rules (mailqueue.transitions), so
+    a backend cannot accept what another refuses."""
+    from mailqueue.model import Envelope, Notify, Recipient
+
+    notify = tuple(Notify(n) for n in change.get("notify", "FAILURE").split(","))
+    rcpt = Recipient(rid="", address="bob@x.example", notify=notify, orcpt=change.get("orcpt"))
+    env = Envelope(sender="alice@example.org", recipients=(rcpt,), envid=change.get("envid"))
+    with pytest.raises(InvalidInput) as err:
+        backend.storage.enqueue(env, f.content())
+    assert err.value.code == code
+    assert backend.storage.list_queue().items == ()
+
+
 def test_oversized_content_is_refused(backend: Backend, tmp_path: Path) -> None:
     if backend.name == "aws":
         small = backend.storage.__class__(  # type: ignore[call-arg]

@@ -25,6 +25,7 @@ from typing import Any, BinaryIO
 from boto3.dynamodb.types import TypeDeserializer, TypeSerializer
 from botocore.exceptions import ClientError
 
+from .. import transitions
 from ..config import StorageSettings
 from ..errors import (
     Conflict,
@@ -40,7 +41,6 @@ from ..model import (
     Group,
     GroupState,
     MailRef,
-    Notify,
     Page,
     QueuedMail,
     Recipient,
@@ -56,7 +56,8 @@ from ..model import (
     utcnow,
 )
 from ..storage import ClaimRefused, InflightMail, PendingCleanup, Transition
-from ..validate import check_no_ctl, validate_address, validate_content, validate_sender
+from ..transitions import envelope_digest, plan_groups
+from ..validate import check_no_ctl
 from .clients import AwsClients, error_code, translate
 
 log = logging.getLogger(__name__)
@@ -125,29 +126,6 @@ def _dec_cursor(cursor: str | None) -> dict[str, Any] | None:
     if not isinstance(value, dict):
         raise InvalidInput("invalid_cursor", "cursor is not one this API issued", "cursor")
     return value
-
-
-def envelope_digest(envelope: Envelope) -> str:
-    """What an idempotent retry must repeat exactly: sender, DSN parameters, recipients."""
-    parts = [envelope.sender, str(envelope.ret), str(envelope.envid)]
-    parts += [
-        f"{r.address}|{','.join(n.value for n in r.notify)}|{r.orcpt or ''}"
-        for r in envelope.recipients
-    ]
-    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()
-
-
-def plan_groups(recipients: Sequence[Recipient], limit: int) -> dict[str, list[Recipient]]:
-    """Split recipients into destination groups: per domain, at most `limit` per group."""
-    by_domain: dict[str, list[Recipient]] = {}
-    for r in recipients:
-        by_domain.setdefault(group_key_for(r.address), []).append(r)
-    groups: dict[str, list[Recipient]] = {}
-    for domain, rs in by_domain.items():
-        for i in range(0, len(rs), limit):
-            key = domain if i == 0 else f"{domain}#{i // limit}"
-            groups[key] = rs[i : i + limit]
-    return groups
 
 
 class AwsStorage:
@@ -268,33 +246,9 @@ class AwsStorage:
     # ------------------------------------------------------------------ enqueue
     def validate(self, envelope: Envelope, content: bytes) -> None:
         """Everything enqueue refuses, checked before anything is written."""
-        check_no_ctl(envelope.sender, "sender")
-        validate_sender(envelope.sender, smtputf8=envelope.smtputf8)
-        if not envelope.recipients:
-            raise InvalidInput("no_recipients", "at least one recipient is required", "recipients")
-        if len(envelope.recipients) > self.s.max_recipients:
-            raise InvalidInput(
-                "too_many_recipients",
-                f"at most {self.s.max_recipients} recipients",
-                "recipients",
-            )
-        for i, r in enumerate(envelope.recipients):
-            validate_address(r.address, f"recipients[{i}].address", smtputf8=envelope.smtputf8)
-            if r.orcpt is not None:
-                check_no_ctl(r.orcpt, f"recipients[{i}].orcpt")
-                if len(r.orcpt) > 500:
-                    raise InvalidInput("orcpt_too_long", "orcpt too long", f"recipients[{i}].orcpt")
-            if Notify.NEVER in r.notify and len(r.notify) > 1:
-                raise InvalidInput(
-                    "invalid_notify",
-                    "NEVER excludes other NOTIFY values",
-                    f"recipients[{i}].notify",
-                )
-        if envelope.envid is not None:
-            check_no_ctl(envelope.envid, "envid")
-            if len(envelope.envid) > 100:
-                raise InvalidInput("envid_too_long", "envid longer than 100 characters", "envid")
-        validate_content(content, max_size=self.s.max_size)
+        transitions.validate_envelope(
+            envelope, content, max_recipients=self.s.max_recipients, max_size=self.s.max_size
+        )
 
     def enqueue(
         self,
@@ -929,28 +883,10 @@ class AwsStorage:
             tls=tls,
         )
 
-    def _attempted(self, r: Recipient, result: Result, now: datetime) -> Recipient:
-        return r.with_(
-            attempts=r.attempts + 1,
-            first_attempt_at=r.first_attempt_at or now,
-            last_attempt_at=now,
-            last_result=result,
-        )
-
     def send_done(
         self, claim: Claim, rids: Sequence[str], result: Result, *, tls: bool = False
     ) -> Transition:
-        now = self.clock()
-        by_rid = {r.rid: r for r in claim.group.recipients}
-        changed: dict[str, Recipient] = {}
-        for rid in rids:
-            r = by_rid[rid]
-            wants = Notify.SUCCESS in r.notify and claim.group.sender != ""
-            changed[rid] = self._attempted(r, result, now).with_(
-                state=RecipientState.DELIVERED,
-                final_at=now,
-                dsn_pending="delivered" if wants else r.dsn_pending,
-            )
+        changed = transitions.delivered(claim.group, rids, result, self.clock())
         t = self._transition(claim, changed, attempt=self._attempt(claim, result, tls))
         if any(c.dsn_pending == "delivered" for c in changed.values()):
             self.post_bounce([claim.ref])
@@ -1010,17 +946,9 @@ class AwsStorage:
         delay_warning: bool = False,
         tls: bool = False,
     ) -> Transition:
-        now = self.clock()
-        by_rid = {r.rid: r for r in claim.group.recipients}
-        changed: dict[str, Recipient] = {}
-        warn = False
-        for rid, res in results.items():
-            r = self._attempted(by_rid[rid], res, now).with_(state=RecipientState.QUEUED)
-            if delay_warning and not r.delay_warned and claim.group.sender != "":
-                if Notify.NEVER not in r.notify:
-                    r = r.with_(delay_warned=True, dsn_pending=r.dsn_pending or "delayed")
-                    warn = True
-            changed[rid] = r
+        changed, warn = transitions.deferred(
+            claim.group, results, self.clock(), delay_warning=delay_warning
+        )
         worst = next(iter(results.values()))
         t = self._transition(
             claim,
@@ -1036,17 +964,7 @@ class AwsStorage:
         return t
 
     def drop(self, claim: Claim, results: dict[str, Result], *, tls: bool = False) -> Transition:
-        now = self.clock()
-        by_rid = {r.rid: r for r in claim.group.recipients}
-        changed: dict[str, Recipient] = {}
-        for rid, res in results.items():
-            r = by_rid[rid]
-            dsn = claim.group.sender != "" and Notify.NEVER not in r.notify
-            changed[rid] = self._attempted(r, res, now).with_(
-                state=RecipientState.BOUNCED,
-                final_at=now,
-                dsn_pending="failed" if dsn else r.dsn_pending,
-            )
+        changed = transitions.bounced(claim.group, results, self.clock())
         worst = next(iter(results.values()))
         t = self._transition(claim, changed, attempt=self._attempt(claim, worst, tls))
         if any(c.dsn_pending for c in changed.values()):

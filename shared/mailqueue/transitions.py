@@ -1,0 +1,137 @@
+"""The queue's rules, shared by every storage backend: what enqueue refuses, how recipients
+are grouped, and what a delivery outcome does to a recipient.
+
+Pure functions over the model. The backends (`aws.backend`, `fs`) differ only in how they
+make a change durable; keeping the rules here means the same envelope is refused, and the
+same result recorded, whichever backend holds the queue.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+
+from .errors import InvalidInput
+from .model import Envelope, Group, Notify, Recipient, RecipientState, Result, group_key_for
+from .validate import check_no_ctl, validate_address, validate_content, validate_sender
+
+ORCPT_MAX = 500
+ENVID_MAX = 100
+
+
+def validate_envelope(
+    envelope: Envelope, content: bytes, *, max_recipients: int, max_size: int
+) -> None:
+    """Everything enqueue refuses, checked before anything is written."""
+    check_no_ctl(envelope.sender, "sender")
+    validate_sender(envelope.sender, smtputf8=envelope.smtputf8)
+    if not envelope.recipients:
+        raise InvalidInput("no_recipients", "at least one recipient is required", "recipients")
+    if len(envelope.recipients) > max_recipients:
+        raise InvalidInput(
+            "too_many_recipients", f"at most {max_recipients} recipients", "recipients"
+        )
+    for i, r in enumerate(envelope.recipients):
+        validate_address(r.address, f"recipients[{i}].address", smtputf8=envelope.smtputf8)
+        if r.orcpt is not None:
+            check_no_ctl(r.orcpt, f"recipients[{i}].orcpt")
+            if len(r.orcpt) > ORCPT_MAX:
+                raise InvalidInput("orcpt_too_long", "orcpt too long", f"recipients[{i}].orcpt")
+        if Notify.NEVER in r.notify and len(r.notify) > 1:
+            raise InvalidInput(
+                "invalid_notify",
+                "NEVER excludes other NOTIFY values",
+                f"recipients[{i}].notify",
+            )
+    if envelope.envid is not None:
+        check_no_ctl(envelope.envid, "envid")
+        if len(envelope.envid) > ENVID_MAX:
+            raise InvalidInput(
+                "envid_too_long", f"envid longer than {ENVID_MAX} characters", "envid"
+            )
+    validate_content(content, max_size=max_size)
+
+
+def envelope_digest(envelope: Envelope) -> str:
+    """What an idempotent retry must repeat exactly: sender, DSN parameters, recipients."""
+    parts = [envelope.sender, str(envelope.ret), str(envelope.envid)]
+    parts += [
+        f"{r.address}|{','.join(n.value for n in r.notify)}|{r.orcpt or ''}"
+        for r in envelope.recipients
+    ]
+    return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()
+
+
+def plan_groups(recipients: Sequence[Recipient], limit: int) -> dict[str, list[Recipient]]:
+    """Split recipients into destination groups: per domain, at most `limit` per group."""
+    by_domain: dict[str, list[Recipient]] = {}
+    for r in recipients:
+        by_domain.setdefault(group_key_for(r.address), []).append(r)
+    groups: dict[str, list[Recipient]] = {}
+    for domain, rs in by_domain.items():
+        for i in range(0, len(rs), limit):
+            key = domain if i == 0 else f"{domain}#{i // limit}"
+            groups[key] = rs[i : i + limit]
+    return groups
+
+
+def attempted(r: Recipient, result: Result, now: datetime) -> Recipient:
+    """One more attempt with `result`."""
+    return r.with_(
+        attempts=r.attempts + 1,
+        first_attempt_at=r.first_attempt_at or now,
+        last_attempt_at=now,
+        last_result=result,
+    )
+
+
+def delivered(
+    group: Group, rids: Sequence[str], result: Result, now: datetime
+) -> dict[str, Recipient]:
+    """Accepted by the next hop; a success DSN is due where NOTIFY asked for one."""
+    by_rid = {r.rid: r for r in group.recipients}
+    out: dict[str, Recipient] = {}
+    for rid in rids:
+        r = by_rid[rid]
+        wants = Notify.SUCCESS in r.notify and group.sender != ""
+        out[rid] = attempted(r, result, now).with_(
+            state=RecipientState.DELIVERED,
+            final_at=now,
+            dsn_pending="delivered" if wants else r.dsn_pending,
+        )
+    return out
+
+
+def deferred(
+    group: Group, results: Mapping[str, Result], now: datetime, *, delay_warning: bool
+) -> tuple[dict[str, Recipient], bool]:
+    """Back to the queue; with `delay_warning`, each recipient gets at most one delay DSN
+    (never for the null sender or NOTIFY=NEVER). Returns the recipients and whether a
+    warning became due."""
+    by_rid = {r.rid: r for r in group.recipients}
+    out: dict[str, Recipient] = {}
+    warn = False
+    for rid, res in results.items():
+        r = attempted(by_rid[rid], res, now).with_(state=RecipientState.QUEUED)
+        if delay_warning and not r.delay_warned and group.sender != "":
+            if Notify.NEVER not in r.notify:
+                r = r.with_(delay_warned=True, dsn_pending=r.dsn_pending or "delayed")
+                warn = True
+        out[rid] = r
+    return out, warn
+
+
+def bounced(group: Group, results: Mapping[str, Result], now: datetime) -> dict[str, Recipient]:
+    """Failed for good; a failure DSN is due unless the sender is null or NOTIFY=NEVER."""
+    by_rid = {r.rid: r for r in group.recipients}
+    out: dict[str, Recipient] = {}
+    for rid, res in results.items():
+        r = by_rid[rid]
+        dsn = group.sender != "" and Notify.NEVER not in r.notify
+        out[rid] = attempted(r, res, now).with_(
+            state=RecipientState.BOUNCED,
+            final_at=now,
+            dsn_pending="failed" if dsn else r.dsn_pending,
+        )
+    return out
