@@ -90,7 +90,7 @@ def ts_lit(t: datetime) -> Column:
     """A timestamp literal from epoch micros: independent of any local time zone."""
     if t.tzinfo is None:
         raise ValueError("naive datetime: pass an aware (UTC) time")
-    return F.timestamp_micros(F.lit(round(t.timestamp() * 1_000_000)))
+    return F.timestamp_micros(F.lit(_micros(t)))
 
 
 def _part_key() -> Column:

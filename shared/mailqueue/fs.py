@@ -49,7 +49,7 @@ from .model import (
     utcnow,
 )
 from .storage import ClaimRefused, InflightMail, PendingCleanup, Transition
-from .transitions import envelope_digest, plan_groups
+from .transitions import envelope_digest
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
@@ -177,12 +177,14 @@ class FsStorage:
         self.validate(envelope, content)
         now = self.clock()
         mail_id = mail_id_for_key("fs", idempotency_key) if idempotency_key else new_mail_id()
-        recipients = tuple(
-            r.with_(rid=f"r{i}", state=RecipientState.QUEUED)
-            for i, r in enumerate(envelope.recipients)
+        plan = transitions.plan_enqueue(
+            envelope,
+            mail_id,
+            group_limit=self.group_recipient_limit,
+            now=now,
+            not_before=not_before,
         )
-        groups = plan_groups(recipients, self.group_recipient_limit)
-        answer = QueuedMail(mail_id, tuple((r.rid, r.address) for r in recipients), tuple(groups))
+        groups, due, answer = plan.groups, plan.due, plan.answer
         sha = hashlib.sha256(content).hexdigest()
         digest = envelope_digest(envelope)
         d = self._dir(mail_id)
@@ -194,7 +196,6 @@ class FsStorage:
             return replace(answer, duplicate=True)
         (d / "g").mkdir(parents=True, exist_ok=True)
         _write_atomic(d / "content", content)
-        due = max(now, not_before) if not_before else now
         for gkey, rs in groups.items():
             self._save(
                 MailRef(mail_id, gkey),

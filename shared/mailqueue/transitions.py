@@ -10,10 +10,20 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 from .errors import InvalidInput
-from .model import Envelope, Group, Notify, Recipient, RecipientState, Result, group_key_for
+from .model import (
+    Envelope,
+    Group,
+    Notify,
+    QueuedMail,
+    Recipient,
+    RecipientState,
+    Result,
+    group_key_for,
+)
 from .validate import check_no_ctl, validate_address, validate_content, validate_sender
 
 ORCPT_MAX = 500
@@ -74,6 +84,40 @@ def plan_groups(recipients: Sequence[Recipient], limit: int) -> dict[str, list[R
             key = domain if i == 0 else f"{domain}#{i // limit}"
             groups[key] = rs[i : i + limit]
     return groups
+
+
+@dataclass(frozen=True)
+class EnqueuePlan:
+    """What an accepted envelope becomes, before a backend makes it durable."""
+
+    recipients: tuple[Recipient, ...]  # numbered r0, r1, ... and queued
+    groups: dict[str, list[Recipient]]
+    due: datetime  # first attempt: now, or the caller's not_before if later
+    answer: QueuedMail
+
+
+def plan_enqueue(
+    envelope: Envelope,
+    mail_id: str,
+    *,
+    group_limit: int,
+    now: datetime,
+    not_before: datetime | None = None,
+) -> EnqueuePlan:
+    recipients = tuple(
+        r.with_(rid=f"r{i}", state=RecipientState.QUEUED) for i, r in enumerate(envelope.recipients)
+    )
+    groups = plan_groups(recipients, group_limit)
+    return EnqueuePlan(
+        recipients=recipients,
+        groups=groups,
+        due=max(now, not_before) if not_before else now,
+        answer=QueuedMail(
+            mail_id=mail_id,
+            recipients=tuple((r.rid, r.address) for r in recipients),
+            groups=tuple(groups),
+        ),
+    )
 
 
 def attempted(r: Recipient, result: Result, now: datetime) -> Recipient:

@@ -56,7 +56,7 @@ from ..model import (
     utcnow,
 )
 from ..storage import ClaimRefused, InflightMail, PendingCleanup, Transition
-from ..transitions import envelope_digest, plan_groups
+from ..transitions import envelope_digest
 from ..validate import check_no_ctl
 from .clients import AwsClients, error_code, translate
 
@@ -265,19 +265,16 @@ class AwsStorage:
             mail_id = mail_id_for_key(self.s.idempotency_scope, idempotency_key)
         else:
             mail_id = new_mail_id()
-        recipients = tuple(
-            r.with_(rid=f"r{i}", state=RecipientState.QUEUED)
-            for i, r in enumerate(envelope.recipients)
+        plan = transitions.plan_enqueue(
+            envelope,
+            mail_id,
+            group_limit=self.s.group_recipient_limit,
+            now=now,
+            not_before=not_before,
         )
+        recipients, groups, due, answer = plan.recipients, plan.groups, plan.due, plan.answer
         sha = hashlib.sha256(content).hexdigest()
         key = self.content_key(mail_id)
-        due = max(now, not_before) if not_before else now
-        groups = plan_groups(recipients, self.s.group_recipient_limit)
-        answer = QueuedMail(
-            mail_id=mail_id,
-            recipients=tuple((r.rid, r.address) for r in recipients),
-            groups=tuple(groups),
-        )
 
         if idempotency_key is not None:
             # The key must outlive the mail: a finished keyed mail leaves a tombstone, and a
