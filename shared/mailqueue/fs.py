@@ -361,8 +361,13 @@ class FsStorage:
             release = not [r for r in claim.group.pending() if r.rid not in resolved]
             item["rcpts"] = [r.to_json() for r in stored.values()]
             if attempt is not None:
-                item["history"] = (item.get("history", []) + [attempt.to_json()])[
-                    -self.history_limit :
+                item["history"] = [
+                    a.to_json()
+                    for a in transitions.with_attempt(
+                        [Attempt.from_json(a) for a in item.get("history", [])],
+                        attempt,
+                        self.history_limit,
+                    )
                 ]
             if next_attempt_at is not None:
                 item["next_at"] = to_iso(next_attempt_at)

@@ -75,6 +75,18 @@ def mail_id_for_key(scope: str, key: str, now_ms: int | None = None) -> str:
     return "K" + _b32(int.from_bytes(digest[:16], "big"), 25)
 
 
+RESULT_TEXT_MAX = 512  # octets: RFC 5321 §4.5.3.1.5's reply line, text of a stored result
+REMOTE_MTA_MAX = 255  # octets: a host name (RFC 5321 §4.5.3.1.2) or an address literal
+
+
+def clip_utf8(text: str, limit: int) -> str:
+    """`text` cut to at most `limit` UTF-8 octets on a character boundary, marked with ..."""
+    raw = text.encode()
+    if len(raw) <= limit:
+        return text
+    return raw[: max(limit - 3, 0)].decode("utf-8", "ignore") + "..."
+
+
 class RecipientState(enum.StrEnum):
     QUEUED = "queued"
     INFLIGHT = "inflight"
@@ -122,6 +134,14 @@ class Result:
     status: str  # RFC 3463 enhanced status, e.g. "5.1.1"
     text: str  # diagnostic text, truncated
     remote_mta: str | None = None
+
+    def __post_init__(self) -> None:
+        # Bounded here, whoever builds it: a stored group holds one per recipient plus its
+        # history, and DynamoDB's 400 KB item limit is sized on these bounds (README).
+        if len(self.text.encode()) > RESULT_TEXT_MAX:
+            object.__setattr__(self, "text", clip_utf8(self.text, RESULT_TEXT_MAX))
+        if self.remote_mta is not None and len(self.remote_mta.encode()) > REMOTE_MTA_MAX:
+            object.__setattr__(self, "remote_mta", clip_utf8(self.remote_mta, REMOTE_MTA_MAX))
 
     @property
     def permanent(self) -> bool:
@@ -391,10 +411,18 @@ class Claim:
     started_at: datetime = field(default_factory=utcnow)
     resolved: set[str] = field(default_factory=set)
     released: bool = False
+    number: int = 0  # this attempt's number, fixed at claim time (0: derive from the group)
+
+    def __post_init__(self) -> None:
+        # Fixed when the claim is taken: a transaction with mixed results is recorded in
+        # several writes, and each write raises the group's attempt counts; the attempt's
+        # number must not move with them (one SMTP transaction is one attempt).
+        if not self.number:
+            self.number = self.group.attempts + 1
 
     @property
     def attempt_number(self) -> int:
-        return self.group.attempts + 1
+        return self.number
 
     def unresolved(self) -> tuple[Recipient, ...]:
         return tuple(r for r in self.group.pending() if r.rid not in self.resolved)

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from .errors import InvalidInput
 from .model import (
+    Attempt,
     Envelope,
     Group,
     Notify,
@@ -179,3 +180,30 @@ def bounced(group: Group, results: Mapping[str, Result], now: datetime) -> dict[
             dsn_pending="failed" if dsn else r.dsn_pending,
         )
     return out
+
+
+def with_attempt(history: Sequence[Attempt], attempt: Attempt, limit: int) -> list[Attempt]:
+    """The group's history with `attempt` recorded: one entry per attempt number.
+
+    One SMTP transaction is one attempt whatever its per-recipient outcomes; it may be
+    recorded in several writes (delivered, then bounced, then deferred), so a later write
+    of the same number replaces the entry: the least successful result stands for it.
+    """
+    out = list(history)
+    if out and out[-1].number == attempt.number:
+        prev = out[-1]
+        keep = prev if _rank(prev.result) > _rank(attempt.result) else attempt
+        out[-1] = replace(
+            keep,
+            started_at=min(prev.started_at, attempt.started_at),
+            finished_at=max(prev.finished_at, attempt.finished_at),
+            tls=prev.tls or attempt.tls,
+        )
+    else:
+        out.append(attempt)
+    return out[-limit:] if limit > 0 else []
+
+
+def _rank(result: Result) -> int:
+    """Deferred above bounced above delivered: what the attempt's summary shows."""
+    return 0 if result.success else (2 if not result.permanent else 1)

@@ -358,3 +358,86 @@ def test_a_late_retry_after_cleanup_is_answered_not_requeued(backend: Backend) -
     assert again.duplicate and again.mail_id == q.mail_id
     assert backend.storage.list_queue().items == ()
     assert not backend.content_exists(q.mail_id)
+
+
+# ---------------------------------------------------------------- the largest group
+MAX_GROUP = 50  # StorageSettings.group_recipient_limit's default, the largest allowed here
+WIDE = "\U0001d11e"  # 4 UTF-8 octets: the worst case for an octet budget
+
+
+def _max_reply(code: int, status: str, i: int) -> Result:
+    """A reply as long as the queue stores one (512 octets of text), distinct per rcpt."""
+    return Result(code, status, f"{i:03d} " + WIDE * 200, "m" * 255)
+
+
+def _max_envelope() -> object:
+    from mailqueue.model import Envelope, Recipient
+
+    return Envelope(
+        sender="alice@example.org",
+        recipients=tuple(
+            Recipient(
+                rid="",
+                address=f"{i:03d}" + "u" * 61 + "@big.example",
+                notify=(Notify.SUCCESS, Notify.FAILURE, Notify.DELAY),
+                orcpt="rfc822;" + "o" * 490,
+            )
+            for i in range(MAX_GROUP)
+        ),
+    )
+
+
+def test_a_maximum_group_with_maximum_replies_is_recorded_once_per_attempt(
+    backend: Backend,
+) -> None:
+    """50 recipients of one domain, every reply 512 octets: each write is accepted (the
+    AWS backend runs under the limit guard), every recipient recorded, one attempt each."""
+    q = backend.storage.enqueue(_max_envelope(), f.content())  # type: ignore[arg-type]
+    assert q.groups == ("big.example",)
+    c = claim(backend, q.mail_id, "big.example")
+    rids = [r.rid for r in c.group.recipients]
+    assert len(rids) == MAX_GROUP
+    ok, perm, temp = rids[:20], rids[20:35], rids[35:]
+    for i, rid in enumerate(ok):  # every delivered recipient with its own reply
+        backend.storage.send_done(c, [rid], _max_reply(250, "2.0.0", i))
+    backend.storage.drop(c, {rid: _max_reply(550, "5.1.1", i) for i, rid in enumerate(perm)})
+    later = utcnow() + timedelta(minutes=5)
+    t = backend.storage.reschedule(
+        c, {rid: _max_reply(451, "4.7.500", i) for i, rid in enumerate(temp)}, later
+    )
+    assert t.released and t.group.state == GroupState.QUEUED
+    (g,) = backend.all_groups(q.mail_id)
+    by = {r.rid: r for r in g.recipients}  # type: ignore[attr-defined]
+    assert {rid for rid in ok if by[rid].state == RecipientState.DELIVERED} == set(ok)
+    assert {rid for rid in perm if by[rid].state == RecipientState.BOUNCED} == set(perm)
+    assert {rid for rid in temp if by[rid].state == RecipientState.QUEUED} == set(temp)
+    assert all(by[rid].attempts == 1 for rid in rids)
+    assert by[ok[7]].last_result == _max_reply(250, "2.0.0", 7)
+    assert 508 <= len(by[temp[3]].last_result.text.encode()) <= 512  # type: ignore[union-attr]
+    # one SMTP transaction is one attempt, whatever its per-recipient outcomes
+    assert [a.number for a in g.history] == [1]  # type: ignore[attr-defined]
+    assert g.history[0].result.status == "4.7.500"  # type: ignore[attr-defined]
+    # the next attempt is number 2, and delivers the rest in one write
+    c2 = claim(backend, q.mail_id, "big.example", now=later + timedelta(seconds=1))
+    assert c2.attempt_number == 2
+    assert sorted(r.rid for r in c2.group.pending()) == sorted(temp)
+    t2 = backend.storage.send_done(c2, temp, _max_reply(250, "2.0.0", 99))
+    assert t2.released and t2.group.state == GroupState.DSN  # SUCCESS/FAILURE notices due
+    assert [a.number for a in t2.group.history] == [1, 2]
+    assert sum(r.attempts for r in t2.group.recipients) == MAX_GROUP + len(temp)
+
+
+def test_an_oversized_reply_is_stored_bounded(backend: Backend) -> None:
+    """A reply longer than an SMTP reply line (a 1,000-line multi-line reply, say) is cut to
+    512 octets on a character boundary before it is stored."""
+    q = backend.storage.enqueue(f.envelope(), f.content())
+    c = claim(backend, q.mail_id, q.groups[0])
+    t = backend.storage.reschedule(
+        c, {"r0": Result(451, "4.3.0", WIDE * 5000, "x" * 1000)}, utcnow() + timedelta(minutes=5)
+    )
+    r = t.group.recipients[0]
+    assert r.last_result is not None
+    assert len(r.last_result.text.encode()) <= 512 and r.last_result.text.endswith("...")
+    assert len((r.last_result.remote_mta or "").encode()) <= 255
+    (g,) = backend.all_groups(q.mail_id)
+    assert g.recipients[0].last_result == r.last_result  # type: ignore[attr-defined]

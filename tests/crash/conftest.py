@@ -15,9 +15,18 @@ class Peers:
     failing: SmtpPeer
 
 
+# The largest group: 50 recipients of one domain, every refusal a 512-octet reply line.
+_LONG = "x" * (512 - len("550 5.1.1 ") - 2)
+MAX_GROUP = tuple(
+    f"{kind}{i:02d}@x.example" for i, kind in enumerate(["ok"] * 30 + ["bad"] * 10 + ["later"] * 10)
+)
+
+
 @pytest.fixture(scope="module")
 def peers() -> Iterator[Peers]:
     bad = {"bad@x.example": "550 5.1.1 no such user"}
+    bad.update({a: "550 5.1.1 " + _LONG for a in MAX_GROUP if a.startswith("bad")})
+    later_max = {a: "451 4.3.0 " + _LONG for a in MAX_GROUP if a.startswith("later")}
     with (
         smtp_sink(Behaviour(rcpt_replies=bad)) as ok,
         smtp_sink(
@@ -26,6 +35,7 @@ def peers() -> Iterator[Peers]:
                     **bad,
                     "later@x.example": "451 4.3.0 later",
                     "later@y.example": "451 4.3.0 later",
+                    **later_max,
                 }
             )
         ) as failing,

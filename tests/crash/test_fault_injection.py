@@ -93,7 +93,12 @@ def run(clients: Clients, peers: Peers, sc: Scenario, at: int, kind: str) -> int
     return inj.sent
 
 
-@pytest.mark.parametrize("sc", [SCENARIOS[0], SCENARIOS[3]], ids=["deliverable", "mixed3"])
+_BY_NAME = {s.name: s for s in SCENARIOS}
+
+
+@pytest.mark.parametrize(
+    "sc", [_BY_NAME[n] for n in ("deliverable", "mixed3", "max50")], ids=lambda s: s.name
+)
 def test_a_fault_on_each_call_in_turn(
     clients: Clients,
     peers: Peers,

@@ -18,7 +18,7 @@ import logging
 import secrets
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, BinaryIO
 
@@ -70,6 +70,7 @@ _LEASE_SET = (
 MAX_VISIBILITY = 12 * 3600  # SQS ChangeMessageVisibility limit
 MAX_DELAY = 900  # SQS DelaySeconds limit
 _BATCH_RETRIES = 8
+_DSN_RACE_RETRIES = 4  # a transition retried when the bounce path cleared a flag meanwhile
 
 _ser = TypeSerializer()
 _deser = TypeDeserializer()
@@ -719,15 +720,99 @@ class AwsStorage:
         attempt: Attempt | None = None,
         op: dict[str, Any] | None = None,
     ) -> Transition:
-        """Write changed recipients; release the lease when none of the claim is unresolved."""
+        """Write changed recipients; release the lease when none of the claim is unresolved.
+
+        One UpdateItem whatever the group size: each changed recipient is written whole
+        (`rcpts.#rN = :rN`, one action), so the expression grows ~20 characters and one
+        operator per recipient (README, "Data model": why 50 fits, and the limit startup
+        enforces). A recipient written whole could put back a `dsn_pending` flag that the
+        bounce path cleared meanwhile (it does so without our lease), so every flag we
+        rewrite unchanged is also a condition; if one was cleared, we take its current
+        value and write again.
+        """
         if claim.released:
             raise LeaseLost("this claim was already released")
-        now = self.clock()
         group = claim.group
         by_rid = {r.rid: r for r in group.recipients}
         for rid in changed:
             if rid not in by_rid:
                 raise InvalidInput("unknown_recipient", f"{rid} is not in this group", "rids")
+        for _ in range(_DSN_RACE_RETRIES):
+            plan = self._transition_request(
+                claim, by_rid, changed, next_attempt_at=next_attempt_at, attempt=attempt, op=op
+            )
+            with translate("dynamodb:UpdateItem"):
+                try:
+                    self.c.dynamodb.update_item(**plan.request)
+                    break
+                except ClientError as e:
+                    if error_code(e) != "ConditionalCheckFailedException":
+                        raise
+                    current = e.response.get("Item")
+                    if not plan.guarded or not self._still_ours(current, claim.token):
+                        raise LeaseLost(f"{group.mail_id}/{group.key}") from e
+            # The bounce path cleared a flag we were rewriting: adopt its current value.
+            assert current is not None
+            now_rcpts = _from_ddb(current).get("rcpts") or {}
+            for rid in plan.guarded:
+                flag = (now_rcpts.get(rid) or {}).get("dsn_pending")
+                by_rid[rid] = by_rid[rid].with_(dsn_pending=flag)
+                changed = {**changed, rid: changed[rid].with_(dsn_pending=flag)}
+        else:
+            raise TransientStorageError("dynamodb:UpdateItem: dsn flags kept changing")
+        release, state, next_at, history = plan.release, plan.state, plan.next_at, plan.history
+        claim.resolved = plan.resolved
+        new_group = replace(
+            group,
+            recipients=tuple(
+                r.with_(state=RecipientState.INFLIGHT)
+                if (not release and r.state == RecipientState.QUEUED and r.rid not in plan.resolved)
+                else r
+                for r in plan.resting
+            ),
+            state=state,
+            next_attempt_at=next_at,
+            history=tuple(history),
+            lease_token=None if release else group.lease_token,
+            lease_until=None if release else group.lease_until,
+        )
+        claim.group = new_group
+        if release:
+            claim.released = True
+        finished = False
+        cleaned = False
+        if release and state == GroupState.DONE:
+            finished, cleaned = self._after_group_done(group.mail_id, group.key, new_group)
+        return Transition(
+            group=new_group, released=release, mail_finished=finished, cleaned=cleaned
+        )
+
+    @staticmethod
+    def _still_ours(item: dict[str, Any] | None, token: str) -> bool:
+        if not item:
+            return False
+        return (
+            item.get("lease_token", {}).get("S") == token
+            and item.get("st", {}).get("S") == GroupState.INFLIGHT.value
+        )
+
+    def _transition_request(
+        self,
+        claim: Claim,
+        by_rid: dict[str, Recipient],
+        changed: dict[str, Recipient],
+        *,
+        next_attempt_at: datetime | None,
+        attempt: Attempt | None,
+        op: dict[str, Any] | None,
+    ) -> _TransitionPlan:
+        """The UpdateItem that records `changed` under the claim's lease (no I/O).
+
+        Also what `transition_capacity` builds with worst-case values to check a group
+        size against DynamoDB's limits at startup.
+        """
+        now = self.clock()
+        group = claim.group
         new_rcpts = {rid: changed.get(rid, r) for rid, r in by_rid.items()}
         resolved = claim.resolved | set(changed)
         unresolved = [r for r in group.pending() if r.rid not in resolved]
@@ -737,31 +822,25 @@ class AwsStorage:
         values: dict[str, Any] = {":tok": {"S": claim.token}, ":inflight": {"S": "inflight"}}
         sets: list[str] = []
         removes: list[str] = []
+        conds = ["lease_token = :tok", "st = :inflight"]
+        guarded: list[str] = []
         for i, (rid, r) in enumerate(changed.items()):
             old = by_rid[rid]
-            stored = (
-                r.with_(state=RecipientState.QUEUED) if r.state == RecipientState.INFLIGHT else r
-            )
-            old_json = (
-                old.with_(state=RecipientState.QUEUED)
-                if old.state == RecipientState.INFLIGHT
-                else old
-            ).to_json()
-            for j, (field, val) in enumerate(stored.to_json().items()):
-                if old_json.get(field) == val and field != "state":
-                    continue  # state always written: an operator claim's view may differ
-                names[f"#r{i}"] = rid
-                names[f"#f{i}_{j}"] = field
-                values[f":v{i}_{j}"] = _ser.serialize(val)
-                sets.append(f"rcpts.#r{i}.#f{i}_{j} = :v{i}_{j}")
-        resting_rcpts = tuple(
-            (r.with_(state=RecipientState.QUEUED) if r.state == RecipientState.INFLIGHT else r)
-            for r in new_rcpts.values()
-        )
+            stored = _resting(r)
+            names[f"#r{i}"] = rid
+            values[f":r{i}"] = {"M": _to_ddb(stored.to_json())}
+            sets.append(f"rcpts.#r{i} = :r{i}")
+            if stored.dsn_pending and stored.dsn_pending == old.dsn_pending:
+                kind = f":dp_{stored.dsn_pending}"
+                names["#dp"] = "dsn_pending"
+                values[kind] = {"S": stored.dsn_pending}
+                conds.append(f"rcpts.#r{i}.#dp = {kind}")
+                guarded.append(rid)
+        resting_rcpts = tuple(_resting(r) for r in new_rcpts.values())
         history = list(group.history)
         if attempt is not None:
-            history = (history + [attempt])[-self.s.history_limit :]
-            values[":hist"] = _ser.serialize([a.to_json() for a in history])
+            history = transitions.with_attempt(history, attempt, self.s.history_limit)
+            values[":hist"] = _ser.serialize([_bounded_attempt(a) for a in history])
             sets.append("history = :hist")
         if op is not None:
             values[":op"] = _ser.serialize({**op, "at": to_iso(now)})
@@ -793,42 +872,21 @@ class AwsStorage:
             "TableName": self.s.table,
             "Key": {"pk": {"S": _pk(group.mail_id)}, "sk": {"S": _gsk(group.key)}},
             "UpdateExpression": expr,
-            "ConditionExpression": "lease_token = :tok AND st = :inflight",
+            "ConditionExpression": " AND ".join(conds),
             "ExpressionAttributeValues": values,
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
         }
         if names:
             kw["ExpressionAttributeNames"] = names
-        with translate("dynamodb:UpdateItem"):
-            try:
-                self.c.dynamodb.update_item(**kw)
-            except ClientError as e:
-                if error_code(e) == "ConditionalCheckFailedException":
-                    raise LeaseLost(f"{group.mail_id}/{group.key}") from e
-                raise
-        claim.resolved = resolved
-        new_group = replace(
-            group,
-            recipients=tuple(
-                r.with_(state=RecipientState.INFLIGHT)
-                if (not release and r.state == RecipientState.QUEUED and r.rid not in resolved)
-                else r
-                for r in resting_rcpts
-            ),
+        return _TransitionPlan(
+            request=kw,
+            guarded=tuple(guarded),
+            resolved=resolved,
+            release=release,
             state=state,
-            next_attempt_at=next_at,
+            next_at=next_at,
             history=tuple(history),
-            lease_token=None if release else group.lease_token,
-            lease_until=None if release else group.lease_until,
-        )
-        claim.group = new_group
-        if release:
-            claim.released = True
-        finished = False
-        cleaned = False
-        if release and state == GroupState.DONE:
-            finished, cleaned = self._after_group_done(group.mail_id, group.key, new_group)
-        return Transition(
-            group=new_group, released=release, mail_finished=finished, cleaned=cleaned
+            resting=resting_rcpts,
         )
 
     def _after_group_done(
@@ -977,21 +1035,11 @@ class AwsStorage:
         """
         if not rids:
             return None
-        names = {f"#r{i}": rid for i, rid in enumerate(rids)}
-        names["#p"] = "dsn_pending"
-        conds = " AND ".join(f"rcpts.#r{i}.#p = :kind" for i in range(len(rids)))
-        removes = ", ".join(f"rcpts.#r{i}.#p" for i in range(len(rids)))
         try:
             with translate("dynamodb:UpdateItem"):
                 try:
                     resp = self.c.dynamodb.update_item(
-                        TableName=self.s.table,
-                        Key={"pk": {"S": _pk(ref.mail_id)}, "sk": {"S": _gsk(ref.group)}},
-                        UpdateExpression=f"REMOVE {removes}",
-                        ConditionExpression=conds,
-                        ExpressionAttributeNames=names,
-                        ExpressionAttributeValues={":kind": {"S": kind}},
-                        ReturnValues="ALL_NEW",
+                        **_transition_dsn_request(self.s.table, ref, rids, kind)
                     )
                 except ClientError as e:
                     if error_code(e) == "ConditionalCheckFailedException":
@@ -1101,6 +1149,48 @@ class AwsStorage:
                 raise
         body: BinaryIO = obj["Body"]
         return body
+
+
+@dataclass(frozen=True)
+class _TransitionPlan:
+    """One transition's UpdateItem and what the group looks like once it succeeded."""
+
+    request: dict[str, Any]
+    guarded: tuple[str, ...]  # rids whose unchanged dsn_pending flag is a condition
+    resolved: set[str]
+    release: bool
+    state: GroupState
+    next_at: datetime
+    history: tuple[Attempt, ...]
+    resting: tuple[Recipient, ...]
+
+
+def _transition_dsn_request(
+    table: str, ref: MailRef, rids: Sequence[str], kind: str
+) -> dict[str, Any]:
+    """`dsn_sent`'s UpdateItem: clear the flag of `rids`, each only if still `kind`."""
+    names = {f"#r{i}": rid for i, rid in enumerate(rids)}
+    names["#p"] = "dsn_pending"
+    return {
+        "TableName": table,
+        "Key": {"pk": {"S": _pk(ref.mail_id)}, "sk": {"S": _gsk(ref.group)}},
+        "UpdateExpression": "REMOVE " + ", ".join(f"rcpts.#r{i}.#p" for i in range(len(rids))),
+        "ConditionExpression": " AND ".join(
+            f"rcpts.#r{i}.#p = :kind" for i in range(len(rids))
+        ),
+        "ExpressionAttributeNames": names,
+        "ExpressionAttributeValues": {":kind": {"S": kind}},
+        "ReturnValues": "ALL_NEW",
+    }
+
+
+def _resting(r: Recipient) -> Recipient:
+    """How a recipient is stored: `inflight` is the group's lease, not a stored state."""
+    return r.with_(state=RecipientState.QUEUED) if r.state == RecipientState.INFLIGHT else r
+
+
+def _bounded_attempt(a: Attempt) -> dict[str, Any]:
+    return {k: v for k, v in a.to_json().items() if v is not None}
 
 
 class _AlreadyStored(Exception):
