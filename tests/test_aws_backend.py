@@ -238,3 +238,45 @@ def _drain(aws: AwsEnv, url: str) -> list[dict[str, Any]]:
         for m in msgs:
             out.append(json.loads(m["Body"]))
             aws.clients.sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+
+
+def test_a_dsn_flag_cleared_by_the_bounce_path_mid_attempt_is_not_written_back(
+    aws: AwsEnv,
+) -> None:
+    """A transition writes each changed recipient whole; if the bounce path cleared a
+    recipient's `dsn_pending` while the attempt ran (it needs no lease), the write must not
+    put the flag back (a second delay DSN), and must still record the attempt."""
+    st = aws.storage()
+    q = st.enqueue(f.envelope("a@x.example", "b@x.example"), f.content())
+    ref = MailRef(q.mail_id, "x.example")
+    c1 = st.send_start(ref, utcnow(), lease_seconds=60)
+    assert isinstance(c1, Claim)
+    temp = Result(451, "4.3.0", "later", "mx.x.example")
+    t1 = st.reschedule(c1, {"r0": temp, "r1": temp}, utcnow(), delay_warning=True)
+    assert [r.dsn_pending for r in t1.group.recipients] == ["delayed", "delayed"]
+    c2 = st.send_start(ref, utcnow() + timedelta(seconds=1), lease_seconds=60)
+    assert isinstance(c2, Claim)
+    assert st.dsn_sent(ref, ["r0", "r1"], "delayed") is not None  # the bounce path, meanwhile
+    ok = Result(250, "2.0.0", "ok", "mx.x.example")
+    st.send_done(c2, ["r0"], ok)
+    t = st.reschedule(c2, {"r1": temp}, utcnow() + timedelta(minutes=5))
+    assert t.released
+    stored = {r.rid: r for r in st.get_group(ref).recipients}
+    assert stored["r0"].dsn_pending is None and stored["r1"].dsn_pending is None
+    assert stored["r0"].attempts == 2 and stored["r1"].attempts == 2
+    assert [a.number for a in st.get_group(ref).history] == [1, 2]
+
+
+def test_a_dsn_flag_still_pending_mid_attempt_is_kept(aws: AwsEnv) -> None:
+    """The guard's other side: a flag nobody cleared stays, so its DSN is still sent."""
+    st = aws.storage()
+    q = st.enqueue(f.envelope("a@x.example"), f.content())
+    ref = MailRef(q.mail_id, "x.example")
+    c1 = st.send_start(ref, utcnow(), lease_seconds=60)
+    assert isinstance(c1, Claim)
+    temp = Result(451, "4.3.0", "later", "mx.x.example")
+    st.reschedule(c1, {"r0": temp}, utcnow(), delay_warning=True)
+    c2 = st.send_start(ref, utcnow() + timedelta(seconds=1), lease_seconds=60)
+    assert isinstance(c2, Claim)
+    st.reschedule(c2, {"r0": temp}, utcnow() + timedelta(minutes=5))
+    assert st.get_group(ref).recipients[0].dsn_pending == "delayed"
