@@ -10,7 +10,7 @@ import pytest
 from mailqueue.aws.accounting import RequestCounter
 from mailqueue.aws.clients import make_clients
 from mailqueue.errors import PermanentStorageError, TransientStorageError
-from mailqueue.model import Claim, MailRef, Result, utcnow
+from mailqueue.model import Claim, MailRef, RecipientState, Result, utcnow
 
 from tests.support import factories as f
 from tests.support.aws import AwsEnv, make_env, session
@@ -280,3 +280,44 @@ def test_a_dsn_flag_still_pending_mid_attempt_is_kept(aws: AwsEnv) -> None:
     assert isinstance(c2, Claim)
     st.reschedule(c2, {"r0": temp}, utcnow() + timedelta(minutes=5))
     assert st.get_group(ref).recipients[0].dsn_pending == "delayed"
+
+
+def test_a_group_claimed_again_and_again_with_nothing_recorded_is_held(aws: AwsEnv) -> None:
+    """The mail-bomb guard: if recording keeps failing after SMTP (a lease expires each
+    time and the sweeper hands the group out again), the group is parked for an operator
+    after `max_unrecorded_claims` claims rather than sent every lease period forever."""
+    st = aws.storage(max_unrecorded_claims=3)
+    q = st.enqueue(f.envelope("a@x.example"), f.content())
+    ref = MailRef(q.mail_id, "x.example")
+    now = utcnow()
+    for i in range(3):  # three attempts whose results were never recorded
+        c = st.send_start(ref, now + timedelta(seconds=61 * i), lease_seconds=60)
+        assert isinstance(c, Claim), c
+    refused = st.send_start(ref, now + timedelta(seconds=61 * 3), lease_seconds=60)
+    assert not isinstance(refused, Claim) and refused.reason == "held"
+    g = st.get_group(ref)
+    assert g.state.value == "held"
+    item = aws.clients.dynamodb.get_item(
+        TableName=aws.settings.table,
+        Key={"pk": {"S": f"M#{q.mail_id}"}, "sk": {"S": "G#x.example"}},
+    )["Item"]
+    assert item["op"]["M"]["actor"]["S"] == "mailqueue:unrecorded-attempts"
+    # an operator releases it: the count starts again and delivery can claim it
+    admin = st.admin_claim(ref, utcnow())
+    assert isinstance(admin, Claim)
+    st.mark(admin, {r.rid: r.with_(state=RecipientState.QUEUED) for r in admin.unresolved()})
+    again = st.send_start(ref, utcnow() + timedelta(seconds=1), lease_seconds=60)
+    assert isinstance(again, Claim)
+
+
+def test_a_recorded_attempt_resets_the_unrecorded_count(aws: AwsEnv) -> None:
+    st = aws.storage(max_unrecorded_claims=2)
+    q = st.enqueue(f.envelope("a@x.example"), f.content())
+    ref = MailRef(q.mail_id, "x.example")
+    temp = Result(451, "4.3.0", "later", "mx.x.example")
+    now = utcnow()
+    for i in range(4):  # every attempt recorded: never held
+        c = st.send_start(ref, now + timedelta(seconds=10 * i), lease_seconds=60)
+        assert isinstance(c, Claim), (i, c)
+        st.reschedule(c, {"r0": temp}, now + timedelta(seconds=10 * i + 5))
+    assert st.get_group(ref).state.value == "queued"

@@ -75,6 +75,7 @@ class StorageSettings:
     idempotency_scope: str = "default"
     idempotency_ttl_seconds: int = 7 * 86400  # how long a key outlives its mail (tombstone)
     max_delay_seconds: int = 900  # SQS DelaySeconds cap; a shorter cap only adds re-arms
+    max_unrecorded_claims: int = 5  # claims with no result recorded before a group is held
 
     def __post_init__(self) -> None:
         for name in ("table", "bucket", "delivery_queue_url", "bounce_queue_url"):
@@ -82,6 +83,8 @@ class StorageSettings:
                 raise ConfigError(f"{name} is required")
         if not 1 <= self.group_recipient_limit <= 200:
             raise ConfigError("group_recipient_limit must be within 1..200")
+        if self.max_unrecorded_claims < 2:
+            raise ConfigError("max_unrecorded_claims must be at least 2")
         if self.lease_seconds < 10:
             raise ConfigError("lease_seconds must be at least 10")
         if self.max_size <= 0 or self.max_recipients <= 0:

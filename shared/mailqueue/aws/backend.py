@@ -15,6 +15,7 @@ import base64
 import hashlib
 import json
 import logging
+import re
 import secrets
 import time
 from collections.abc import Iterator, Sequence
@@ -65,8 +66,12 @@ log = logging.getLogger(__name__)
 GSI_STATE = "by_state"
 _LEASE_SET = (
     "SET st = :inflight, due = :lease_ms, lease_token = :tok, lease_until = :lu, "
-    "started_at = :now"
+    "started_at = :now, claims = if_not_exists(claims, :zero) + :one"
 )
+# Delivery claims only: a group claimed this many times with nothing recorded in between
+# (every transition resets `claims`) is held for an operator instead of being tried again.
+# A write that keeps failing after SMTP succeeded must not turn the queue into a mail bomb.
+_UNRECORDED_OK = "(attribute_not_exists(claims) OR claims < :max_claims)"
 MAX_VISIBILITY = 12 * 3600  # SQS ChangeMessageVisibility limit
 MAX_DELAY = 900  # SQS DelaySeconds limit
 _BATCH_RETRIES = 8
@@ -597,9 +602,12 @@ class AwsStorage:
             ref,
             now,
             lease_seconds or self.s.lease_seconds,
-            "(st = :queued AND due <= :now_ms) OR (st = :inflight AND due < :now_ms)",
+            "((st = :queued AND due <= :now_ms) OR (st = :inflight AND due < :now_ms)) AND "
+            + _UNRECORDED_OK,
         )
         if isinstance(got, ClaimRefused):
+            if got.reason == "unrecorded":
+                return self._hold_unrecorded(ref, now)
             return got
         group, token = got
         return Claim(group=group, token=token, receipt_handle=receipt_handle, started_at=now)
@@ -646,8 +654,15 @@ class AwsStorage:
             ":lu": {"S": to_iso(lease_until)},
             ":now": {"S": to_iso(now)},
             ":now_ms": {"N": str(_ms(now))},
+            ":zero": {"N": "0"},
+            ":one": {"N": "1"},
+            ":max_claims": {"N": str(self.s.max_unrecorded_claims)},
         }
-        used = {k: v for k, v in values.items() if k in condition or k in _LEASE_SET}
+        used = {
+            k: v
+            for k, v in values.items()
+            if re.search(re.escape(k) + r"\b", condition + " " + _LEASE_SET)
+        }
         try:
             with translate("dynamodb:UpdateItem"):
                 try:
@@ -665,7 +680,7 @@ class AwsStorage:
                         raise _Refused(e.response.get("Item")) from e
                     raise
         except _Refused as r:
-            return self._refusal(r.item)
+            return self._refusal(r.item, now)
         return self._group_from_item(_from_ddb(resp["Attributes"])), token
 
     def mark(
@@ -687,11 +702,63 @@ class AwsStorage:
             self._send_triggers([claim.ref], delay)
         return t
 
-    def _refusal(self, raw: dict[str, Any] | None) -> ClaimRefused:
+    def _hold_unrecorded(self, ref: MailRef, now: datetime) -> ClaimRefused:
+        """Park a group whose claims keep ending with nothing recorded (see _UNRECORDED_OK).
+
+        The group goes to `held` with an operator stamp the event writer reports; an
+        operator's release (a transition) resets the count. Logged at ERROR with ids only.
+        """
+        try:
+            with translate("dynamodb:UpdateItem"):
+                try:
+                    self.c.dynamodb.update_item(
+                        TableName=self.s.table,
+                        Key={"pk": {"S": _pk(ref.mail_id)}, "sk": {"S": _gsk(ref.group)}},
+                        UpdateExpression="SET st = :held, due = :now_ms, op = :op "
+                        "REMOVE lease_token, lease_until",
+                        ConditionExpression="claims >= :max_claims AND (st = :queued OR "
+                        "(st = :inflight AND due < :now_ms))",
+                        ExpressionAttributeValues={
+                            ":held": {"S": GroupState.HELD.value},
+                            ":queued": {"S": GroupState.QUEUED.value},
+                            ":inflight": {"S": GroupState.INFLIGHT.value},
+                            ":now_ms": {"N": str(_ms(now))},
+                            ":max_claims": {"N": str(self.s.max_unrecorded_claims)},
+                            ":op": _ser.serialize(
+                                {
+                                    "action": "held",
+                                    "actor": "mailqueue:unrecorded-attempts",
+                                    "job": None,
+                                    "at": to_iso(now),
+                                }
+                            ),
+                        },
+                    )
+                except ClientError as e:
+                    if error_code(e) == "ConditionalCheckFailedException":
+                        raise _Refused(None) from e
+                    raise
+        except _Refused:
+            return ClaimRefused("claimed")  # someone else moved it meanwhile: not ours
+        log.error(
+            "group held: %d claims without a recorded result",
+            self.s.max_unrecorded_claims,
+            extra={"mail_id": ref.mail_id},
+        )
+        return ClaimRefused("held")
+
+    def _refusal(self, raw: dict[str, Any] | None, now: datetime | None = None) -> ClaimRefused:
         if not raw:
             return ClaimRefused("gone")
         d = _from_ddb(raw)
         st = d.get("st")
+        if (
+            st in (GroupState.QUEUED.value, GroupState.INFLIGHT.value)
+            and int(d.get("claims", 0)) >= self.s.max_unrecorded_claims
+        ):
+            due_ms = int(d.get("due", 0))
+            if st == GroupState.QUEUED.value or due_ms < _ms(now or self.clock()):
+                return ClaimRefused("unrecorded")
         if st == GroupState.QUEUED.value:
             return ClaimRefused("not_due", from_iso(d.get("next_at")))
         if st == GroupState.INFLIGHT.value:
@@ -847,6 +914,8 @@ class AwsStorage:
             sets.append("op = :op")
         else:
             removes.append("op")
+        values[":zero"] = {"N": "0"}
+        sets.append("claims = :zero")  # something was recorded: see _UNRECORDED_OK
         next_at = next_attempt_at or group.next_attempt_at
         state = GroupState.INFLIGHT
         if release:
@@ -1175,9 +1244,7 @@ def _transition_dsn_request(
         "TableName": table,
         "Key": {"pk": {"S": _pk(ref.mail_id)}, "sk": {"S": _gsk(ref.group)}},
         "UpdateExpression": "REMOVE " + ", ".join(f"rcpts.#r{i}.#p" for i in range(len(rids))),
-        "ConditionExpression": " AND ".join(
-            f"rcpts.#r{i}.#p = :kind" for i in range(len(rids))
-        ),
+        "ConditionExpression": " AND ".join(f"rcpts.#r{i}.#p = :kind" for i in range(len(rids))),
         "ExpressionAttributeNames": names,
         "ExpressionAttributeValues": {":kind": {"S": kind}},
         "ReturnValues": "ALL_NEW",
