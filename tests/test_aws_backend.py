@@ -321,3 +321,19 @@ def test_a_recorded_attempt_resets_the_unrecorded_count(aws: AwsEnv) -> None:
         assert isinstance(c, Claim), (i, c)
         st.reschedule(c, {"r0": temp}, now + timedelta(seconds=10 * i + 5))
     assert st.get_group(ref).state.value == "queued"
+
+
+def test_startup_refuses_a_group_size_whose_worst_write_does_not_fit(aws: AwsEnv) -> None:
+    """50 fits (the default); 150 would overflow a 4 KB expression or the 400 KB item with
+    512-octet replies for everyone, so the storage refuses to start with it."""
+    from mailqueue.aws.capacity import max_group_size, worst_case
+    from mailqueue.config import ConfigError
+
+    st = aws.storage()
+    cap = worst_case(st, 50)
+    assert cap.ok and cap.update_expression < 4096 and cap.item_bytes < 400 * 1024
+    largest = max_group_size(st)
+    assert 50 <= largest < 150
+    assert not worst_case(st, largest + 1).ok
+    with pytest.raises(ConfigError, match=f"largest that fits is {largest}"):
+        aws.storage(group_recipient_limit=150)
