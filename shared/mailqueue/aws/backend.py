@@ -147,6 +147,10 @@ class AwsStorage:
         self.s = settings
         self.c = clients
         self.clock = clock
+        from .capacity import check_group_limit
+
+        # Refuse at start a group size whose worst-case result write DynamoDB would refuse.
+        check_group_limit(self)
 
     # ------------------------------------------------------------------ helpers
     def content_key(self, mail_id: str) -> str:
