@@ -12,7 +12,28 @@ settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True
 settings.register_profile("explore", deadline=None, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
-from tests.support.aws import AwsEnv, make_env, moto_server, reset_moto  # noqa: E402
+from mailqueue.aws.limits import LimitRecorder, strict_limits  # noqa: E402
+
+from tests.support.aws import AwsEnv, LimitsCheck, make_env, moto_server, reset_moto  # noqa: E402
+
+
+@pytest.fixture(scope="session", autouse=True)
+def limit_recorder() -> Iterator[LimitRecorder]:
+    """AWS's documented limits, enforced on every boto3 session of the test process."""
+    recorder = LimitRecorder()
+    with strict_limits(recorder):
+        yield recorder
+
+
+@pytest.fixture(autouse=True)
+def limits_guard(limit_recorder: LimitRecorder) -> Iterator[LimitsCheck]:
+    """Fails the test at teardown for each request over a limit it did not `expect`."""
+    check = LimitsCheck(limit_recorder)
+    check.begin()
+    yield check
+    failures = check.failures()
+    if failures:
+        pytest.fail("requests AWS would refuse (moto accepted them):\n" + "\n".join(failures))
 
 
 @pytest.fixture(scope="session")
@@ -22,10 +43,10 @@ def moto_endpoint() -> Iterator[str]:
 
 
 @pytest.fixture()
-def aws(moto_endpoint: str) -> Iterator[AwsEnv]:
+def aws(moto_endpoint: str, limit_recorder: LimitRecorder) -> Iterator[AwsEnv]:
     """A clean account per test: moto reset, resources created afresh."""
     reset_moto(moto_endpoint)
-    env = make_env(moto_endpoint)
+    env = make_env(moto_endpoint, limit_recorder)
     env.counter.reset()
     yield env
 

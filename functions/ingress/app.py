@@ -69,6 +69,12 @@ def _principal(event: Mapping[str, Any]) -> str | None:
     return arn if isinstance(arn, str) and arn else None
 
 
+def _source_ip(event: Mapping[str, Any]) -> str | None:
+    """The client's address as API Gateway saw it (for the Received: field, if shown)."""
+    ip = ((event.get("requestContext") or {}).get("http") or {}).get("sourceIp")
+    return ip if isinstance(ip, str) and ip else None
+
+
 def _body(event: Mapping[str, Any]) -> bytes | None:
     raw = event.get("body")
     if raw is None:
@@ -78,7 +84,8 @@ def _body(event: Mapping[str, Any]) -> bytes | None:
             return base64.b64decode(raw)
         except ValueError:
             return b"\xff"  # not JSON: refused as invalid_json
-    return str(raw).encode()
+    # a lone surrogate has no UTF-8 form: kept as (invalid) bytes, refused as invalid_json
+    return str(raw).encode("utf-8", "surrogatepass")
 
 
 def make_router(service: IngressService, metrics: Metrics | None = None) -> APIGatewayHttpResolver:
@@ -102,6 +109,7 @@ def make_router(service: IngressService, metrics: Metrics | None = None) -> APIG
                 _body(ev.raw_event),
                 principal=_principal(ev.raw_event),
                 idempotency_key=ev.headers.get("idempotency-key"),
+                client_ip=_source_ip(ev.raw_event),
             )
         )
 

@@ -5,8 +5,31 @@ Standard library only: the renderer and the DuckDB reference import this without
 
 from __future__ import annotations
 
+# The event vocabulary: a copy of the producer's (`mailqueue.events`), which this package
+# cannot import (it is installed alone on EMR); tests/events/test_ses_schema.py holds the
+# two equal. On the wire the operator type is namespaced; the job calls it "Operator".
+NAMESPACE = "mailqueue"
+OPERATOR_EVENT = "mailqueue:Operator"
+WIRE_EVENT_TYPES = ("Send", "Delivery", "DeliveryDelay", "Bounce", "Reject", OPERATOR_EVENT)
 EVENT_TYPES = ("Send", "Delivery", "DeliveryDelay", "Bounce", "Reject", "Operator")
+# operator command (what the admin API is asked) -> the action the event log records
+OPERATOR_COMMANDS = {
+    "hold": "held", "release": "released", "retry": "retried", "delete": "deleted",
+    "bounce": "bounced",
+}
 OPERATOR_ACTIONS = ("deleted", "held", "released", "retried", "bounced")
+SES_BOUNCE_TYPES = {
+    "Undetermined": ("Undetermined",),
+    "Permanent": ("General", "NoEmail", "Suppressed", "OnAccountSuppressionList"),
+    "Transient": (
+        "General", "MailboxFull", "MessageTooLarge", "ContentRejected", "AttachmentRejected",
+    ),
+}
+SES_DELAY_TYPES = (
+    "InternalFailure", "General", "MailboxFull", "SpamDetected", "RecipientServerError",
+    "IPFailure", "TransientCommunicationFailure", "BYOIPHostNameLookupUnavailable",
+    "Undetermined", "SendingDeferral",
+)
 FINAL_STATES = ("delivered", "bounced", "deleted")
 STATES = (*FINAL_STATES, "pending")
 
@@ -70,3 +93,40 @@ def qshape_labels() -> list[str]:
 
 def attempts_label(bucket: int) -> str:
     return f"{bucket}+" if bucket >= ATTEMPTS_CAP else str(bucket)
+
+
+# The producer's classification rules (`mailqueue.events.bounce_class` / `delay_type`),
+# copied for the synthetic generator; tests/events/test_ses_schema.py holds them equal.
+def ses_bounce_class(status: str | None) -> tuple[str, str]:
+    """(bounceType, bounceSubType) of a final failure's enhanced status."""
+    if status is None or status[:1] not in ("4", "5"):
+        return ("Undetermined", "Undetermined")
+    if status in ("5.2.2", "4.2.2"):
+        return ("Transient", "MailboxFull")
+    if status in ("5.3.4", "5.2.3", "4.3.4", "4.2.3"):
+        return ("Transient", "MessageTooLarge")
+    if status.startswith("4"):
+        return ("Transient", "General")
+    if status in ("5.1.1", "5.1.2", "5.1.10", "5.1.6"):
+        return ("Permanent", "NoEmail")
+    return ("Permanent", "General")
+
+
+def ses_delay_type(code: int, status: str | None, text: str) -> str:
+    """SES's delayType of a temporary failure."""
+    if status is None:
+        return "Undetermined"
+    st = status
+    if st == "4.2.2":
+        return "MailboxFull"
+    if st in ("4.7.1", "4.7.0") and "spam" in text.lower():
+        return "SpamDetected"
+    if st.startswith("4.1."):
+        return "RecipientServerError"
+    if st in ("4.4.1", "4.4.2", "4.4.3", "4.4.4", "4.4.6"):
+        return "TransientCommunicationFailure"
+    if st == "4.3.0" and code == 0:
+        return "InternalFailure"
+    if code >= 400 or st.startswith(("4.2.", "4.3.", "4.7.")):
+        return "RecipientServerError"
+    return "Undetermined"

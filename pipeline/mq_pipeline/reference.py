@@ -18,16 +18,17 @@ from .consts import PERCENTILE_ACCURACY, PERCENTILES
 UTC = timezone.utc  # noqa: UP017 - match transforms.py
 
 _COLUMNS = """{
-  'eventId': 'VARCHAR', 'eventType': 'VARCHAR',
+  'eventType': 'VARCHAR',
   'mail': 'STRUCT(messageId VARCHAR, "timestamp" VARCHAR, destination VARCHAR[])',
-  'delivery': 'STRUCT("timestamp" VARCHAR)',
-  'bounce': 'STRUCT("timestamp" VARCHAR, bounceType VARCHAR,
-             bouncedRecipients STRUCT(status VARCHAR, diagnosticCode VARCHAR)[])',
-  'deliveryDelay': 'STRUCT("timestamp" VARCHAR,
-             delayedRecipients STRUCT(status VARCHAR, diagnosticCode VARCHAR)[])',
-  'reject': 'STRUCT("timestamp" VARCHAR)',
-  'operator': 'STRUCT("timestamp" VARCHAR, action VARCHAR)',
-  'attempt': 'STRUCT(number INTEGER, scheduledAt VARCHAR, startedAt VARCHAR)'
+  'delivery': 'STRUCT("timestamp" VARCHAR, recipients VARCHAR[])',
+  'bounce': 'STRUCT("timestamp" VARCHAR, bounceType VARCHAR, bouncedRecipients
+             STRUCT(emailAddress VARCHAR, status VARCHAR, diagnosticCode VARCHAR)[])',
+  'deliveryDelay': 'STRUCT("timestamp" VARCHAR, delayedRecipients
+             STRUCT(emailAddress VARCHAR, status VARCHAR, diagnosticCode VARCHAR)[])',
+  'mailqueue': 'STRUCT(eventId VARCHAR,
+             attempt STRUCT(number INTEGER, scheduledAt VARCHAR, startedAt VARCHAR),
+             operator STRUCT("timestamp" VARCHAR, action VARCHAR, recipients VARCHAR[]),
+             reject STRUCT("timestamp" VARCHAR, recipient VARCHAR))'
 }"""
 
 
@@ -77,9 +78,15 @@ def headline(
     con.execute(f"""
         CREATE TEMP TABLE ev AS
         WITH raw AS (
-          SELECT eventId, eventType, mail, bounce, operator, attempt, dt, hr,
+          SELECT
+            mailqueue.eventId || CASE WHEN eventType = 'Send' THEN '/' || lower(r) ELSE '' END
+              AS eventId,
+            CASE WHEN eventType = 'mailqueue:Operator' THEN 'Operator' ELSE eventType END
+              AS eventType,
+            mail, bounce, mailqueue.operator AS operator, mailqueue.attempt AS attempt, dt, hr, r,
             {_us("coalesce(delivery.timestamp, deliveryDelay.timestamp, bounce.timestamp, "
-                 "operator.timestamp, reject.timestamp, mail.timestamp)")} AS ts,
+                 "mailqueue.operator.timestamp, mailqueue.reject.timestamp, "
+                 "mail.timestamp)")} AS ts,
             coalesce(bounce.bouncedRecipients[1].status,
                      deliveryDelay.delayedRecipients[1].status,
                      nullif(regexp_extract(coalesce(bounce.bouncedRecipients[1].diagnosticCode,
@@ -88,11 +95,17 @@ def headline(
           FROM read_json('{glob}', format = 'newline_delimited', compression = 'gzip',
                          columns = {_COLUMNS}, hive_partitioning = true,
                          hive_types = {{'dt': 'VARCHAR', 'hr': 'VARCHAR'}},
-                         ignore_errors = true)
+                         ignore_errors = true),
+            unnest(CASE WHEN eventType = 'Send' THEN mail.destination
+                        WHEN eventType = 'Reject' THEN [NULL]
+                        ELSE [coalesce(delivery.recipients[1],
+                                       bounce.bouncedRecipients[1].emailAddress,
+                                       deliveryDelay.delayedRecipients[1].emailAddress,
+                                       mailqueue.operator.recipients[1])] END) AS u(r)
         )
         SELECT eventId AS event_id, any_value(eventType) AS event_type,
           any_value(mail.messageId) AS message_id,
-          any_value(CASE WHEN eventType <> 'Reject' THEN mail.destination[1] END) AS rcpt,
+          any_value(CASE WHEN eventType <> 'Reject' THEN r END) AS rcpt,
           min({_us("mail.timestamp")}) AS accepted, min(ts) AS ts,
           any_value(status) AS status, any_value(bounce.bounceType) AS bounce_type,
           any_value(operator.action) AS action, max(attempt.number) AS attempt,

@@ -34,7 +34,6 @@ MAIL = StructType(
         _t("timestamp"),
         _s("source"),
         StructField("destination", ArrayType(StringType(), True), True),
-        StructField("size", LongType(), True),
     ]
 )
 
@@ -58,6 +57,7 @@ BOUNCE = StructType(
         _s("bounceType"),
         _s("bounceSubType"),
         StructField("bouncedRecipients", ArrayType(BOUNCED_RCPT, True), True),
+        _s("feedbackId"),
         _s("reportingMTA"),
         _s("remoteMtaIp"),
     ]
@@ -69,15 +69,23 @@ DELIVERY_DELAY = StructType(
         _t("timestamp"),
         _s("delayType"),
         _t("expirationTime"),
-        _t("nextAttemptAt"),
         StructField("delayedRecipients", ArrayType(DELAYED_RCPT, True), True),
         _s("reportingMTA"),
-        _s("remoteMtaIp"),
     ]
 )
 
-REJECT = StructType([_t("timestamp"), _s("reason"), _s("field")])
-OPERATOR = StructType([_t("timestamp"), _s("action"), _s("actor"), _s("job")])
+REJECT = StructType([_s("reason")])
+# Our additions, namespaced under the top-level `mailqueue` object.
+OUR_REJECT = StructType([_t("timestamp"), _s("reason"), _s("field"), _s("recipient")])
+OPERATOR = StructType(
+    [
+        _t("timestamp"),
+        _s("action"),
+        _s("actor"),
+        _s("job"),
+        StructField("recipients", ArrayType(StringType(), True), True),
+    ]
+)
 ATTEMPT = StructType(
     [
         StructField("number", IntegerType(), True),
@@ -88,20 +96,29 @@ ATTEMPT = StructType(
         StructField("tls", BooleanType(), True),
     ]
 )
-
-# The full event document as `mailqueue.events.QueueEvent.to_json` writes it. `send` is an
-# empty object and carries nothing, so it is left out (unknown fields are skipped).
-EVENT_SCHEMA = StructType(
+OURS = StructType(
     [
         _s("eventId"),
+        StructField("attempt", ATTEMPT, True),
+        StructField("operator", OPERATOR, True),
+        StructField("reject", OUR_REJECT, True),
+        _t("nextAttemptAt"),
+        _s("remoteMta"),
+    ]
+)
+
+# The event document as `mailqueue.events.QueueEvent.to_json` writes it (SES's format;
+# tests/events/ses_event_schema.json is the full contract). `send` is an empty object and
+# the mail's headers and tags are not used, so they are left out (unknown fields are skipped).
+EVENT_SCHEMA = StructType(
+    [
         _s("eventType"),
         StructField("mail", MAIL, True),
         StructField("delivery", DELIVERY, True),
         StructField("bounce", BOUNCE, True),
         StructField("deliveryDelay", DELIVERY_DELAY, True),
         StructField("reject", REJECT, True),
-        StructField("operator", OPERATOR, True),
-        StructField("attempt", ATTEMPT, True),
+        StructField("mailqueue", OURS, True),
     ]
 )
 
@@ -138,7 +155,7 @@ def _ts_as_string(schema: StructType) -> StructType:
     return StructType(fields)
 
 
-_RCPT = {"status": 1, "diagnosticCode": 1}
+_RCPT = {"emailAddress": 1, "status": 1, "diagnosticCode": 1}
 # What the job reads: only the fields the transforms use (the JSON parser skips the others
 # without materialising them), with timestamps kept as strings. Measured on 1 M events:
 # letting the JSON reader parse timestamps with a pattern costs about as much CPU as
@@ -148,15 +165,17 @@ READ_SCHEMA = _ts_as_string(
     _prune(
         EVENT_SCHEMA,
         {
-            "eventId": 1,
             "eventType": 1,
             "mail": {"messageId": 1, "timestamp": 1, "destination": 1},
-            "delivery": {"timestamp": 1},
+            "delivery": {"timestamp": 1, "recipients": 1},
             "bounce": {"timestamp": 1, "bounceType": 1, "bouncedRecipients": _RCPT},
             "deliveryDelay": {"timestamp": 1, "delayedRecipients": _RCPT},
-            "reject": {"timestamp": 1, "reason": 1},
-            "operator": {"timestamp": 1, "action": 1},
-            "attempt": {"number": 1, "scheduledAt": 1, "startedAt": 1},
+            "mailqueue": {
+                "eventId": 1,
+                "attempt": {"number": 1, "scheduledAt": 1, "startedAt": 1},
+                "operator": {"timestamp": 1, "action": 1, "recipients": 1},
+                "reject": {"timestamp": 1, "reason": 1, "recipient": 1},
+            },
         },
     )
 )

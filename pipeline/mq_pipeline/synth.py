@@ -1,7 +1,7 @@
 """Synthetic queue events with a realistic mix, fast enough for 50 M-event benchmarks.
 
-Events are written exactly in the shape of `mailqueue.events.QueueEvent.to_json` (a test
-checks this against the real producer), as gzip JSON lines under
+Events are written in the SES format of `mailqueue.events.QueueEvent.to_json` (tests validate
+every type against the SES schema and the producer's rules), as gzip JSON lines under
 `<root>/events/dt=YYYY-MM-DD/hr=HH/part-sNNN.json.gz`, where dt/hr is the *write* time.
 
 What makes it realistic enough to exercise every code path:
@@ -33,8 +33,10 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from .consts import ses_bounce_class, ses_delay_type
+
 # Bump when the generated data changes, so cached benchmark data is regenerated.
-SYNTH_VERSION = 1
+SYNTH_VERSION = 2
 HOUR_MS = 3_600_000
 MIN_MS = 60_000
 BIG_DOMAINS = (
@@ -74,10 +76,10 @@ TEMP_REASONS = {
     "busy": ("421", "4.3.2", "Service shutting down, closing transmission channel"),
 }
 REJECT_REASONS = (
-    ("invalid recipient address", "destination"),
-    ("message too large", "size"),
-    ("sender not allowed", "source"),
-    ("rate limit exceeded", None),
+    ("invalid_recipient", "destination"),
+    ("too_large", "size"),
+    ("sender_not_allowed", "source"),
+    ("rate_limited", None),
 )
 
 
@@ -266,32 +268,38 @@ def _simulate(
                 break
         mid = f"{acc:011X}{bits(60):015X}"
         source = SOURCES[int(rand() * len(SOURCES))]
-        size = 800 + int(expo(1 / 30000))
         nrcpt = 1 if rand() < 0.8 else 2 + int(rand() * 4)
         rcpts: list[tuple[str, int]] = []
         for _r in range(nrcpt):
             di = min(bisect.bisect_left(cum, rand() * total_w), len(names) - 1)
             rcpts.append((f"user{bits(24)}@{names[di]}", di))
         acc_iso = iso(acc)
+        dests = ",".join(f'"{a}"' for a, _ in rcpts)
+        src_dom = source.rpartition("@")[2] or "null-sender"
+        mail = (
+            f'"mail":{{"timestamp":"{acc_iso}","messageId":"{mid}","source":"{source}",'
+            f'"sourceArn":"arn:aws:ses:us-east-1:123456789012:identity/{src_dom}",'
+            f'"sendingAccountId":"123456789012","destination":[{dests}],'
+            f'"headersTruncated":false,"headers":[],"commonHeaders":{{"from":['
+            f'{chr(34) + source + chr(34) if source else ""}],"to":[{dests}]}},'
+            f'"tags":{{"mailqueue:from-domain":["{src_dom}"]}}}}'
+        )
         if rand() < cfg.reject_rate:
             reason, fld = REJECT_REASONS[int(rand() * len(REJECT_REASONS))]
-            dests = ",".join(f'"{a}"' for a, _ in rcpts)
             fld_json = f'"{fld}"' if fld else "null"
             emit(
                 acc,
-                f'{{"eventId":"{bits(128):032x}","eventType":"Reject","mail":{{"messageId":"{mid}",'
-                f'"timestamp":"{acc_iso}","source":"{source}","destination":[{dests}],"size":{size}}},'
-                f'"reject":{{"timestamp":"{acc_iso}","reason":"{reason}","field":{fld_json}}}}}',
+                f'{{"eventType":"Reject",{mail},"reject":{{"reason":"mailqueue:{reason}"}},'
+                f'"mailqueue":{{"eventId":"{bits(128):032x}","reject":{{"timestamp":"{acc_iso}",'
+                f'"reason":"{reason}","field":{fld_json},"recipient":null}}}}}}',
             )
             continue
+        emit(acc, f'{{"eventType":"Send",{mail},"send":{{}},'
+                  f'"mailqueue":{{"eventId":"{bits(128):032x}"}}}}')
+        mta = f"mq-worker-{shard % 4}"
         for addr, di in rcpts:
             prof = profiles[di]
             domain = names[di]
-            mail = (
-                f'"mail":{{"messageId":"{mid}","timestamp":"{acc_iso}","source":"{source}",'
-                f'"destination":["{addr}"],"size":{size}}}'
-            )
-            emit(acc, f'{{"eventId":"{bits(128):032x}","eventType":"Send",{mail},"send":{{}}}}')
             expires = acc + lifetime
             sched = acc
             n = 0
@@ -306,23 +314,27 @@ def _simulate(
                 ip = f"203.0.{di % 256}.{(di // 256) % 250 + 1}"
                 tls = "true" if rand() < 0.93 else "false"
                 att = (
-                    f'"attempt":{{"number":{n},"scheduledAt":"{iso(sched)}","startedAt":"{iso(started)}",'
-                    f'"finishedAt":"{iso(finished)}","remoteMta":"{ip}","tls":{tls}}}'
+                    f'"attempt":{{"number":{n},"scheduledAt":"{iso(sched)}",'
+                    f'"startedAt":"{iso(started)}","finishedAt":"{iso(finished)}",'
+                    f'"remoteMta":"{ip}","tls":{tls}}}'
                 )
                 fin_iso = iso(finished)
-                mta = f"mq-worker-{shard % 4}"
                 u = rand()
                 p_temp = prof.p_temp_first if n == 1 else prof.p_temp_retry
                 if u < prof.p_perm:
                     code, status, text = PERM_REASONS[int(rand() * len(PERM_REASONS))]
                     text = text.format(addr=addr, id=f"{bits(48):012x}", ip=ip)
+                    btype, bsub = ses_bounce_class(status)
+                    eid = bits(128)
                     emit(
                         finished,
-                        f'{{"eventId":"{bits(128):032x}","eventType":"Bounce",{mail},"bounce":{{'
-                        f'"timestamp":"{fin_iso}","bounceType":"Permanent","bounceSubType":"General",'
+                        f'{{"eventType":"Bounce",{mail},"bounce":{{'
+                        f'"bounceType":"{btype}","bounceSubType":"{bsub}",'
                         f'"bouncedRecipients":[{{"emailAddress":"{addr}","action":"failed",'
-                        f'"status":"{status}","diagnosticCode":"smtp; {code} {text}"}}],'
-                        f'"reportingMTA":"{mta}","remoteMtaIp":"{ip}"}},{att}}}',
+                        f'"status":"{status}","diagnosticCode":"smtp; {code} {status} {text}"}}],'
+                        f'"timestamp":"{fin_iso}","feedbackId":"{eid ^ 1:032x}",'
+                        f'"reportingMTA":"dns; {mta}","remoteMtaIp":"{ip}"}},'
+                        f'"mailqueue":{{"eventId":"{eid:032x}","remoteMta":"{ip}",{att}}}}}',
                     )
                     break
                 if u < prof.p_perm + p_temp:
@@ -330,14 +342,18 @@ def _simulate(
                     text = text.format(ip=ip, id=f"{bits(40):010x}", n=n % 3, domain=domain)
                     backoff = min(300_000 * 2 ** (n - 1), HOUR_MS)
                     nxt = finished + int(backoff * (0.9 + 0.2 * rand()))
+                    c = int(code)
+                    diag = f"smtp; {c} {status} {text}" if c else f"x-mailqueue; {status} {text}"
                     emit(
                         finished,
-                        f'{{"eventId":"{bits(128):032x}","eventType":"DeliveryDelay",{mail},'
+                        f'{{"eventType":"DeliveryDelay",{mail},'
                         f'"deliveryDelay":{{"timestamp":"{fin_iso}","delayType":'
-                        f'"TransientCommunicationFailure","expirationTime":"{iso(expires)}",'
-                        f'"nextAttemptAt":"{iso(nxt)}","delayedRecipients":[{{"emailAddress":'
-                        f'"{addr}","status":"{status}","diagnosticCode":"smtp; {code} {text}"}}],'
-                        f'"reportingMTA":"{mta}","remoteMtaIp":"{ip}"}},{att}}}',
+                        f'"{ses_delay_type(c, status, text)}","expirationTime":"{iso(expires)}",'
+                        f'"delayedRecipients":[{{"emailAddress":'
+                        f'"{addr}","status":"{status}","diagnosticCode":"{diag}"}}],'
+                        f'"reportingMTA":"dns; {mta}"}},"mailqueue":{{"eventId":'
+                        f'"{bits(128):032x}","nextAttemptAt":"{iso(nxt)}","remoteMta":"{ip}",'
+                        f'{att}}}}}',
                     )
                     if rand() < cfg.operator_rate * 10:
                         op_ts = finished + int(30_000 + rand() * 600_000)
@@ -348,46 +364,60 @@ def _simulate(
                             "deleted" if v < 0.3 else "bounced" if v < 0.45 else
                             "retried" if v < 0.7 else "held"
                         )
-                        emit(op_ts, _operator(bits(128), mail, iso(op_ts), action, bits(20)))
+                        emit(op_ts, _operator(bits(128), mail, addr, iso(op_ts), action, bits(20)))
+                        if action == "bounced":  # the forced expiry's Bounce, as the queue
+                            emit(op_ts, _expiry(bits(128), mail, addr, iso(op_ts), mta,
+                                                "message expired by operator"))
                         if action in ("deleted", "bounced"):
                             break
                         if action == "held":  # released some minutes later, then retried
                             rel = op_ts + int(60_000 + rand() * 1_800_000)
                             if rel >= horizon:
                                 break
-                            emit(rel, _operator(bits(128), mail, iso(rel), "released", bits(20)))
+                            emit(rel, _operator(bits(128), mail, addr, iso(rel), "released",
+                                                bits(20)))
                             nxt = max(nxt, rel)
                         else:
                             nxt = op_ts
                     if nxt >= expires:
                         if expires < horizon:
-                            emit(
-                                expires,
-                                f'{{"eventId":"{bits(128):032x}","eventType":"Bounce",{mail},'
-                                f'"bounce":{{"timestamp":"{iso(expires)}","bounceType":"Permanent",'
-                                f'"bounceSubType":"General","bouncedRecipients":[{{"emailAddress":'
-                                f'"{addr}","action":"failed","status":"4.4.7","diagnosticCode":'
-                                f'"smtp; 0 Message expired after {n} attempts, last error: '
-                                f'{status} {text}"}}],"reportingMTA":"{mta}",'
-                                f'"remoteMtaIp":null}}}}',
-                            )
+                            emit(expires, _expiry(
+                                bits(128), mail, addr, iso(expires), mta,
+                                f"Message expired after {n} attempts, last error: "
+                                f"{status} {text}",
+                            ))
                         break
                     sched = nxt
                     continue
                 emit(
                     finished,
-                    f'{{"eventId":"{bits(128):032x}","eventType":"Delivery",{mail},"delivery":{{'
-                    f'"timestamp":"{fin_iso}","recipients":["{addr}"],"smtpResponse":'
-                    f'"250 2.0.0 Ok: queued as {bits(40):010X}","remoteMtaIp":"{ip}",'
-                    f'"reportingMTA":"{mta}","processingTimeMillis":{finished - acc}}},{att}}}',
+                    f'{{"eventType":"Delivery",{mail},"delivery":{{'
+                    f'"timestamp":"{fin_iso}","processingTimeMillis":{finished - acc},'
+                    f'"recipients":["{addr}"],"smtpResponse":'
+                    f'"250 2.0.0 Ok: queued as {bits(40):010X}","reportingMTA":"{mta}",'
+                    f'"remoteMtaIp":"{ip}"}},"mailqueue":{{"eventId":"{bits(128):032x}",'
+                    f'"remoteMta":"{ip}",{att}}}}}',
                 )
                 break
 
 
-def _operator(eid: int, mail: str, ts: str, action: str, job: int) -> str:
+def _expiry(eid: int, mail: str, addr: str, ts: str, mta: str, text: str) -> str:
+    """A lifetime-expiry (4.4.7) Bounce: Transient/General, our own diagnostic type."""
+    btype, bsub = ses_bounce_class("4.4.7")
     return (
-        f'{{"eventId":"{eid:032x}","eventType":"Operator",{mail},"operator":{{"timestamp":"{ts}",'
-        f'"action":"{action}","actor":"ops@mailqueue.example","job":"job-{job:05x}"}}}}'
+        f'{{"eventType":"Bounce",{mail},"bounce":{{"bounceType":"{btype}",'
+        f'"bounceSubType":"{bsub}","bouncedRecipients":[{{"emailAddress":"{addr}",'
+        f'"action":"failed","status":"4.4.7","diagnosticCode":"x-mailqueue; 4.4.7 {text}"}}],'
+        f'"timestamp":"{ts}","feedbackId":"{eid ^ 1:032x}","reportingMTA":"dns; {mta}"}},'
+        f'"mailqueue":{{"eventId":"{eid:032x}"}}}}'
+    )
+
+
+def _operator(eid: int, mail: str, addr: str, ts: str, action: str, job: int) -> str:
+    return (
+        f'{{"eventType":"mailqueue:Operator",{mail},"mailqueue":{{"eventId":"{eid:032x}",'
+        f'"operator":{{"timestamp":"{ts}","action":"{action}","actor":"ops@mailqueue.example",'
+        f'"job":"job-{job:05x}","recipients":["{addr}"]}}}}}}'
     )
 
 

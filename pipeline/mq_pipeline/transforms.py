@@ -12,13 +12,15 @@ from datetime import datetime, timedelta, timezone
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from .consts import OPERATOR_EVENT
+
 # Diagnostic text normalisation: applied in order, identically by Spark (Java regex) and
 # by `normalise_reason_py` (Python re); the patterns use only syntax both engines share.
 # Lower-casing happens first. The aim is that one cause groups into one row: the SMTP
 # basic and enhanced codes (reported separately as `status`) are stripped from the front,
 # addresses, IPs, ids and numbers are masked.
 REASON_RULES: tuple[tuple[str, str], ...] = (
-    (r"^\s*(?:smtp;\s*)?(?:\d{1,3}[ -]+)?(?:[245]\.\d{1,3}\.\d{1,3}\s*)?", ""),
+    (r"^\s*(?:(?:smtp|x-mailqueue);\s*)?(?:\d{1,3}[ -]+)?(?:[245]\.\d{1,3}\.\d{1,3}\s*)?", ""),
     (r"<?[a-z0-9._%+=\-]+@[a-z0-9.\-]+>?", "<addr>"),
     (r"\[?\b\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}\b\]?", "<ip>"),
     (r"\b[a-z_]+\d[a-z0-9_]*\b|\b\d+[a-z_][a-z0-9_]*\b", "<id>"),
@@ -118,23 +120,43 @@ def partition_filter(raw: DataFrame, rng: TimeRange, late_hours: int) -> DataFra
 
 
 def normalise(raw: DataFrame) -> DataFrame:
-    """Flatten the SES-shaped document into one narrow row per event (no explode).
+    """Flatten the SES-format document into one narrow row per event and recipient.
 
-    Every event has exactly one recipient except a Reject without one, whose
-    `mail.destination` lists them all; it keeps the first for its domain and `n_dest`.
-    Timestamps arrive as ISO strings (see schema.READ_SCHEMA); unparseable ones become
-    null rather than failing the job. Rows without an eventId or type are dropped.
-    `ts_raw` keeps the event time's string for `in_range`, which drops it.
+    A Send lists every destination of the mail (as SES): it becomes one row per
+    destination, with the eventId suffixed by the address so the rows stay distinct. The
+    other types carry one recipient in their own object (`delivery.recipients`,
+    `bouncedRecipients`, `delayedRecipients`, `mailqueue.operator.recipients`). A Reject
+    has no recipient row (`rcpt` null); its domain is the refused recipient's or the first
+    destination's, `n_dest` the number of destinations. The wire type
+    `mailqueue:Operator` is called "Operator" from here on. Timestamps arrive as ISO
+    strings (see schema.READ_SCHEMA); unparseable ones become null rather than failing
+    the job. Rows without an eventId or type are dropped. `ts_raw` keeps the event time's
+    string for `in_range`, which drops it.
     """
     m = F.col("mail")
+    ours = F.col("mailqueue")
     dest = m.getField("destination")
-    rcpt = F.try_element_at(dest, F.lit(1))
+    wire_type = F.col("eventType")
+    et = F.when(wire_type == F.lit(OPERATOR_EVENT), F.lit("Operator")).otherwise(wire_type)
     bounce_r = F.try_element_at(F.col("bounce.bouncedRecipients"), F.lit(1))
     delay_r = F.try_element_at(F.col("deliveryDelay.delayedRecipients"), F.lit(1))
+    one = F.coalesce(
+        F.try_element_at(F.col("delivery.recipients"), F.lit(1)),
+        bounce_r.getField("emailAddress"),
+        delay_r.getField("emailAddress"),
+        F.try_element_at(ours.getField("operator").getField("recipients"), F.lit(1)),
+    )
+    reject_rcpt = ours.getField("reject").getField("recipient")
+    first_dest = F.try_element_at(dest, F.lit(1))
+    rcpts = (
+        F.when(wire_type == "Send", dest)
+        .when(wire_type == "Reject", F.array(F.coalesce(reject_rcpt, first_dest)))
+        .otherwise(F.array(one))
+    )
     diag = F.coalesce(
         bounce_r.getField("diagnosticCode"),
         delay_r.getField("diagnosticCode"),
-        F.col("reject.reason"),
+        ours.getField("reject").getField("reason"),
     )
     status = F.coalesce(
         bounce_r.getField("status"),
@@ -145,14 +167,15 @@ def normalise(raw: DataFrame) -> DataFrame:
         F.col("delivery.timestamp"),
         F.col("deliveryDelay.timestamp"),
         F.col("bounce.timestamp"),
-        F.col("operator.timestamp"),
-        F.col("reject.timestamp"),
+        ours.getField("operator").getField("timestamp"),
+        ours.getField("reject").getField("timestamp"),
         m.getField("timestamp"),
     )
     ts = ts_str.try_cast("timestamp")
+    att = ours.getField("attempt")
     lag = (
-        F.unix_micros(F.col("attempt.startedAt").try_cast("timestamp"))
-        - F.unix_micros(F.col("attempt.scheduledAt").try_cast("timestamp"))
+        F.unix_micros(att.getField("startedAt").try_cast("timestamp"))
+        - F.unix_micros(att.getField("scheduledAt").try_cast("timestamp"))
     ) / F.lit(1_000_000.0)
     # Written to a later hour than its own. With the producer's UTC "...Z" form the date
     # and hour are read off the string (cheap); other forms format the parsed time.
@@ -161,23 +184,35 @@ def normalise(raw: DataFrame) -> DataFrame:
     ev_hr = F.when(utc, F.substring(ts_str, 12, 2)).otherwise(F.date_format(ts, "HH"))
     dt, hr = F.col("dt"), F.col("hr").try_cast("int")
     late = (dt > ev_day) | ((dt == ev_day) & (hr > ev_hr.try_cast("int")))
-    return raw.where(F.col("eventId").isNotNull() & F.col("eventType").isNotNull()).select(
-        F.col("eventId").alias("event_id"),
-        F.col("eventType").alias("event_type"),
+    eid = ours.getField("eventId")
+    rows = raw.where(eid.isNotNull() & wire_type.isNotNull()).select(
+        eid.alias("_eid"),
+        et.alias("event_type"),
         m.getField("messageId").alias("message_id"),
-        F.when(F.col("eventType") != "Reject", rcpt).alias("rcpt"),
-        F.lower(F.substring_index(rcpt, "@", -1)).alias("domain"),
+        F.explode_outer(rcpts).alias("_rcpt"),
         F.size(dest).cast("int").alias("n_dest"),
         m.getField("timestamp").try_cast("timestamp").alias("accepted_at"),
         ts.alias("ts"),
         status.alias("status"),
         diag.alias("diag"),
         F.col("bounce.bounceType").alias("bounce_type"),
-        F.col("operator.action").alias("action"),
-        F.col("attempt.number").alias("attempt"),
+        ours.getField("operator").getField("action").alias("action"),
+        att.getField("number").alias("attempt"),
         lag.cast("double").alias("sched_lag_s"),
         late.alias("late"),
         ts_str.alias("ts_raw"),
+    )
+    r = F.col("_rcpt")
+    send = F.col("event_type") == "Send"
+    return rows.select(
+        F.when(send, F.concat_ws("/", F.col("_eid"), F.lower(r))).otherwise(F.col("_eid"))
+        .alias("event_id"),
+        "event_type",
+        "message_id",
+        F.when(F.col("event_type") != "Reject", r).alias("rcpt"),
+        F.lower(F.substring_index(r, "@", -1)).alias("domain"),
+        "n_dest", "accepted_at", "ts", "status", "diag", "bounce_type", "action", "attempt",
+        "sched_lag_s", "late", "ts_raw",
     )
 
 

@@ -29,6 +29,7 @@ from typing import Any, Protocol, TextIO
 
 from .config import ConfigError, StorageSettings, settings_from_env
 from .errors import MailqueueError
+from .model import Result
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_BUSY, EXIT_FAILED, EXIT_GAVE_UP = 0, 1, 2, 3, 4, 5
 ACTIONS = ("delete", "hold", "release", "retry", "bounce")
@@ -261,7 +262,7 @@ def _when(iso: str | None, now: datetime) -> str:
 def _result(r: Mapping[str, Any] | None) -> str:
     if not r:
         return ""
-    return f"({r.get('code')} {r.get('status')} {r.get('text')})"
+    return f"({Result.from_json(dict(r)).describe()})"
 
 
 def render_groups(items: Sequence[Mapping[str, Any]], out: TextIO, header: bool) -> None:

@@ -16,17 +16,26 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, BinaryIO
 
 import dns.resolver
+from botocore.exceptions import BotoCoreError
 
 from .aws.backend import AwsStorage
 from .config import ConfigError, StorageSettings, settings_from_env
 from .errors import LeaseLost, MailqueueError, NotFound
 from .model import Claim, MailRef, Result, utcnow
 from .policy import RetryPolicy, backoff, delay_warning_due, expired
-from .routing import CredentialsProvider, Hop, NextHopError, RoutingTable, resolve_next_hops
+from .routing import (
+    CredentialsProvider,
+    Hop,
+    NextHopError,
+    RoutingTable,
+    check_receiving_routes,
+    resolve_next_hops,
+)
 from .smtp import ConnectionPool, DeliveryOutcome, SmtpClient, Timeouts
+from .trace import HOPCOUNT_LIMIT, HeaderPeek, count_received, peek_header
 
 log = logging.getLogger(__name__)
 
@@ -53,14 +62,20 @@ class DeliverySettings:
     dns_timeout_seconds: float = 5.0
     mx_port: int = 25  # tests and the local stack use unprivileged ports
     smtp_max_sessions: int = 2
+    # more `Received:` fields than this: a mail loop, bounced 5.4.6 (Postfix's hopcount_limit)
+    hopcount_limit: int = HOPCOUNT_LIMIT
+    # SES receiving domains: each needs an explicit route (its MX is SES, i.e. us: a loop)
+    receiving_domains: str = ""
 
     def __post_init__(self) -> None:
         if not self.hostname or " " in self.hostname:
             raise ConfigError("hostname must be a host name")
+        if not 1 <= self.hopcount_limit <= 1000:
+            raise ConfigError("hopcount_limit must be within 1..1000")
         if self.lease_seconds < 30:
             raise ConfigError("lease_seconds must be at least 30")
         try:
-            self.routing_table()
+            check_receiving_routes(self.routing_table(), self.receiving_domains)
             self.retry_policy()
         except (ValueError, MailqueueError) as e:
             raise ConfigError(str(e)) from e
@@ -228,12 +243,15 @@ class Invocation:
             # sender learns of it (a DSN without returned content).
             lost = Result(0, "5.3.0", "message content unavailable in the queue")
             return self._record(claim, {r.rid: lost for r in group.pending()}, None)
+        loop = self._loop_check(mail.content)
+        if isinstance(loop, Result):
+            return self._record(claim, {r.rid: loop for r in group.pending()}, None)
         try:
             outcome = self.client.deliver(
                 hops,
                 group.sender,
                 group.pending(),
-                mail.content,
+                loop,
                 mail.size,
                 ret=group.ret,
                 envid=group.envid,
@@ -241,10 +259,27 @@ class Invocation:
                 deadline=self.time_left,
             )
         finally:
-            close = getattr(mail.content, "close", None)
+            loop.close()
+        return self._record(claim, outcome.results, outcome)
+
+    def _loop_check(self, content: BinaryIO) -> HeaderPeek | Result:
+        """Count the hops before connecting anywhere: a looping mail is bounced 5.4.6 here
+        (RFC 3463: routing loop detected) instead of going round again. Returns the
+        content, still whole, to send."""
+        try:
+            head, stream = peek_header(content)
+        except (OSError, ValueError, BotoCoreError) as exc:  # S3 stream: as the SMTP client
+            close = getattr(content, "close", None)
             if close is not None:
                 close()
-        return self._record(claim, outcome.results, outcome)
+            return Result(0, "4.3.0", f"cannot read message content: {type(exc).__name__}")
+        hops = count_received(head)
+        limit = self.svc.settings.hopcount_limit
+        if hops <= limit:
+            return stream
+        stream.close()
+        log.warning("routing loop", extra={"hops": hops, "limit": limit})
+        return Result(0, "5.4.6", f"routing loop detected: {hops} Received: fields (limit {limit})")
 
     def _route(self, domain: str) -> list[Hop] | Result:
         cached = self._hops.get(domain)

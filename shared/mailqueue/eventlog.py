@@ -7,25 +7,32 @@ write loses no event; one that dies before its write emits none (no phantom even
 The stream read by Lambda costs nothing; one S3 PUT per batch and partition hour is the
 only cost (~$0.005 per 1,000 batches) against Firehose's $0.029/GB with 5 KB rounding
 per record. Event ids are deterministic, so a retried batch produces the same ids and
-the pipeline drops duplicates.
+the pipeline drops duplicates. Records are in SES's event-publishing format
+(`mailqueue.events`).
 """
 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from email.parser import BytesHeaderParser
+from email.policy import compat32
 from typing import Any
 
 from boto3.dynamodb.types import TypeDeserializer
 
 from .aws.clients import translate
-from .events import MailInfo, QueueEvent
-from .model import Attempt, Recipient, RecipientState, Result, from_iso, utcnow
+from .errors import PermanentStorageError
+from .events import HEADERS_MAX, OPERATOR_ACTIONS, OPERATOR_EVENT, MailInfo, QueueEvent
+from .model import Attempt, Recipient, RecipientState, from_iso, to_iso, utcnow
 
 _deser = TypeDeserializer()
+# Characters an event object key may hold: safe for S3A (Hadoop paths), Athena and Glue.
+_KEY_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
 
 
 def plain_image(image: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -43,13 +50,28 @@ def _recipients(item: Mapping[str, Any] | None) -> dict[str, Recipient]:
     return {rid: Recipient.from_json(r) for rid, r in (item.get("rcpts") or {}).items()}
 
 
-def _mail(item: Mapping[str, Any]) -> MailInfo:
+@dataclass(frozen=True, slots=True)
+class EventContext:
+    """What the producer adds to every record besides the item images."""
+
+    reporting_mta: str = "mailqueue.invalid"
+    account_id: str = "000000000000"
+    region: str = "us-east-1"
+    queue_lifetime_s: int = 5 * 86400  # the delivery function's maximal_queue_lifetime
+
+
+def _mail(item: Mapping[str, Any], ctx: EventContext) -> MailInfo:
     arrival = from_iso(item.get("arrival")) or utcnow()
+    source = str(item.get("sender", ""))
+    domain = source.rpartition("@")[2].lower() if "@" in source else "null-sender"
     return MailInfo(
         message_id=str(item["pk"])[2:],
-        source=str(item.get("sender", "")),
+        source=source,
         timestamp=arrival,
+        destination=tuple(r.address for r in _recipients(item).values()),
         size=int(item.get("size", 0)),
+        sending_account_id=ctx.account_id,
+        source_arn=f"arn:aws:ses:{ctx.region}:{ctx.account_id}:identity/{domain}",
     )
 
 
@@ -62,9 +84,18 @@ def _last_attempt(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> Atte
 
 
 def derive_events(
-    old: Mapping[str, Any] | None, new: Mapping[str, Any] | None, *, reporting_mta: str = ""
+    old: Mapping[str, Any] | None,
+    new: Mapping[str, Any] | None,
+    *,
+    reporting_mta: str = "",
+    ctx: EventContext | None = None,
 ) -> list[QueueEvent]:
-    """Events implied by one item change (pure: images in, events out)."""
+    """Events implied by one item change (pure: images in, events out).
+
+    A group's INSERT gives one Send for the group's recipients; `stream_events` merges the
+    groups of one mail into one Send, as SES sends one per message.
+    """
+    ctx = ctx or EventContext(reporting_mta=reporting_mta or "mailqueue.invalid")
     item = new or old
     if not item:
         return []
@@ -74,102 +105,98 @@ def derive_events(
         return [OutboxEvent.from_item(new)]
     if not (pk.startswith("M#") and sk.startswith("G#")) or new is None:
         return []
-    mail = _mail(new)
+    mail = _mail(new, ctx)
     before = _recipients(old)
     after = _recipients(new)
     attempt = _last_attempt(old, new)
     out: list[QueueEvent] = []
-    op = new.get("op")
+    op: Mapping[str, Any] = new.get("op") or {}
     op_new = bool(op) and op != (old or {}).get("op")
-    extra_common = {"reporting_mta": reporting_mta}
+    action = OPERATOR_ACTIONS.get(str(op.get("action")), str(op.get("action")))
+    common = {"reporting_mta": ctx.reporting_mta}
+    expires = to_iso(mail.timestamp + timedelta(seconds=ctx.queue_lifetime_s))
+    if old is None and after:
+        key = new.get("content_key")
+        out.append(QueueEvent("Send", mail, None, mail.timestamp, extra={"content_key": key}))
     for rid, r in after.items():
         b = before.get(rid)
         if b is None:
-            out.append(QueueEvent("Send", mail, r.address, mail.timestamp, "send"))
             continue
         result = r.last_result
         when = r.final_at or r.last_attempt_at or utcnow()
         if r.state != b.state and r.state == RecipientState.DELIVERED:
+            processing = {"processing_ms": _ms_between(mail.timestamp, when)}
             out.append(
                 QueueEvent(
-                    "Delivery",
-                    mail,
-                    r.address,
-                    when,
-                    str(r.attempts),
-                    result,
-                    attempt,
-                    {**extra_common, "processing_ms": _ms_between(mail.timestamp, when)},
+                    "Delivery", mail, r.address, when, str(r.attempts), result, attempt,
+                    {**common, **processing},
                 )
             )
         elif r.state != b.state and r.state == RecipientState.BOUNCED:
-            permanent = bool(result and result.status.startswith("5"))
             out.append(
-                QueueEvent(
-                    "Bounce",
-                    mail,
-                    r.address,
-                    when,
-                    "bounce",
-                    result,
-                    attempt,
-                    {
-                        **extra_common,
-                        "bounce_type": "Permanent" if permanent else "Transient",
-                        "bounce_sub_type": _bounce_sub_type(result),
-                    },
-                )
+                QueueEvent("Bounce", mail, r.address, when, "bounce", result, attempt, common)
             )
         elif r.attempts > b.attempts and r.state == RecipientState.QUEUED:
             out.append(
                 QueueEvent(
-                    "DeliveryDelay",
-                    mail,
-                    r.address,
-                    r.last_attempt_at or when,
-                    str(r.attempts),
-                    result,
-                    attempt,
-                    {**extra_common, "next_attempt_at": new.get("next_at")},
+                    "DeliveryDelay", mail, r.address, r.last_attempt_at or when,
+                    str(r.attempts), result, attempt,
+                    {**common, "next_attempt_at": new.get("next_at"), "expiration_time": expires},
                 )
             )
-        if op_new and (r.state != b.state or (op or {}).get("action") == "retried"):
+        if op_new and (r.state != b.state or action == "retried"):
             if r.state.final and b.state.final:
                 continue
-            at = from_iso((op or {}).get("at")) or utcnow()
+            at = from_iso(op.get("at")) or utcnow()
             out.append(
                 QueueEvent(
-                    "Operator",
-                    mail,
-                    r.address,
-                    at,
-                    f"{(op or {}).get('action')}@{(op or {}).get('at')}",
-                    None,
-                    None,
-                    {
-                        "action": (op or {}).get("action"),
-                        "actor": (op or {}).get("actor"),
-                        "job": (op or {}).get("job"),
-                    },
+                    OPERATOR_EVENT, mail, r.address, at, f"{action}@{op.get('at')}",
+                    extra={"action": action, "actor": op.get("actor"), "job": op.get("job")},
                 )
             )
     return out
 
 
-def _bounce_sub_type(result: Result | None) -> str:
-    if result is None:
-        return "General"
-    if result.status in ("5.1.1", "5.1.2", "5.1.10"):
-        return "NoEmail"
-    if result.status.startswith("5.2.2") or result.status == "4.2.2":
-        return "MailboxFull"
-    if result.status in ("5.3.4", "5.2.3"):
-        return "MessageTooLarge"
-    return "General"
+def merge_sends(events: Sequence[QueueEvent]) -> list[QueueEvent]:
+    """One Send per mail: the Sends of a mail's groups merged, in order, at the first's
+    place. (A mail whose group items fall into two stream batches gives two Sends with the
+    same eventId and the destinations of each part; the pipeline reads destinations per
+    recipient, so it counts each recipient once either way.)"""
+    first: dict[str, int] = {}
+    out: list[QueueEvent] = []
+    for e in events:
+        if e.event_type != "Send" or isinstance(e, OutboxEvent):
+            out.append(e)
+            continue
+        i = first.get(e.mail.message_id)
+        if i is None:
+            first[e.mail.message_id] = len(out)
+            out.append(e)
+            continue
+        prev = out[i]
+        dest = prev.mail.destination + tuple(
+            a for a in e.mail.destination if a not in prev.mail.destination
+        )
+        out[i] = replace(prev, mail=replace(prev.mail, destination=dest))
+    return out
 
 
 def _ms_between(a: datetime, b: datetime) -> int:
     return max(0, int((b - a).total_seconds() * 1000))
+
+
+def parse_header_block(data: bytes) -> tuple[tuple[tuple[str, str], ...], bool]:
+    """(headers, truncated) from the start of a message: SES's `headers` list, cut at
+    HEADERS_MAX bytes (then `headersTruncated` is true)."""
+    end = data.find(b"\r\n\r\n")
+    end = data.find(b"\n\n") if end < 0 else end
+    block = data if end < 0 else data[:end]
+    truncated = end < 0 or len(block) > HEADERS_MAX
+    if len(block) > HEADERS_MAX:
+        block = block[:HEADERS_MAX].rsplit(b"\n", 1)[0]
+    msg = BytesHeaderParser(policy=compat32).parsebytes(block + b"\r\n\r\n")
+    headers = tuple((k, " ".join(str(v).split())) for k, v in msg.items())
+    return headers, truncated
 
 
 @dataclass(frozen=True)
@@ -182,9 +209,12 @@ class OutboxEvent(QueueEvent):
     def from_item(cls, item: Mapping[str, Any]) -> OutboxEvent:
         raw = json.loads(str(item["event"]))
         ts = from_iso(raw.get("mail", {}).get("timestamp")) or utcnow()
-        for key in ("reject", "operator", "delivery", "bounce", "deliveryDelay"):
-            if isinstance(raw.get(key), dict) and raw[key].get("timestamp"):
-                ts = from_iso(raw[key]["timestamp"]) or ts
+        ours = raw.get("mailqueue") or {}
+        for obj in (ours.get("reject"), ours.get("operator"), *(raw.get(k) for k in (
+            "delivery", "bounce", "deliveryDelay"
+        ))):
+            if isinstance(obj, dict) and obj.get("timestamp"):
+                ts = from_iso(obj["timestamp"]) or ts
         mail = MailInfo(
             message_id=str(raw.get("mail", {}).get("messageId", "")), source="", timestamp=ts
         )
@@ -195,23 +225,22 @@ class OutboxEvent(QueueEvent):
 
     @property
     def event_id(self) -> str:
-        return str((self.raw or {}).get("eventId", ""))
+        return str(((self.raw or {}).get("mailqueue") or {}).get("eventId", ""))
 
 
 def stream_events(
-    records: Iterable[Mapping[str, Any]], *, reporting_mta: str = ""
+    records: Iterable[Mapping[str, Any]],
+    *,
+    reporting_mta: str = "",
+    ctx: EventContext | None = None,
 ) -> list[QueueEvent]:
+    ctx = ctx or EventContext(reporting_mta=reporting_mta or "mailqueue.invalid")
     out: list[QueueEvent] = []
     for rec in records:
         ddb = rec.get("dynamodb", {})
-        out.extend(
-            derive_events(
-                plain_image(ddb.get("OldImage")),
-                plain_image(ddb.get("NewImage")),
-                reporting_mta=reporting_mta,
-            )
-        )
-    return out
+        old, new = plain_image(ddb.get("OldImage")), plain_image(ddb.get("NewImage"))
+        out.extend(derive_events(old, new, ctx=ctx))
+    return merge_sends(out)
 
 
 def partition_of(ts: datetime) -> str:
@@ -238,6 +267,8 @@ class S3EventWriter:
         self.prefix = prefix
 
     def write(self, events: Sequence[QueueEvent], batch_id: str) -> list[str]:
+        if not set(batch_id) <= _KEY_SAFE:
+            raise ValueError(f"unsafe characters in batch id {batch_id!r}")
         by_part: dict[str, list[QueueEvent]] = {}
         for e in events:
             by_part.setdefault(partition_of(e.timestamp), []).append(e)
@@ -257,13 +288,17 @@ class S3EventWriter:
 
 
 def batch_id(records: Sequence[Mapping[str, Any]]) -> str:
+    """`<stream digest>-<first sequence number>`: deterministic per batch (a retry
+    overwrites), and only letters, digits and `-` (stream labels hold colons, which
+    Hadoop/S3A, Athena and Glue handle badly)."""
     if not records:
         return "empty"
     first = records[0]
-    seq = first.get("dynamodb", {}).get("SequenceNumber", "0")
-    arn = str(first.get("eventSourceARN", ""))
-    shard = arn.rsplit("/", 1)[-1][-12:] if arn else "local"
-    return f"{shard}-{seq}"
+    seq = str(first.get("dynamodb", {}).get("SequenceNumber", "0"))
+    arn = str(first.get("eventSourceARN", "")) or "local"
+    digest = hashlib.sha256(arn.encode()).hexdigest()[:12]
+    safe_seq = "".join(c for c in seq if c.isascii() and c.isalnum()) or "0"
+    return f"{digest}-{safe_seq}"
 
 
 def iter_jsonl(data: bytes) -> Iterator[dict[str, Any]]:
@@ -279,11 +314,32 @@ class EventWriterSettings:
     hostname: str = "mailqueue.invalid"
     region: str | None = None
     endpoint_url: str | None = None
+    account_id: str = "000000000000"  # MQ_ACCOUNT_ID: mail.sendingAccountId, sourceArn
+    max_queue_lifetime_seconds: int = 5 * 86400  # as DeliverySettings: expirationTime
+    read_headers: bool = True  # Range GET of each new mail's header block for `mail.headers`
+
+    def __post_init__(self) -> None:
+        if not self.bucket:
+            raise ValueError("bucket must be set")
+        if self.max_queue_lifetime_seconds <= 0:
+            raise ValueError("max_queue_lifetime_seconds must be positive")
+        if not (len(self.account_id) == 12 and self.account_id.isdigit()):
+            raise ValueError("account_id must be 12 digits")
+
+    @property
+    def context(self) -> EventContext:
+        return EventContext(
+            reporting_mta=self.hostname,
+            account_id=self.account_id,
+            region=self.region or "us-east-1",
+            queue_lifetime_s=self.max_queue_lifetime_seconds,
+        )
 
 
 class EventWriterService:
     def __init__(self, settings: EventWriterSettings, s3: Any, counters: Any = None) -> None:
         self.settings = settings
+        self.s3 = s3
         self.writer = S3EventWriter(s3, settings.bucket, settings.prefix)
         self.counters = counters
 
@@ -300,11 +356,30 @@ class EventWriterService:
         return cls(settings, clients.s3, _counter_store(ss, clients))
 
     def handle(self, records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-        events = stream_events(records, reporting_mta=self.settings.hostname)
+        events = stream_events(records, ctx=self.settings.context)
+        if self.settings.read_headers:
+            events = [self._with_headers(e) for e in events]
         keys = self.writer.write(events, batch_id(records)) if events else []
         if self.counters is not None:
             self.counters.apply(records)
         return {"events": len(events), "objects": keys}
+
+    def _with_headers(self, event: QueueEvent) -> QueueEvent:
+        """A Send with the message's header block (one ranged GET while the content
+        still exists; a content already gone or not readable leaves the list empty)."""
+        key = event.extra.get("content_key") if event.event_type == "Send" else None
+        if not key:
+            return event
+        try:
+            with translate("s3:GetObject"):
+                body = self.s3.get_object(
+                    Bucket=self.settings.bucket, Key=key, Range=f"bytes=0-{HEADERS_MAX + 1023}"
+                )["Body"].read()
+        except PermanentStorageError:  # deleted already, or no permission: no headers
+            return event
+        headers, truncated = parse_header_block(body)
+        mail = replace(event.mail, headers=headers, headers_truncated=truncated)
+        return replace(event, mail=mail)
 
 
 def _counter_store(ss: Any, clients: Any) -> Any:

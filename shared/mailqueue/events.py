@@ -1,26 +1,139 @@
-"""Queue events, shaped like Amazon SES event publishing, one recipient per record.
+"""Queue events in Amazon SES's event-publishing format.
 
-Every state change of a recipient produces one event. The `eventId` is derived from
-(mail, recipient, event type, attempt number / discriminator), so a retried handler that
-emits the same event again produces the same id and downstream de-duplication works.
+The records follow "Contents of event data that Amazon SES publishes to Amazon SNS /
+Amazon Data Firehose" (SES Developer Guide): a consumer written from that page reads them
+unchanged. Send is one record per message with every destination (as SES); Delivery,
+Bounce and DeliveryDelay carry one recipient each (SES allows one or several). What SES
+does not have lives in one namespaced place, so an SES consumer ignores it: the top-level
+`mailqueue` object (eventId, attempt, operator action, reject details, next attempt), the
+event type `mailqueue:Operator`, reject reasons `mailqueue:<code>` and `mailqueue:` tags.
+
+The `eventId` is derived from (mail, recipient, event type, attempt number /
+discriminator), so a retried handler that emits the same event again produces the same id
+and downstream de-duplication works.
+
+The vocabulary (event types, operator actions, SES's bounce and delay values) is defined
+here once; the pipeline (installable alone, without this package) keeps a copy in
+`mq_pipeline.consts` that a test holds equal to this one.
 """
 
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
 from .model import Attempt, Result, to_iso
 
-EVENT_TYPES = ("Send", "Delivery", "DeliveryDelay", "Bounce", "Reject", "Operator")
+NAMESPACE = "mailqueue"
+OPERATOR_EVENT = f"{NAMESPACE}:Operator"
+EVENT_TYPES = ("Send", "Delivery", "DeliveryDelay", "Bounce", "Reject", OPERATOR_EVENT)
+# What the admin service stores (the command) -> what the event log says (what happened).
+OPERATOR_ACTIONS: Mapping[str, str] = {
+    "hold": "held",
+    "release": "released",
+    "retry": "retried",
+    "delete": "deleted",
+    "bounce": "bounced",
+}
+# SES's bounce types and the subtypes it lists under each (its "Bounce types" table).
+SES_BOUNCE_TYPES: Mapping[str, tuple[str, ...]] = {
+    "Undetermined": ("Undetermined",),
+    "Permanent": ("General", "NoEmail", "Suppressed", "OnAccountSuppressionList"),
+    "Transient": (
+        "General", "MailboxFull", "MessageTooLarge", "ContentRejected", "AttachmentRejected",
+    ),
+}
+SES_DELAY_TYPES = (
+    "InternalFailure",
+    "General",
+    "MailboxFull",
+    "SpamDetected",
+    "RecipientServerError",
+    "IPFailure",
+    "TransientCommunicationFailure",
+    "BYOIPHostNameLookupUnavailable",
+    "Undetermined",
+    "SendingDeferral",
+)
+HEADERS_MAX = 10 * 1024  # SES truncates the header list above 10 KB (headersTruncated)
 
 
 def event_id(*parts: object) -> str:
     return hashlib.sha256("\x1f".join(str(p) for p in parts).encode()).hexdigest()[:32]
+
+
+def bounce_class(result: Result | None) -> tuple[str, str]:
+    """(bounceType, bounceSubType) from the final result, using only SES's documented pairs.
+
+    5.x.x is Permanent (5.1.x no such mailbox -> NoEmail); mailbox full and too large are
+    listed by SES only as Transient, so they stay Transient whatever their class, as does
+    every 4.x.x final failure (the 4.4.7 lifetime expiry). No result at all: Undetermined.
+    """
+    if result is None or result.status[:1] not in ("4", "5"):
+        return ("Undetermined", "Undetermined")
+    st = result.status
+    if st in ("5.2.2", "4.2.2"):
+        return ("Transient", "MailboxFull")
+    if st in ("5.3.4", "5.2.3", "4.3.4", "4.2.3"):
+        return ("Transient", "MessageTooLarge")
+    if st.startswith("4"):
+        return ("Transient", "General")
+    if st in ("5.1.1", "5.1.2", "5.1.10", "5.1.6"):
+        return ("Permanent", "NoEmail")
+    return ("Permanent", "General")
+
+
+def delay_type(result: Result | None) -> str:
+    """SES's delayType for a temporary failure, from its enhanced status."""
+    if result is None:
+        return "Undetermined"
+    st = result.status
+    if st == "4.2.2":
+        return "MailboxFull"
+    if st in ("4.7.1", "4.7.0") and "spam" in result.text.lower():
+        return "SpamDetected"
+    if st.startswith("4.1."):
+        return "RecipientServerError"
+    # no connection (4.4.1), lost (4.4.2), DNS/routing failure (4.4.3, 4.4.4): SES has no
+    # DNS value of its own and files lookups under its communication failures
+    if st in ("4.4.1", "4.4.2", "4.4.3", "4.4.4", "4.4.6"):
+        return "TransientCommunicationFailure"
+    if st == "4.3.0" and result.code == 0:
+        return "InternalFailure"  # our own side (content unreadable, no result recorded)
+    if result.code >= 400 or st.startswith(("4.2.", "4.3.", "4.7.")):
+        return "RecipientServerError"
+    return "Undetermined"
+
+
+def smtp_response(result: Result) -> str:
+    """The server's reply as received: code and text (the text starts with the enhanced
+    status when the server sent one; it is not repeated)."""
+    return f"{result.code} {result.text}".strip()
+
+
+def diagnostic_code(result: Result | None) -> str | None:
+    """RFC 3464 Diagnostic-Code: `smtp; <reply>` when a server replied; a verdict of our
+    own (code 0: no connection, expiry, operator) uses the `x-mailqueue` type."""
+    if result is None:
+        return None
+    if result.code:
+        return f"smtp; {smtp_response(result)}"
+    return f"x-{NAMESPACE}; {result.status} {result.text}".strip()
+
+
+def remote_ip(result: Result | None) -> str | None:
+    """The connected IP when the remote MTA is recorded as one, else None (SES's field
+    holds an IP address, never a host name)."""
+    host = (result.remote_mta or "").strip("[]") if result else ""
+    try:
+        return str(ipaddress.ip_address(host)) if host else None
+    except ValueError:
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +143,11 @@ class MailInfo:
     timestamp: datetime  # arrival
     destination: tuple[str, ...] = ()
     size: int = 0
+    headers: tuple[tuple[str, str], ...] = ()
+    headers_truncated: bool = False
+    tags: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    sending_account_id: str = "000000000000"
+    source_arn: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,80 +168,80 @@ class QueueEvent:
         )
 
     def to_json(self) -> dict[str, Any]:
-        """The SES event publishing shape, plus our `attempt` block."""
+        """The SES event-publishing record, plus the namespaced `mailqueue` object."""
         ts = to_iso(self.timestamp)
+        m = self.mail
         doc: dict[str, Any] = {
-            "eventId": self.event_id,
             "eventType": self.event_type,
-            "mail": {
-                "messageId": self.mail.message_id,
-                "timestamp": to_iso(self.mail.timestamp),
-                "source": self.mail.source,
-                "destination": [self.recipient] if self.recipient else list(self.mail.destination),
-                "size": self.mail.size,
-            },
+            "mail": _mail_json(m, self.recipient, self.event_type),
         }
+        ours: dict[str, Any] = {"eventId": self.event_id}
         r = self.result
         rcpt = self.recipient or ""
+        reporting = self.extra.get("reporting_mta") or "mailqueue.invalid"
+        ip = remote_ip(r)
+        if r is not None and r.remote_mta:
+            ours["remoteMta"] = r.remote_mta
         if self.event_type == "Send":
             doc["send"] = {}
         elif self.event_type == "Delivery":
             doc["delivery"] = {
                 "timestamp": ts,
+                "processingTimeMillis": int(self.extra.get("processing_ms") or 0),
                 "recipients": [rcpt],
-                "smtpResponse": f"{r.code} {r.status} {r.text}" if r else "",
-                "remoteMtaIp": r.remote_mta if r else None,
-                "reportingMTA": self.extra.get("reporting_mta"),
-                "processingTimeMillis": self.extra.get("processing_ms"),
+                "smtpResponse": smtp_response(r) if r else "",
+                "reportingMTA": reporting,
+                **({"remoteMtaIp": ip} if ip else {}),
             }
         elif self.event_type == "Bounce":
+            btype, bsub = bounce_class(r)
+            rec: dict[str, Any] = {"emailAddress": rcpt, "action": "failed"}
+            if r is not None:
+                rec["status"] = r.status
+                rec["diagnosticCode"] = diagnostic_code(r)
             doc["bounce"] = {
+                "bounceType": btype,
+                "bounceSubType": bsub,
+                "bouncedRecipients": [rec],
                 "timestamp": ts,
-                "bounceType": self.extra.get("bounce_type", "Permanent"),
-                "bounceSubType": self.extra.get("bounce_sub_type", "General"),
-                "bouncedRecipients": [
-                    {
-                        "emailAddress": rcpt,
-                        "action": "failed",
-                        "status": r.status if r else None,
-                        "diagnosticCode": f"smtp; {r.code} {r.text}" if r else None,
-                    }
-                ],
-                "reportingMTA": self.extra.get("reporting_mta"),
-                "remoteMtaIp": r.remote_mta if r else None,
+                "feedbackId": event_id(self.event_id, "feedback"),
+                "reportingMTA": f"dns; {reporting}",
+                **({"remoteMtaIp": ip} if ip else {}),
             }
         elif self.event_type == "DeliveryDelay":
+            drec: dict[str, Any] = {"emailAddress": rcpt}
+            if r is not None:
+                drec["status"] = r.status
+                drec["diagnosticCode"] = diagnostic_code(r)
             doc["deliveryDelay"] = {
                 "timestamp": ts,
-                "delayType": self.extra.get("delay_type", "TransientCommunicationFailure"),
+                "delayType": delay_type(r),
                 "expirationTime": self.extra.get("expiration_time"),
-                "nextAttemptAt": self.extra.get("next_attempt_at"),
-                "delayedRecipients": [
-                    {
-                        "emailAddress": rcpt,
-                        "status": r.status if r else None,
-                        "diagnosticCode": f"smtp; {r.code} {r.text}" if r else None,
-                    }
-                ],
-                "reportingMTA": self.extra.get("reporting_mta"),
-                "remoteMtaIp": r.remote_mta if r else None,
+                "delayedRecipients": [drec],
+                "reportingMTA": f"dns; {reporting}",
             }
+            if self.extra.get("next_attempt_at"):
+                ours["nextAttemptAt"] = self.extra["next_attempt_at"]
         elif self.event_type == "Reject":
-            doc["reject"] = {
+            reason = str(self.extra.get("reason") or "unspecified")
+            doc["reject"] = {"reason": f"{NAMESPACE}:{reason}"}
+            ours["reject"] = {
                 "timestamp": ts,
-                "reason": self.extra.get("reason", ""),
+                "reason": reason,
                 "field": self.extra.get("field"),
+                "recipient": self.recipient,
             }
-        elif self.event_type == "Operator":
-            doc["operator"] = {
+        elif self.event_type == OPERATOR_EVENT:
+            ours["operator"] = {
                 "timestamp": ts,
                 "action": self.extra.get("action", ""),
                 "actor": self.extra.get("actor"),
                 "job": self.extra.get("job"),
+                "recipients": [rcpt],
             }
         if self.attempt is not None:
             a = self.attempt
-            doc["attempt"] = {
+            ours["attempt"] = {
                 "number": a.number,
                 "scheduledAt": to_iso(a.scheduled_at),
                 "startedAt": to_iso(a.started_at),
@@ -131,7 +249,64 @@ class QueueEvent:
                 "remoteMta": a.result.remote_mta,
                 "tls": a.tls,
             }
+        doc[NAMESPACE] = ours
         return doc
+
+
+def _mail_json(m: MailInfo, recipient: str | None, event_type: str) -> dict[str, Any]:
+    dest = list(m.destination) or ([recipient] if recipient else [])
+    if recipient and recipient not in dest:
+        dest.append(recipient)
+    common = common_headers(m.headers)
+    if not common.get("from"):
+        common["from"] = [m.source] if m.source else []
+    if not common.get("to"):
+        common["to"] = list(dest)
+    doc: dict[str, Any] = {
+        "timestamp": to_iso(m.timestamp),
+        "messageId": m.message_id,
+        "source": m.source,
+        "sourceArn": m.source_arn or f"arn:aws:ses:::identity/{_domain(m.source) or 'null'}",
+        "sendingAccountId": m.sending_account_id,
+        "destination": dest,
+        "headersTruncated": m.headers_truncated,
+        "headers": [{"name": n, "value": v} for n, v in m.headers],
+        "commonHeaders": common,
+        "tags": {
+            f"{NAMESPACE}:from-domain": [_domain(m.source) or "null-sender"],
+            **{k: list(v) for k, v in m.tags.items()},
+        },
+    }
+    return doc
+
+
+def _domain(address: str) -> str:
+    return address.rpartition("@")[2].lower() if "@" in address else ""
+
+
+_COMMON = {
+    "from": "from", "to": "to", "cc": "cc", "bcc": "bcc", "reply-to": "replyTo",
+    "return-path": "returnPath", "message-id": "messageId", "subject": "subject", "date": "date",
+}
+_LISTS = {"from", "to", "cc", "bcc", "replyTo"}
+
+
+def common_headers(headers: Iterable[tuple[str, str]]) -> dict[str, Any]:
+    """SES's `commonHeaders` from the header list (address headers as lists)."""
+    from email.utils import getaddresses
+
+    out: dict[str, Any] = {}
+    for name, value in headers:
+        key = _COMMON.get(name.lower())
+        if key is None or key in out:
+            continue
+        if key in _LISTS:
+            out[key] = [
+                f"{n} <{a}>" if n else a for n, a in getaddresses([value]) if a
+            ] or [value]
+        else:
+            out[key] = value
+    return out
 
 
 class EventEmitter(Protocol):

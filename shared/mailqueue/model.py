@@ -151,6 +151,15 @@ class Result:
     def success(self) -> bool:
         return self.status.startswith("2")
 
+    def describe(self) -> str:
+        """One line for people: code (if a server replied), status and text, the status
+        not repeated when the reply text already starts with it ("250 2.0.0 Ok")."""
+        head = self.text.split(" ", 1)[0]
+        parts = [str(self.code)] if self.code else []
+        if head != self.status:
+            parts.append(self.status)
+        return " ".join([*parts, self.text]).strip()
+
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 

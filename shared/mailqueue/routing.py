@@ -36,7 +36,7 @@ import json
 import logging
 import random
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -330,6 +330,38 @@ class RoutingTable:
             if route is not None:
                 return route
         return self.default
+
+
+def explicit_route(table: RoutingTable, domain: str) -> Route | None:
+    """The exact or ``.suffix`` entry for `domain` that names a next hop; never the default."""
+    d = _normalise_domain(domain)
+    labels = d.split(".")
+    candidates = [table._exact.get(d)] + [
+        table._suffix.get(".".join(labels[i:])) for i in range(1, len(labels))
+    ]
+    route = next((r for r in candidates if r is not None), None)
+    return route if route is not None and route.host is not None else None
+
+
+def check_receiving_routes(table: RoutingTable, receiving_domains: str | Iterable[str]) -> None:
+    """Refuse a receiving domain without an explicit next hop.
+
+    A domain SES receives for has its MX at SES, so delivering its mail by MX (or through
+    a default smart host that is SES's SMTP interface) hands it back to SES, which gives
+    it back to us: a loop only the hop count would stop. Each one therefore needs an exact
+    or ``.suffix`` entry with a ``next_hop`` (the mailbox server behind the queue).
+    """
+    names = (
+        [p for p in re.split(r"[\s,]+", receiving_domains) if p]
+        if isinstance(receiving_domains, str)
+        else list(receiving_domains)
+    )
+    missing = [d for d in names if explicit_route(table, d) is None]
+    if missing:
+        raise RoutingConfigError(
+            "receiving domain(s) without an explicit route (a next_hop entry; the default "
+            f"route does not count): {', '.join(missing)}"
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,10 @@ Behaviour follows Postfix's SMTP client where RFCs leave a choice:
 * the body is read in chunks, line ends normalised to CRLF (bare CR and LF too, which also
   defeats SMTP smuggling) and leading dots doubled (RFC 5321 §4.5.2), never held whole;
 * per-phase timeouts are Postfix's (``smtp_*_timeout``) scaled down for Lambda.
+* addresses are checked with the ingress's own grammar (:mod:`mailqueue.address`), so
+  nothing the ingress accepted is refused here (5.1.7 / 5.1.3 only for what it would
+  refuse), and sent in its RFC 5321 wire form (minimum quoting, ``"a<b"@x`` intact);
+  equivalent recipients in one transaction get one RCPT TO and share its result.
 
 Message bodies are never logged; addresses only at DEBUG.
 """
@@ -47,6 +51,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, Protocol
 
+from mailqueue import address as mailbox
 from mailqueue.model import Notify, Recipient, Result, Ret
 from mailqueue.policy import classify, connect_failure, conversation_failure, local_result
 from mailqueue.routing import CredentialsProvider, Hop, TlsPolicy
@@ -74,7 +79,6 @@ _CHUNK = 64 * 1024
 _MAX_LINE = 8192  # smtplib's _MAXLINE
 _MAX_REPLY_LINES = 1000
 _HIGH_BIT = re.compile(rb"[\x80-\xff]")
-_BAD_ADDRESS_CHARS = re.compile(r"[\x00-\x1f\x7f<>]")
 
 
 class ByteSource(Protocol):
@@ -212,16 +216,14 @@ def _notify_param(notify: Sequence[Notify | str]) -> str | None:
     return "NOTIFY=" + ",".join(k.value for k in order if k in kinds)
 
 
-def _valid_address(address: str, *, sender: bool = False) -> bool:
-    """Refuse what would break the command line (CR/LF injection, angle brackets)."""
-    if sender and address == "":
-        return True
-    if not address or _BAD_ADDRESS_CHARS.search(address) or len(address) > 998:
-        return False
-    local, at, domain = address.rpartition("@")
-    if not at:
-        return not sender and address.lower() == "postmaster"
-    return bool(local) and bool(domain)
+def _mailbox(address: str) -> mailbox.Mailbox | None:
+    """The ingress's own grammar (:mod:`mailqueue.address`): the client refuses exactly
+    what the ingress refuses, and sends the RFC 5321 wire form of what it accepts (which
+    also keeps CR/LF and stray brackets off the command line)."""
+    try:
+        return mailbox.parse(address)
+    except mailbox.AddressError:
+        return None
 
 
 class DotStuffer:
@@ -509,7 +511,8 @@ class _Deadline:
 
 @dataclass
 class _Message:
-    sender: str
+    sender: str  # the reverse-path as sent: "<wire form>" or "<>"
+    paths: dict[str, str]  # rid -> forward-path as sent, "<wire form>"
     content: ByteSource
     size: int | None
     ret: Ret | None
@@ -622,23 +625,32 @@ class SmtpClient:
         clock = _Deadline(deadline)
         results: dict[str, Result] = {}
 
-        if not _valid_address(sender, sender=True):
+        sender_box = _mailbox(sender) if sender else None
+        if sender and sender_box is None:
             bad = local_result("5.1.7", "bad sender address syntax")
             return DeliveryOutcome({r.rid: bad for r in rcpts})
         pending: list[Rcpt] = []
+        paths: dict[str, str] = {}
+        first_of: dict[str, str] = {}  # equivalence key -> rid of its first recipient
+        twins: dict[str, str] = {}  # rid -> rid of an equivalent earlier recipient
+        need_utf8 = smtputf8 or (sender_box is not None and sender_box.smtputf8)
         for r in rcpts:
-            if _valid_address(r.address):
-                pending.append(r)
-            else:
+            box = _mailbox(r.address)
+            if box is None:
                 results[r.rid] = local_result("5.1.3", "bad recipient address syntax")
+            elif box.key in first_of:  # one RCPT TO per mailbox; the first's parameters
+                twins[r.rid] = first_of[box.key]
+            else:
+                first_of[box.key] = r.rid
+                paths[r.rid] = f"<{box.wire}>"
+                need_utf8 = need_utf8 or box.smtputf8
+                pending.append(r)
         if not pending:
             return DeliveryOutcome(results)
 
-        need_utf8 = (
-            smtputf8 or not sender.isascii() or any(not r.address.isascii() for r in pending)
-        )
         msg = _Message(
-            sender=sender,
+            sender=f"<{sender_box.wire}>" if sender_box is not None else "<>",
+            paths=paths,
             content=content,
             size=size,
             ret=Ret(str(ret).upper()) if ret is not None else None,
@@ -680,6 +692,7 @@ class SmtpClient:
                 break
             pending = retry  # nothing was sent: temporary failures may try the next hop
 
+        results.update((rid, results[first]) for rid, first in twins.items())
         for rid, res in results.items():
             log.debug("result %s: %s %s %s", rid, res.code, res.status, res.text)
         if last is None:
@@ -968,7 +981,7 @@ class SmtpClient:
         try:
             session.where = "sending MAIL FROM"
             conn.bound(clock.phase(t.mail))
-            code, raw = conn.docmd(" ".join([f"MAIL FROM:<{msg.sender}>", *params]))
+            code, raw = conn.docmd(" ".join([f"MAIL FROM:{msg.sender}", *params]))
         except _PeerError as exc:
             session.close()
             all_get(session.failure(exc), rcpts)
@@ -980,7 +993,7 @@ class SmtpClient:
 
         accepted: list[Rcpt] = []
         for i, r in enumerate(rcpts):
-            rparams = [f"RCPT TO:<{r.address}>"]
+            rparams = [f"RCPT TO:{msg.paths[r.rid]}"]
             if dsn:
                 notify = _notify_param(r.notify)
                 if notify:

@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
+from .address import AddressError
+from .address import key as mailbox_key
 from .errors import InvalidInput
 from .model import (
     Attempt,
@@ -25,7 +27,7 @@ from .model import (
     Result,
     group_key_for,
 )
-from .validate import check_no_ctl, validate_address, validate_content, validate_sender
+from .validate import check_text, validate_address, validate_content, validate_sender
 
 ORCPT_MAX = 500
 ENVID_MAX = 100
@@ -35,7 +37,8 @@ def validate_envelope(
     envelope: Envelope, content: bytes, *, max_recipients: int, max_size: int
 ) -> None:
     """Everything enqueue refuses, checked before anything is written."""
-    check_no_ctl(envelope.sender, "sender")
+    # text first: a lone surrogate cannot be encoded (by the checks below, nor by boto3)
+    check_text(envelope.sender, "sender")
     validate_sender(envelope.sender, smtputf8=envelope.smtputf8)
     if not envelope.recipients:
         raise InvalidInput("no_recipients", "at least one recipient is required", "recipients")
@@ -44,9 +47,10 @@ def validate_envelope(
             "too_many_recipients", f"at most {max_recipients} recipients", "recipients"
         )
     for i, r in enumerate(envelope.recipients):
+        check_text(r.address, f"recipients[{i}].address")
         validate_address(r.address, f"recipients[{i}].address", smtputf8=envelope.smtputf8)
         if r.orcpt is not None:
-            check_no_ctl(r.orcpt, f"recipients[{i}].orcpt")
+            check_text(r.orcpt, f"recipients[{i}].orcpt")
             if len(r.orcpt) > ORCPT_MAX:
                 raise InvalidInput("orcpt_too_long", "orcpt too long", f"recipients[{i}].orcpt")
         if Notify.NEVER in r.notify and len(r.notify) > 1:
@@ -56,7 +60,7 @@ def validate_envelope(
                 f"recipients[{i}].notify",
             )
     if envelope.envid is not None:
-        check_no_ctl(envelope.envid, "envid")
+        check_text(envelope.envid, "envid")
         if len(envelope.envid) > ENVID_MAX:
             raise InvalidInput(
                 "envid_too_long", f"envid longer than {ENVID_MAX} characters", "envid"
@@ -97,6 +101,29 @@ class EnqueuePlan:
     answer: QueuedMail
 
 
+def merge_duplicates(
+    recipients: Sequence[Recipient],
+) -> tuple[tuple[Recipient, ...], tuple[str, ...]]:
+    """Number the recipients r0, r1, ..., one per mailbox: a recipient equivalent to an
+    earlier one (:attr:`mailqueue.address.Mailbox.key`: domain case-insensitive, quoting
+    ignored) is merged into it, keeping the first one's address, NOTIFY and ORCPT — one
+    RCPT TO per mailbox, one delivery, one DSN. Returns the numbered recipients and, for
+    every submitted recipient in order, the rid it was merged into (the answer's ids)."""
+    merged: list[Recipient] = []
+    rid_of: dict[str, str] = {}
+    rids: list[str] = []
+    for r in recipients:
+        try:
+            k = mailbox_key(r.address)
+        except AddressError:  # validated before planning; kept apart if not
+            k = r.address
+        if k not in rid_of:
+            rid_of[k] = f"r{len(merged)}"
+            merged.append(r.with_(rid=rid_of[k], state=RecipientState.QUEUED))
+        rids.append(rid_of[k])
+    return tuple(merged), tuple(rids)
+
+
 def plan_enqueue(
     envelope: Envelope,
     mail_id: str,
@@ -105,9 +132,9 @@ def plan_enqueue(
     now: datetime,
     not_before: datetime | None = None,
 ) -> EnqueuePlan:
-    recipients = tuple(
-        r.with_(rid=f"r{i}", state=RecipientState.QUEUED) for i, r in enumerate(envelope.recipients)
-    )
+    """Duplicates merged (see `merge_duplicates`), groups planned; the answer names every
+    submitted recipient in order, a duplicate with the id of the one it was merged into."""
+    recipients, rids = merge_duplicates(envelope.recipients)
     groups = plan_groups(recipients, group_limit)
     return EnqueuePlan(
         recipients=recipients,
@@ -115,7 +142,9 @@ def plan_enqueue(
         due=max(now, not_before) if not_before else now,
         answer=QueuedMail(
             mail_id=mail_id,
-            recipients=tuple((r.rid, r.address) for r in recipients),
+            recipients=tuple(
+                (rid, r.address) for rid, r in zip(rids, envelope.recipients, strict=True)
+            ),
             groups=tuple(groups),
         ),
     )

@@ -110,7 +110,7 @@ def test_bad_input_is_refused_without_a_trace(
             assert set(body) == {"error", "message", "field"} and body["message"]
             assert ingress.trace().new_since(before) == (set(), set(), 0)
             rejects = ingress.rejects()[n_events:]
-            assert [r["reject"]["reason"] for r in rejects] == [error]
+            assert [r["mailqueue"]["reject"]["reason"] for r in rejects] == [error]
 
 
 def test_content_over_the_size_limit_is_413(ingress_factory: Any) -> None:
@@ -138,9 +138,11 @@ def test_reject_event_names_the_request(ingress: Ingress) -> None:
     assert first["eventType"] == "Reject"
     assert first["mail"]["source"] == "orders@shop.example.org"
     assert first["mail"]["destination"] == ["nope"]
-    assert first["reject"] == {"timestamp": first["reject"]["timestamp"],
-                               "reason": "invalid_address", "field": "recipients[0].address"}
+    assert first["reject"] == {"reason": "mailqueue:invalid_address"}  # SES's object
+    ours = first["mailqueue"]["reject"]  # our details, namespaced
+    assert ours == {"timestamp": ours["timestamp"], "recipient": None,
+                    "reason": "invalid_address", "field": "recipients[0].address"}
     # a retried refusal with the same key is the same event (de-duplicated downstream)
-    assert first["eventId"] == second["eventId"]
+    assert first["mailqueue"]["eventId"] == second["mailqueue"]["eventId"]
     ingress.http(ev.http_send(key=None, recipients=["nope"]))
-    assert ingress.rejects()[2]["eventId"] != first["eventId"]
+    assert ingress.rejects()[2]["mailqueue"]["eventId"] != first["mailqueue"]["eventId"]

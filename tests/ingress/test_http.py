@@ -36,12 +36,17 @@ def test_sample_request_is_queued_durably(ingress: Ingress) -> None:
     s3, ddb, sqs = ingress.trace().new_since(before)
     mail_id = body["mail_id"]
     assert s3 == {f"content/{mail_id}"}
-    assert ddb == {(f"M#{mail_id}", "M"), (f"M#{mail_id}", "G#example.net"),
-                   (f"M#{mail_id}", "G#example.com")}
+    assert ddb == {
+        (f"M#{mail_id}", "M"),
+        (f"M#{mail_id}", "G#example.net"),
+        (f"M#{mail_id}", "G#example.com"),
+    }
     assert sqs == 2
-    stored = ingress.aws.clients.s3.get_object(Bucket=ingress.aws.resources.bucket,
-                                               Key=f"content/{mail_id}")["Body"].read()
-    assert stored == _content_of(event)
+    stored = ingress.aws.clients.s3.get_object(
+        Bucket=ingress.aws.resources.bucket, Key=f"content/{mail_id}"
+    )["Body"].read()
+    sent = _content_of(event)  # behind the one Received: field ingress prepends
+    assert stored.endswith(sent) and stored[: -len(sent)].startswith(b"Received: from http-api ")
     mail, groups = ingress.aws.storage().get_mail(mail_id)
     assert mail is not None
     assert mail["sender"] == "orders@shop.example.org"
@@ -95,7 +100,9 @@ def test_a_key_reused_with_other_content_is_a_conflict(ingress: Ingress) -> None
     assert body["error"] == "idempotency_conflict"
     assert body["field"] == "Idempotency-Key"
     assert ingress.trace().new_since(before) == (set(), set(), 0)
-    assert [r["reject"]["reason"] for r in ingress.rejects()] == ["idempotency_conflict"]
+    assert [r["mailqueue"]["reject"]["reason"] for r in ingress.rejects()] == [
+        "idempotency_conflict"
+    ]
 
 
 def test_a_key_reused_for_another_recipient_of_the_same_domain_is_a_conflict(
@@ -135,9 +142,7 @@ def test_a_base64_encoded_request_body_is_accepted(ingress: Ingress) -> None:
 
 
 def test_smtputf8_allows_internationalised_addresses(ingress: Ingress) -> None:
-    status, body, _ = ingress.http(
-        ev.http_send(recipients=["jörg@bücher.example"], smtputf8=True)
-    )
+    status, body, _ = ingress.http(ev.http_send(recipients=["jörg@bücher.example"], smtputf8=True))
     assert status == 202
     mail, _ = ingress.aws.storage().get_mail(body["mail_id"])
     assert mail is not None and mail["smtputf8"] is True
@@ -169,8 +174,13 @@ def test_unknown_route_is_a_json_404(ingress: Ingress) -> None:
 
 
 def test_storage_outage_is_503_not_a_refusal(aws: AwsEnv, ingress: Ingress) -> None:
-    dead = make_clients(endpoint_url="http://127.0.0.1:9", region="us-east-1",
-                        session=session(), max_attempts=1, connect_timeout=0.5)
+    dead = make_clients(
+        endpoint_url="http://127.0.0.1:9",
+        region="us-east-1",
+        session=session(),
+        max_attempts=1,
+        connect_timeout=0.5,
+    )
     service = app.build_service(ingress.settings, dead, ingress.events, session())
     resp = app.handle(ev.http_send(), ingress.context, service)  # type: ignore[arg-type]
     assert resp["statusCode"] == 503
@@ -191,6 +201,8 @@ def test_handler_builds_its_service_from_the_environment(
         "MQ_REGION": "us-east-1",
         "MQ_ENDPOINT_URL": aws.endpoint,
         "MQ_RECEIVING_DOMAINS": "example.com, example.org",
+        "MQ_ROUTES": '{"example.com": "[192.0.2.25]", ".example.org": "[192.0.2.25]",'
+        ' "example.org": "[192.0.2.25]"}',
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_DEFAULT_REGION": "us-east-1",
@@ -209,7 +221,10 @@ def test_handler_builds_its_service_from_the_environment(
         items = aws.clients.dynamodb.scan(TableName=r.table)["Items"]
         outbox = [it for it in items if it["pk"]["S"].startswith("E#")]
         assert len(outbox) == 1
-        assert json.loads(outbox[0]["event"]["S"])["reject"]["reason"] == "invalid_address"
+        assert (
+            json.loads(outbox[0]["event"]["S"])["mailqueue"]["reject"]["reason"]
+            == "invalid_address"
+        )
     finally:
         app.default_service.cache_clear()
     out = capsys.readouterr().out

@@ -49,7 +49,7 @@ def test_each_event_becomes_one_outbox_item(aws: AwsEnv) -> None:
         item = items[f"E#{e.event_id}"]
         assert item["sk"] == {"S": "E"}
         assert item["event"]["S"] == dumps(e)
-        assert json.loads(item["event"]["S"])["reject"]["reason"] == "invalid_address"
+        assert json.loads(item["event"]["S"])["mailqueue"]["reject"]["reason"] == "invalid_address"
         assert item["expires_at"] == {"N": str(int(NOW.timestamp()) + 86400)}
         assert "st" not in item  # never in the state index
 

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from mailqueue.config import ConfigError, StorageSettings
 from mailqueue.ingress import IngressSettings, ingress_settings_from_env
+from mailqueue.trace import TRACE_RESERVE
 
 ENV = {
     "MQ_TABLE": "t",
@@ -29,12 +30,15 @@ def test_from_env_parses_lists_numbers_and_flags() -> None:
             "MQ_RECEIVING_DOMAINS": "example.com",
             "MQ_SES_DELETE_RAW": "false",
             "MQ_SPAM_VERDICT": "accept",
-            "MQ_ROUTES": json.dumps({"example.net": "relay.example.net:587"}),
+            "MQ_ROUTES": json.dumps(
+                {"example.net": "relay.example.net:587", "example.com": "[192.0.2.25]"}
+            ),
         }
     )
     assert s.storage.table == "t"
     assert (s.max_size, s.max_recipients) == (1048576, 20)
-    assert s.enqueue_storage.max_size == 1048576  # ingress's limits reach the storage
+    # ingress's limits reach the storage, plus room for the Received: field it prepends
+    assert s.enqueue_storage.max_size == 1048576 + TRACE_RESERVE
     assert s.enqueue_storage.max_recipients == 20
     assert s.allowed_sender_domains == ("shop.example.org", "example.org")
     assert s.null_sender_principals == ("arn:aws:iam::1:role/a", "arn:aws:iam::1:role/b")

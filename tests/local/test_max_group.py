@@ -33,12 +33,15 @@ def fast_stack(tmp_path: Path) -> Iterator[Stack]:
     python = PYTHON if PYTHON.exists() else Path(sys.executable)
     argv = [str(python), "-m", "mailqueue.local.run", "--var", str(tmp_path / "var")]
     argv += ["--port", "0", "--sweep-interval", "2", "--set", f"MQ_LEASE_SECONDS={LEASE}"]
+    argv += ["--strict-limits"]
     with open(stdout, "wb") as out, open(stderr, "wb") as err:
         proc = subprocess.Popen(
             argv, cwd=REPO, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env
         )
     try:
-        yield Stack(proc, _wait_ready(proc, stdout, stderr), stdout, stderr)
+        running = Stack(proc, _wait_ready(proc, stdout, stderr), stdout, stderr)
+        yield running
+        assert running.limit_violations() == [], "requests over AWS limits (moto accepted them)"
     finally:
         if proc.poll() is None:
             proc.kill()

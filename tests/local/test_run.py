@@ -56,6 +56,11 @@ class Stack:
         except urllib.error.HTTPError as e:
             return e.code, json.loads(e.read())
 
+    def limit_violations(self) -> list[str]:
+        """Requests the stack refused as over an AWS limit (it runs with --strict-limits)."""
+        path = Path(self.ready["limit_violations_log"])
+        return path.read_text().splitlines() if path.exists() else []
+
     def mails(self) -> list[tuple[dict[str, Any], bytes]]:
         out = []
         for eml in sorted(Path(self.ready["mail_dir"]).glob("*.eml")):
@@ -104,6 +109,7 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
                 str(tmp_path / "var"),
                 "--port",
                 "0",
+                "--strict-limits",
             ],
             cwd=REPO,
             stdout=out,
@@ -112,7 +118,9 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
             env=env,
         )
     try:
-        yield Stack(proc, _wait_ready(proc, stdout, stderr), stdout, stderr)
+        running = Stack(proc, _wait_ready(proc, stdout, stderr), stdout, stderr)
+        yield running
+        assert running.limit_violations() == [], "requests over AWS limits (moto accepted them)"
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -189,11 +197,14 @@ def test_the_local_stack_delivers_mail_and_a_dsn_and_stops_cleanly(stack: Stack)
         ("b@example.net",),  # the banner's example
     }, stack.stderr.read_text()
     meta, raw = by_rcpts[("b@example.net", "c@example.net")]
-    assert meta["mail_from"] == "a@example.org" and raw == content
+    # the ingress prepends its Received: field (RFC 5321 §4.4); the client's bytes follow
+    assert meta["mail_from"] == "a@example.org" and raw.startswith(b"Received: ")
+    assert raw.endswith(content) and raw[: -len(content)].count(b"Received:") == 1
     dsn_meta, dsn = by_rcpts[("a@example.org",)]
     assert dsn_meta["mail_from"] == ""  # the null sender
     assert b"multipart/report" in dsn and b"nobody@nosuch.demo" in dsn and b"5.1.1" in dsn
-    assert (REPO / "message.eml").read_bytes() == by_rcpts[("b@example.net",)][1]
+    sent = by_rcpts[("b@example.net",)][1]
+    assert sent.startswith(b"Received: ") and sent.endswith((REPO / "message.eml").read_bytes())
 
     # the admin API answers through the same gateway
     status, page = stack.call("GET", "/v1/queue/mails")

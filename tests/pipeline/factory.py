@@ -6,11 +6,12 @@ from __future__ import annotations
 import gzip
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from mailqueue.events import MailInfo, QueueEvent, dumps
+from mailqueue.events import OPERATOR_EVENT, MailInfo, QueueEvent, dumps
 from mailqueue.model import Attempt, Result, to_iso
 from mq_pipeline.schema import NORMALISED_SCHEMA, PARTITION_FIELDS, READ_SCHEMA
 from pyspark.sql import DataFrame, SparkSession
@@ -31,8 +32,12 @@ def mail(mid: str, rcpt: str | Sequence[str], arrival: datetime) -> MailInfo:
     )
 
 
-def send(m: MailInfo, rcpt: str) -> QueueEvent:
-    return QueueEvent("Send", m, rcpt, m.timestamp)
+def send(m: MailInfo, rcpt: str | None = None) -> QueueEvent:
+    """The mail's one Send (SES: every destination in one record); `rcpt` is added to the
+    destinations if the mail does not list it."""
+    if rcpt is not None and rcpt not in m.destination:
+        m = replace(m, destination=(*m.destination, rcpt))
+    return QueueEvent("Send", m, None, m.timestamp)
 
 
 def attempt(
@@ -68,17 +73,14 @@ def delay(m: MailInfo, rcpt: str, a: Attempt, next_at: datetime | None = None) -
 
 
 def bounce(
-    m: MailInfo, rcpt: str, ts: datetime, result: Result, a: Attempt | None = None,
-    bounce_type: str = "Permanent",
+    m: MailInfo, rcpt: str, ts: datetime, result: Result, a: Attempt | None = None
 ) -> QueueEvent:
-    return QueueEvent(
-        "Bounce", m, rcpt, ts, str(a.number) if a else "expired", result, a,
-        {"bounce_type": bounce_type},
-    )
+    """bounceType/bounceSubType follow from the result, by the producer's rules."""
+    return QueueEvent("Bounce", m, rcpt, ts, str(a.number) if a else "expired", result, a)
 
 
 def operator(m: MailInfo, rcpt: str, ts: datetime, action: str, job: str = "j1") -> QueueEvent:
-    return QueueEvent("Operator", m, rcpt, ts, job, extra={"action": action, "actor": "ops"})
+    return QueueEvent(OPERATOR_EVENT, m, rcpt, ts, job, extra={"action": action, "actor": "ops"})
 
 
 def reject(m: MailInfo, ts: datetime, reason: str = "invalid recipient address") -> QueueEvent:

@@ -21,13 +21,12 @@ from typing import Any
 from mq_pipeline.consts import (
     ATTEMPTS_CAP,
     LAG_EDGES_S,
+    OPERATOR_EVENT,
     PERCENTILES,
     QSHAPE_EDGES_MIN,
     bounce_band,
 )
 from mq_pipeline.transforms import STATUS_RE, normalise_reason_py
-
-TYPE_OBJ = ("delivery", "deliveryDelay", "bounce", "operator", "reject")
 
 
 def parse_ts(s: str | None) -> datetime | None:
@@ -79,29 +78,30 @@ def read_lines(events_root: Path) -> list[tuple[str, str, dict[str, Any]]]:
     return out
 
 
-def to_event(dt: str, hr: str, d: dict[str, Any]) -> Ev | None:
+def to_events(dt: str, hr: str, d: dict[str, Any]) -> list[Ev]:
+    """One row per event and recipient: a Send per destination (eventId + "/" + address)."""
     import re
 
-    if not d.get("eventId") or not d.get("eventType"):
-        return None
+    ours = d.get("mailqueue") or {}
+    if not ours.get("eventId") or not d.get("eventType"):
+        return []
+    et = "Operator" if d["eventType"] == OPERATOR_EVENT else d["eventType"]
     mail = d.get("mail") or {}
     dest = mail.get("destination") or []
-    first = dest[0] if dest else None
-    ts_str = next(
-        (d[k]["timestamp"] for k in TYPE_OBJ if d.get(k) and d[k].get("timestamp")),
-        mail.get("timestamp"),
-    )
+    objs = [d.get("delivery"), d.get("deliveryDelay"), d.get("bounce"), ours.get("operator"),
+            ours.get("reject")]
+    ts_str = next((o["timestamp"] for o in objs if o and o.get("timestamp")), mail.get("timestamp"))
     rec: dict[str, Any] = {}
     if d.get("bounce"):
         rec = (d["bounce"].get("bouncedRecipients") or [{}])[0]
     elif d.get("deliveryDelay"):
         rec = (d["deliveryDelay"].get("delayedRecipients") or [{}])[0]
-    diag = rec.get("diagnosticCode") or (d.get("reject") or {}).get("reason")
+    diag = rec.get("diagnosticCode") or (ours.get("reject") or {}).get("reason")
     status = rec.get("status")
     if status is None and diag:
         m = re.search(STATUS_RE, diag)
         status = m.group(1) if m else None
-    att = d.get("attempt") or {}
+    att = ours.get("attempt") or {}
     lag = None
     if att.get("startedAt") and att.get("scheduledAt"):
         s, c = parse_ts(att["startedAt"]), parse_ts(att["scheduledAt"])
@@ -110,22 +110,36 @@ def to_event(dt: str, hr: str, d: dict[str, Any]) -> Ev | None:
     ts = parse_ts(ts_str)
     acc = parse_ts(mail.get("timestamp"))
     assert ts is not None and acc is not None
-    return Ev(
-        event_id=d["eventId"],
-        event_type=d["eventType"],
-        message_id=mail["messageId"],
-        rcpt=first if d["eventType"] != "Reject" else None,
-        domain=first.rsplit("@", 1)[-1].lower() if first else None,
-        accepted_at=acc,
-        ts=ts,
-        status=status,
-        diag=diag,
-        bounce_type=(d.get("bounce") or {}).get("bounceType"),
-        action=(d.get("operator") or {}).get("action"),
-        attempt=att.get("number"),
-        sched_lag_s=lag,
-        late=f"{dt}{int(hr):02d}" > ts.strftime("%Y-%m-%d%H"),
-    )
+    if et == "Send":
+        rcpts: list[str | None] = list(dest)
+    elif et == "Reject":
+        rcpts = [(ours.get("reject") or {}).get("recipient") or (dest[0] if dest else None)]
+    else:
+        one = (
+            ((d.get("delivery") or {}).get("recipients") or [None])[0]
+            or rec.get("emailAddress")
+            or ((ours.get("operator") or {}).get("recipients") or [None])[0]
+        )
+        rcpts = [one]
+    return [
+        Ev(
+            event_id=f"{ours['eventId']}/{r.lower()}" if et == "Send" and r else ours["eventId"],
+            event_type=et,
+            message_id=mail["messageId"],
+            rcpt=r if et != "Reject" else None,
+            domain=r.rsplit("@", 1)[-1].lower() if r else None,
+            accepted_at=acc,
+            ts=ts,
+            status=status,
+            diag=diag,
+            bounce_type=(d.get("bounce") or {}).get("bounceType"),
+            action=(ours.get("operator") or {}).get("action"),
+            attempt=att.get("number"),
+            sched_lag_s=lag,
+            late=f"{dt}{int(hr):02d}" > ts.strftime("%Y-%m-%d%H"),
+        )
+        for r in rcpts
+    ]
 
 
 @dataclass
@@ -169,19 +183,17 @@ def compute(
         key = f"{dt}{int(hr):02d}"
         if (lo and key < lo) or (hi and key > hi):
             continue
-        ev = to_event(dt, hr, doc)
-        if ev is None:
-            continue
-        if (start and ev.ts < start) or (end and ev.ts >= end):
-            continue
-        rows += 1
-        prev = by_id.get(ev.event_id)
-        if prev is None:
-            by_id[ev.event_id] = ev
-        else:
-            prev.copies += 1
-            prev.late = prev.late and ev.late
-            prev.ts = min(prev.ts, ev.ts)
+        for ev in to_events(dt, hr, doc):
+            if (start and ev.ts < start) or (end and ev.ts >= end):
+                continue
+            rows += 1
+            prev = by_id.get(ev.event_id)
+            if prev is None:
+                by_id[ev.event_id] = ev
+            else:
+                prev.copies += 1
+                prev.late = prev.late and ev.late
+                prev.ts = min(prev.ts, ev.ts)
     events = list(by_id.values())
 
     per: dict[tuple[str, str, str], list[Ev]] = defaultdict(list)

@@ -1,16 +1,22 @@
-"""One moto server per test session (server mode: the AWS APIs over HTTP, as boto3 sees them)."""
+"""One moto server per test session (server mode: the AWS APIs over HTTP, as boto3 sees them).
+
+moto does not enforce the services' limits; `mailqueue.aws.limits` does, on every client
+of the test process (tests/conftest.py installs it for the session), and `LimitsCheck`
+fails a test whose code met a limit it did not expect.
+"""
 
 from __future__ import annotations
 
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import boto3
 from mailqueue.aws.accounting import RequestCounter
 from mailqueue.aws.backend import AwsStorage
 from mailqueue.aws.clients import AwsClients, make_clients
+from mailqueue.aws.limits import LimitRecorder, ServiceLimitExceeded, install_guard
 from mailqueue.aws.resources import CreatedResources, create_resources
 from mailqueue.config import StorageSettings
 from moto.server import ThreadedMotoServer
@@ -63,8 +69,16 @@ class AwsEnv:
         return AwsStorage(settings, self.clients)
 
 
-def make_env(endpoint: str) -> AwsEnv:
+def make_env(endpoint: str, limits: LimitRecorder | None = None) -> AwsEnv:
+    """Clients and resources in moto; `limits`: guard the clients with that recorder.
+
+    (Under pytest the session-wide guard already covers them; the explicit guard is for
+    use outside it, and does not check a request twice.)
+    """
     clients = make_clients(endpoint_url=endpoint, region=REGION, session=session())
+    if limits is not None:
+        for client in clients.all():
+            install_guard(client, limits)
     res = create_resources(clients)
     settings = StorageSettings(
         table=res.table,
@@ -76,3 +90,33 @@ def make_env(endpoint: str) -> AwsEnv:
     )
     counter = RequestCounter().attach(*clients.all())
     return AwsEnv(endpoint, clients, res, settings, counter)
+
+
+@dataclass
+class LimitsCheck:
+    """A test's view of the limit guard: what it expects, and the verdict at teardown.
+
+    Every violation the guard answered during the test fails it at teardown, unless the
+    test declared it with ``with limits_guard.expect("rule"): ...`` (which in turn fails
+    if no such violation happened inside the block).
+    """
+
+    recorder: LimitRecorder
+    unexpected: list[ServiceLimitExceeded] = field(default_factory=list)
+
+    def begin(self) -> None:
+        self.recorder.drain()  # left by an earlier test's background threads
+
+    @contextmanager
+    def expect(self, *rules: str) -> Iterator[list[ServiceLimitExceeded]]:
+        self.unexpected.extend(self.recorder.drain())
+        seen: list[ServiceLimitExceeded] = []
+        yield seen
+        for v in self.recorder.drain():
+            (seen if v.rule in rules else self.unexpected).append(v)
+        if not seen:
+            raise AssertionError(f"expected a request refused for {rules}; none was")
+
+    def failures(self) -> list[str]:
+        self.unexpected.extend(self.recorder.drain())
+        return [f"{v.service}:{v.operation} {v.rule}: {v.message[:300]}" for v in self.unexpected]

@@ -126,6 +126,7 @@ def stack(moto_endpoint: str) -> Iterator[Stack]:
     with smtp_sink(behaviour) as sink:
         reset_moto(moto_endpoint)
         routes = {"default": {"next_hop": f"[127.0.0.1]:{sink.port}", "tls": "none"}}
+        routes["example.com"] = routes["default"]  # a receiving domain needs its own route
         outputs = deploy_stack(
             moto_endpoint,
             parameters={

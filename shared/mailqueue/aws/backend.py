@@ -862,7 +862,7 @@ class AwsStorage:
     def _still_ours(item: dict[str, Any] | None, token: str) -> bool:
         if not item:
             return False
-        return (
+        return bool(
             item.get("lease_token", {}).get("S") == token
             and item.get("st", {}).get("S") == GroupState.INFLIGHT.value
         )

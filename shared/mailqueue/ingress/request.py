@@ -1,8 +1,10 @@
 """Parsing of `POST /v1/messages` bodies into an envelope: pure, raises InvalidInput.
 
-Only the shape of the request is checked here (types, required fields, base64, enums);
-RFC 5321/5322 rules stay in `mailqueue.validate` and `AwsStorage.validate`, which the
-service calls, so each rule lives in one place.
+Only the shape of the request is checked here (types, required fields, base64, enums),
+and that it is text: bounded in size and depth before the parser runs, every string
+encodable (no lone surrogate) and free of control characters. RFC 5321/5322 rules stay in
+`mailqueue.validate` and `AwsStorage.validate`, which the service calls, so each rule
+lives in one place.
 """
 
 from __future__ import annotations
@@ -11,13 +13,16 @@ import base64
 import binascii
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
-from ..errors import InvalidInput
+from ..errors import InvalidInput, MailqueueError
 from ..model import Envelope, Notify, Recipient, Ret
-from ..validate import check_no_ctl
+from ..validate import check_text
+
+T = TypeVar("T")
 
 FIELDS = frozenset(
     {"sender", "recipients", "content", "upload_id", "ret", "envid", "not_before", "smtputf8"}
@@ -27,6 +32,16 @@ UPLOAD_ID_RE = re.compile(r"^[0-9a-f]{32}$")
 IDEMPOTENCY_KEY_RE = re.compile(r"^[\x21-\x7e]{1,255}$")
 _ORCPT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]*;\S.*$")
 _PRINTABLE_RE = re.compile(r"^[\x20-\x7e]*$")
+
+# The deepest a request needs is 3 (object > recipients > recipient object > notify);
+# 32 leaves room and stays far below the parser's recursion limit (~1,000).
+MAX_JSON_DEPTH = 32
+# body allowance per recipient on top of the content's base64: address (≤ 256), ORCPT
+# (≤ 500 characters, 6 octets each when \u-escaped), NOTIFY, JSON punctuation
+RECIPIENT_ALLOWANCE = 4096
+BODY_OVERHEAD = 64 * 1024
+# strings (skipped whole: brackets inside are text), runs of other text, runs of brackets
+_JSON_TOKENS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[^"\[\]{}]+|[\[{]+|[\]}]+|"', re.S)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,20 +58,103 @@ def _type_error(field: str, expected: str) -> InvalidInput:
     return InvalidInput("invalid_type", f"{field} must be {expected}", field)
 
 
-def parse_body(body: bytes | str | None) -> dict[str, Any]:
+def body_limit(max_size: int, max_recipients: int) -> int:
+    """The largest body a valid request can need: the content's base64, every recipient
+    with its longest parameters, the rest. Larger is refused before it is parsed."""
+    return (max_size + 2) // 3 * 4 + max_recipients * RECIPIENT_ALLOWANCE + BODY_OVERHEAD
+
+
+def guard_parse(fn: Callable[[], T]) -> T:
+    """Run a parsing/validation step; whatever it raises is the client's input, not ours.
+
+    The last line of defence behind the explicit checks: a parser or validator that fails
+    in an unforeseen way answers 400 ``invalid_request`` rather than 500. Storage errors
+    (a `MailqueueError`) pass through unchanged: they are not the client's doing.
+    """
+    try:
+        return fn()
+    except MailqueueError:
+        raise
+    except RecursionError as e:
+        raise InvalidInput("json_too_deep", "request is nested too deeply", None) from e
+    except Exception as e:  # the last line of defence, see the docstring
+        raise InvalidInput("invalid_request", "the request could not be read", None) from e
+
+
+def check_depth(text: str, limit: int = MAX_JSON_DEPTH) -> None:
+    """Refuse JSON nested deeper than `limit`, without recursing (the parser does)."""
+    depth = 0
+    for m in _JSON_TOKENS.finditer(text):
+        start, end = m.span()
+        c = text[start]
+        if c in "[{":
+            depth += end - start
+            if depth > limit:
+                raise InvalidInput(
+                    "json_too_deep", f"request nested deeper than {limit} levels", None
+                )
+        elif c in "]}":
+            depth = max(0, depth - (end - start))
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object: keys are text, and each at most once (parsers disagree on which
+    of two wins, so neither is guessed)."""
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        check_text(k, None)
+        if k in out:
+            raise InvalidInput("duplicate_field", f"field {k!r} given twice", k)
+        out[k] = v
+    return out
+
+
+def _no_constant(name: str) -> Any:
+    raise InvalidInput("invalid_json", f"{name} is not JSON", None)
+
+
+def parse_body(body: bytes | str | None, *, max_body: int | None = None) -> dict[str, Any]:
+    """The request's JSON object: size, encoding and depth checked before parsing."""
     if body is None or body == b"" or body == "":
         raise InvalidInput("invalid_json", "request body is empty", None)
+    if max_body is not None and len(body) > max_body:
+        raise InvalidInput("too_large", f"request body exceeds {max_body} octets", None)
+    if isinstance(body, bytes):
+        try:
+            text = body.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise InvalidInput("invalid_json", "request body is not UTF-8", None) from e
+    else:
+        text = body
+    check_depth(text)
     try:
-        doc = json.loads(body)
-    except ValueError as e:  # JSONDecodeError and UnicodeDecodeError
+        doc = json.loads(text, object_pairs_hook=_object, parse_constant=_no_constant)
+    except InvalidInput:
+        raise
+    except RecursionError as e:  # not reached after check_depth; never a 500 regardless
+        raise InvalidInput("json_too_deep", "request is nested too deeply", None) from e
+    except ValueError as e:  # JSONDecodeError, and integers over Python's digit limit
         raise InvalidInput("invalid_json", "request body is not valid JSON", None) from e
     if not isinstance(doc, dict):
         raise InvalidInput("invalid_json", "request body must be a JSON object", None)
     return doc
 
 
+def _text(value: Any, field: str, expected: str) -> str:
+    """A string field: the right type, then encodable text without controls."""
+    if not isinstance(value, str):
+        raise _type_error(field, expected)
+    check_text(value, field)
+    return value
+
+
 def parse_submission(
-    doc: dict[str, Any], *, max_size: int, now: datetime, max_delay_seconds: int
+    doc: dict[str, Any],
+    *,
+    max_size: int,
+    now: datetime,
+    max_delay_seconds: int,
+    max_recipients: int | None = None,
 ) -> Submission:
     unknown = sorted(set(doc) - FIELDS)
     if unknown:
@@ -65,9 +163,7 @@ def parse_submission(
         raise InvalidInput(
             "missing_field", "sender is required (\"\" for the null sender)", "sender"
         )
-    sender = doc["sender"]
-    if not isinstance(sender, str):
-        raise _type_error("sender", "a string")
+    sender = _text(doc["sender"], "sender", "a string")
     smtputf8 = doc.get("smtputf8", False)
     if not isinstance(smtputf8, bool):
         raise _type_error("smtputf8", "true or false")
@@ -76,6 +172,11 @@ def parse_submission(
     raw_rcpts = doc["recipients"]
     if not isinstance(raw_rcpts, list):
         raise _type_error("recipients", "a list")
+    if max_recipients is not None and len(raw_rcpts) > max_recipients:
+        # before each is parsed: a million-entry list costs nothing more than the count
+        raise InvalidInput(
+            "too_many_recipients", f"at most {max_recipients} recipients", "recipients"
+        )
     recipients = tuple(_recipient(r, i) for i, r in enumerate(raw_rcpts))
     envelope = Envelope(
         sender=sender,
@@ -96,7 +197,7 @@ def parse_submission(
 def _recipient(raw: Any, i: int) -> Recipient:
     field = f"recipients[{i}]"
     if isinstance(raw, str):
-        return Recipient(rid="", address=raw)
+        return Recipient(rid="", address=_text(raw, f"{field}.address", "a string"))
     if not isinstance(raw, dict):
         raise _type_error(field, "an address string or an object")
     unknown = sorted(set(raw) - RECIPIENT_FIELDS)
@@ -105,9 +206,7 @@ def _recipient(raw: Any, i: int) -> Recipient:
         raise InvalidInput("unknown_field", f"unknown field {name!r}", f"{field}.{name}")
     if "address" not in raw:
         raise InvalidInput("missing_field", "address is required", f"{field}.address")
-    address = raw["address"]
-    if not isinstance(address, str):
-        raise _type_error(f"{field}.address", "a string")
+    address = _text(raw["address"], f"{field}.address", "a string")
     return Recipient(
         rid="",
         address=address,
@@ -121,6 +220,8 @@ def _notify(raw: Any, field: str) -> tuple[Notify, ...]:
         return ()
     if not isinstance(raw, list) or not all(isinstance(n, str) for n in raw):
         raise _type_error(field, "a list of NOTIFY keywords")
+    for j, n in enumerate(raw):
+        check_text(n, f"{field}[{j}]")
     if not raw:
         raise InvalidInput("invalid_notify", "notify must not be empty (omit it instead)", field)
     out: list[Notify] = []
@@ -139,19 +240,16 @@ def _notify(raw: Any, field: str) -> tuple[Notify, ...]:
 def _orcpt(raw: Any, field: str) -> str | None:
     if raw is None:
         return None
-    if not isinstance(raw, str):
-        raise _type_error(field, "a string")
-    check_no_ctl(raw, field)
-    if not _ORCPT_RE.match(raw):
+    orcpt = _text(raw, field, "a string")
+    if not _ORCPT_RE.match(orcpt):
         raise InvalidInput("invalid_orcpt", "orcpt must be '<addr-type>;<address>'", field)
-    return raw
+    return orcpt
 
 
 def _ret(raw: Any) -> Ret | None:
     if raw is None:
         return None
-    if not isinstance(raw, str):
-        raise _type_error("ret", "a string")
+    _text(raw, "ret", "a string")
     try:
         return Ret(raw.upper())
     except ValueError as e:
@@ -161,12 +259,10 @@ def _ret(raw: Any) -> Ret | None:
 def _envid(raw: Any) -> str | None:
     if raw is None:
         return None
-    if not isinstance(raw, str):
-        raise _type_error("envid", "a string")
-    check_no_ctl(raw, "envid")
-    if not raw or not _PRINTABLE_RE.match(raw):
+    envid = _text(raw, "envid", "a string")
+    if not envid or not _PRINTABLE_RE.match(envid):
         raise InvalidInput("invalid_envid", "envid must be printable ASCII", "envid")
-    return raw  # the length limit is the storage's
+    return envid  # the length limit is the storage's
 
 
 def _content(doc: dict[str, Any], max_size: int) -> tuple[bytes | None, str | None]:
@@ -177,9 +273,7 @@ def _content(doc: dict[str, Any], max_size: int) -> tuple[bytes | None, str | No
             "ambiguous_content", "give either content or upload_id, not both", "upload_id"
         )
     if has_upload:
-        upload_id = doc["upload_id"]
-        if not isinstance(upload_id, str):
-            raise _type_error("upload_id", "a string")
+        upload_id = _text(doc["upload_id"], "upload_id", "a string")
         if not UPLOAD_ID_RE.match(upload_id):
             # checked strictly: the id becomes part of an S3 key we read and delete
             raise InvalidInput("unknown_upload", "no such upload", "upload_id")
@@ -201,8 +295,7 @@ def _content(doc: dict[str, Any], max_size: int) -> tuple[bytes | None, str | No
 def _not_before(raw: Any, now: datetime, max_delay_seconds: int) -> datetime | None:
     if raw is None:
         return None
-    if not isinstance(raw, str):
-        raise _type_error("not_before", "an ISO-8601 string")
+    _text(raw, "not_before", "an ISO-8601 string")
     try:
         ts = datetime.fromisoformat(raw)
     except ValueError as e:
@@ -232,6 +325,11 @@ def check_idempotency_key(key: str) -> str:
     return key
 
 
+def printable(value: str) -> str:
+    """A client string made safe to store in an event: bounded, encodable."""
+    return value[:320].encode("utf-8", "replace").decode("utf-8")
+
+
 def preview(doc: Any) -> tuple[str, tuple[str, ...]]:
     """Sender and recipients of a (possibly invalid) request, bounded, for Reject events."""
     if not isinstance(doc, dict):
@@ -243,5 +341,5 @@ def preview(doc: Any) -> tuple[str, tuple[str, ...]]:
         for r in rcpts[:50]:
             a = r.get("address") if isinstance(r, dict) else r
             if isinstance(a, str):
-                out.append(a[:320])
-    return (sender[:320] if isinstance(sender, str) else ""), tuple(out)
+                out.append(printable(a))
+    return (printable(sender) if isinstance(sender, str) else ""), tuple(out)

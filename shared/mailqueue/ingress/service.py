@@ -13,29 +13,35 @@ import logging
 import secrets
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
-from ..errors import Conflict, InvalidInput, MailqueueError, NotFound
+from ..errors import Conflict, InvalidInput, NotFound
 from ..events import EventEmitter, MailInfo, QueueEvent
 from ..model import (
     Envelope,
     Group,
     QueuedMail,
     Recipient,
+    from_iso,
     group_key_for,
     mail_id_for_key,
     new_mail_id,
     utcnow,
 )
-from ..validate import validate_address, validate_sender
+from ..trace import address_literal, line_ending, principal_tag, received_field, top_received_by
+from ..transitions import merge_duplicates
+from ..validate import validate_address, validate_content, validate_sender
 from .objects import RawStore
 from .request import (
     Submission,
+    body_limit,
     check_idempotency_key,
+    guard_parse,
     parse_body,
     parse_submission,
     preview,
+    printable,
 )
 from .ses import SesReceipt, is_ses_event, parse_record, screen
 from .settings import IngressSettings
@@ -52,12 +58,20 @@ _STATUS = {
     "ambiguous_content": 400,
     "invalid_idempotency_key": 400,
     "forbidden_character": 400,
+    "invalid_unicode": 400,
+    "json_too_deep": 400,
+    "duplicate_field": 400,
+    "invalid_request": 400,
     "unauthenticated": 403,
     "null_sender_forbidden": 403,
     "sender_domain_not_allowed": 403,
     "idempotency_conflict": 409,
     "too_large": 413,
 }
+
+
+# how far before the stored arrival the first Received: date may lie (see _enqueue_traced)
+_TRACE_SKEW_SECONDS = 2
 
 
 def http_status(code: str) -> int:
@@ -77,6 +91,8 @@ class IngressStorage(Protocol):
     ) -> QueuedMail: ...
 
     def get_mail(self, mail_id: str) -> tuple[dict[str, Any] | None, list[Group]]: ...
+
+    def validate(self, envelope: Envelope, content: bytes) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +139,11 @@ class IngressService:
         self.emitter = emitter
         self.clock = clock
 
+    @property
+    def max_body(self) -> int:
+        """The largest request body read at all (413 `too_large` above it)."""
+        return body_limit(self.s.max_size, self.s.max_recipients)
+
     # ------------------------------------------------------------------ keys
     def _key(self, principal: str, key: str) -> str:
         """Idempotency keys are scoped per caller: two callers never share a mail."""
@@ -156,7 +177,12 @@ class IngressService:
         )
 
     def submit(
-        self, body: bytes | str | None, *, principal: str | None, idempotency_key: str | None
+        self,
+        body: bytes | str | None,
+        *,
+        principal: str | None,
+        idempotency_key: str | None,
+        client_ip: str | None = None,
     ) -> Answer:
         """POST /v1/messages: 202 only once content, state and trigger are durable."""
         now = self.clock()
@@ -168,11 +194,18 @@ class IngressService:
                 raise InvalidInput("unauthenticated", "no IAM principal in the request", None)
             if idempotency_key is not None:
                 key = self._key(principal, check_idempotency_key(idempotency_key))
-            doc = parse_body(body)
-            sub = parse_submission(
-                doc, max_size=self.s.max_size, now=now, max_delay_seconds=self.s.max_delay_seconds
+            # parsing and validation: whatever fails in them is a 4xx (guard_parse)
+            doc = guard_parse(lambda: parse_body(body, max_body=self.max_body))
+            sub = guard_parse(
+                lambda: parse_submission(
+                    doc,
+                    max_size=self.s.max_size,
+                    now=now,
+                    max_delay_seconds=self.s.max_delay_seconds,
+                    max_recipients=self.s.max_recipients,
+                )
             )
-            self._check_envelope(sub.envelope, principal)
+            guard_parse(lambda: self._check_envelope(sub.envelope, principal))
             if sub.upload_id is not None:
                 # an upload is sent once: its id is the idempotency key unless one was given
                 key = key or self._key(principal, f"upload:{sub.upload_id}")
@@ -183,8 +216,14 @@ class IngressService:
                 assert sub.content is not None
                 content = sub.content
             size = len(content)
-            queued = self.storage.enqueue(
-                sub.envelope, content, idempotency_key=key, not_before=sub.not_before
+            # every rule enqueue applies, before its first write (the S3 put)
+            guard_parse(lambda: self.storage.validate(sub.envelope, content))
+            queued = self._enqueue_traced(
+                sub.envelope,
+                content,
+                self._http_trace(principal, client_ip, sub.envelope, key),
+                key,
+                sub.not_before,
             )
             if queued.duplicate:
                 queued = self._stored_answer(queued, sub.envelope)
@@ -199,6 +238,87 @@ class IngressService:
         if sub.upload_id is not None:
             self.uploads.delete(self.upload_key(principal, sub.upload_id))
         return self._accepted(queued)
+
+    # ------------------------------------------------------------------ trace
+    def _http_trace(
+        self, principal: str, client_ip: str | None, envelope: Envelope, key: str | None
+    ) -> Callable[[datetime], bytes]:
+        """The Received: field of an HTTP submission, as a function of its date.
+
+        The queue id is known here only for keyed submissions (the id is derived from the
+        key); an unkeyed mail's id is drawn inside `enqueue`, so its field has no ``id``.
+        """
+        literal = None if self.s.trace_private or not client_ip else address_literal(client_ip)
+        who = principal_tag(principal) if self.s.trace_private else principal
+        if len(who) > 128:
+            who = principal_tag(principal)
+        mail_id = self._mail_id(key) if key else None
+        rcpts = [r.address for r in envelope.recipients]
+
+        def build(date: datetime) -> bytes:
+            return received_field(
+                by=self.s.hostname,
+                date=date,
+                from_domain="http-api",
+                tcp_info=literal,
+                from_comment=f"principal {who}",
+                by_comment="mailqueue HTTPS API",
+                queue_id=mail_id,
+                recipients=rcpts,
+            )
+
+        return build
+
+    def _enqueue_traced(
+        self,
+        envelope: Envelope,
+        body: bytes,
+        trace: Callable[[datetime], bytes],
+        key: str | None,
+        not_before: datetime | None = None,
+    ) -> QueuedMail:
+        """Enqueue the client's bytes behind our Received: field.
+
+        The core compares the sha256 of what it stores, and the field carries a date: a
+        retry (same key) builds it again with its own date, which the core calls a
+        conflict. Then the first field is rebuilt from the stored arrival (the date is
+        taken just before enqueue, so it is that second or one or two before) and the
+        candidate whose digest is the stored one is enqueued again: a duplicate. Content
+        that really differs matches no candidate and stays a conflict.
+        """
+        # the client's bytes are what must be a mail within the limit: checked before our
+        # field is in front (which would make a header-less body look like one)
+        validate_content(body, max_size=self.s.max_size)
+        newline = line_ending(body)
+
+        def content(date: datetime) -> bytes:
+            return trace(date).replace(b"\r\n", newline) + body
+
+        try:
+            return self.storage.enqueue(
+                envelope, content(self.clock()), idempotency_key=key, not_before=not_before
+            )
+        except Conflict:
+            if key is None:
+                raise
+            first = self._first_content(key, content)
+            if first is None:
+                raise
+        return self.storage.enqueue(envelope, first, idempotency_key=key, not_before=not_before)
+
+    def _first_content(self, key: str, content: Callable[[datetime], bytes]) -> bytes | None:
+        try:
+            mail, _ = self.storage.get_mail(self._mail_id(key))
+        except NotFound:
+            return None
+        arrival = from_iso(mail.get("arrival")) if mail else None
+        if mail is None or arrival is None:
+            return None
+        for back in range(_TRACE_SKEW_SECONDS + 1):
+            candidate = content(arrival - timedelta(seconds=back))
+            if hashlib.sha256(candidate).hexdigest() == mail.get("sha256"):
+                return candidate
+        return None
 
     def _accepted(self, queued: QueuedMail) -> Answer:
         body = queued.to_json()
@@ -283,13 +403,16 @@ class IngressService:
             return self._tombstone_answer(mail_id, mail, envelope)
         stored: dict[str, Recipient] = {r.rid: r for g in groups for r in g.recipients}
         ordered = sorted(stored.values(), key=lambda r: _rid_number(r.rid))
-        if [r.address for r in ordered] != [r.address for r in envelope.recipients]:
+        merged, rids = merge_duplicates(envelope.recipients)  # duplicates were merged
+        if [r.address for r in ordered] != [r.address for r in merged]:
             raise Conflict("idempotency key reused with different recipients")
         if mail.get("sender") != envelope.sender:
             raise Conflict("idempotency key reused with a different sender")
         return QueuedMail(
             mail_id=mail_id,
-            recipients=tuple((r.rid, r.address) for r in ordered),
+            recipients=tuple(
+                (rid, r.address) for rid, r in zip(rids, envelope.recipients, strict=True)
+            ),
             groups=tuple(mail.get("groups") or (g.key for g in groups)),
             duplicate=True,
         )
@@ -304,9 +427,12 @@ class IngressService:
             group_key_for(r.address) for r in envelope.recipients
         }:
             raise Conflict("idempotency key reused with different recipients")
+        _, rids = merge_duplicates(envelope.recipients)  # the ids the first answer gave
         return QueuedMail(
             mail_id=mail_id,
-            recipients=tuple((f"r{i}", r.address) for i, r in enumerate(envelope.recipients)),
+            recipients=tuple(
+                (rid, r.address) for rid, r in zip(rids, envelope.recipients, strict=True)
+            ),
             groups=tuple(stored),
             duplicate=True,
         )
@@ -330,7 +456,7 @@ class IngressService:
         log.info("refused", extra={"error": e.code, "field": e.field})
         try:
             self.emitter.emit([event])
-        except MailqueueError:
+        except Exception:  # the client's answer is the 4xx, whatever this is
             log.exception("could not emit the Reject event", extra={"error": e.code})
 
     # ------------------------------------------------------------------ SES
@@ -388,7 +514,9 @@ class IngressService:
                 r, mail_id, raw_key, InvalidInput("too_large", "mail exceeds the size limit", None)
             )
         try:
-            queued = self.storage.enqueue(envelope, content, idempotency_key=key)
+            queued = self._enqueue_traced(
+                envelope, content, self._ses_trace(r, mail_id, content, sc.accepted), key
+            )
         except InvalidInput as e:
             return self._refuse_mail(r, mail_id, raw_key, e, size=len(content))
         self._drop_raw(raw_key)
@@ -398,6 +526,32 @@ class IngressService:
                    "refused": len(sc.refused), "duplicate": queued.duplicate},
         )
         return SesResult("CONTINUE", len(sc.accepted), len(sc.refused), queued.duplicate)
+
+    def _ses_trace(
+        self, r: SesReceipt, mail_id: str, raw: bytes, accepted: Sequence[str]
+    ) -> Callable[[datetime], bytes]:
+        """The Received: field of an SES receipt. Its date is SES's receipt time, the same
+        for every retry of the event, so the stored bytes are too. `from` is the host SES
+        names as `by` in its own Received: field (the hop that handed the mail to us)."""
+        try:
+            received = from_iso(r.timestamp) if r.timestamp else None
+        except ValueError:
+            received = None
+        if received is not None and received.tzinfo is None:
+            received = received.replace(tzinfo=UTC)
+        source = top_received_by(raw) or "amazonses.com"
+
+        def build(date: datetime) -> bytes:
+            return received_field(
+                by=self.s.hostname,
+                date=received or date,
+                from_domain=source,
+                by_comment="mailqueue SES receipt",
+                queue_id=mail_id,
+                recipients=accepted,
+            )
+
+        return build
 
     def _refuse_mail(
         self, r: SesReceipt, mail_id: str, raw_key: str, e: InvalidInput, size: int = 0
@@ -416,15 +570,15 @@ class IngressService:
         """Emitted before anything is deleted; an emit failure raises (the retry re-emits
         with the same eventIds)."""
         now = self.clock()
-        info = MailInfo(
-            message_id=mail_id, source=r.source[:320], timestamp=now,
-            destination=tuple(a[:320] for a in r.recipients[:50]), size=size,
+        info = MailInfo(  # printable: the strings come from the sending MTA
+            message_id=mail_id, source=printable(r.source), timestamp=now,
+            destination=tuple(printable(a) for a in r.recipients[:50]), size=size,
         )
         self.emitter.emit(
             QueueEvent(
                 event_type="Reject",
                 mail=info,
-                recipient=rcpt,
+                recipient=None if rcpt is None else printable(rcpt),
                 timestamp=now,
                 discriminator=e.code,
                 extra={"reason": e.code, "field": e.field},

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import InvalidInput
-from ..validate import validate_address, validate_sender
+from ..validate import check_text, validate_address, validate_sender
 
 _MESSAGE_ID_RE = re.compile(r"^[A-Za-z0-9._=-]{1,200}$")
 
@@ -105,6 +105,7 @@ def screen(
         err = InvalidInput("no_recipients", "no recipients", "receipt.recipients")
         return Screening((), (), err)
     try:
+        check_text(r.source, "mail.source")  # encodable first: the checks below encode
         validate_sender(r.source, "mail.source", smtputf8=r.smtputf8)
     except InvalidInput as e:
         return Screening((), (), e)
@@ -113,6 +114,7 @@ def screen(
     for i, rcpt in enumerate(r.recipients):
         field = f"receipt.recipients[{i}]"
         try:
+            check_text(rcpt, field)
             validate_address(rcpt, field, smtputf8=r.smtputf8)
         except InvalidInput as e:
             refused.append((rcpt, e))

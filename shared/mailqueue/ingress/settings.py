@@ -8,7 +8,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..config import ConfigError, StorageSettings, settings_from_env
-from ..routing import RoutingConfigError, RoutingTable
+from ..routing import RoutingConfigError, RoutingTable, check_receiving_routes
+from ..trace import TRACE_RESERVE
 
 VERDICT_POLICIES = ("reject", "accept")
 _DOMAIN_RE = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)(?:\.(?!-)[a-z0-9-]{1,63}(?<!-))+$")
@@ -48,6 +49,12 @@ class IngressSettings:
     upload_expires: int = 900  # seconds a presigned upload URL stays valid
     max_delay_seconds: int = 30 * 86400  # how far in the future `not_before` may lie
     events_table: str = ""  # outbox table for Reject events; "" = the state table
+    hostname: str = "mailqueue.invalid"  # the `by` of the Received: field ingress prepends
+    # Received: of HTTP submissions without the client's IP address and IAM principal ARN
+    # (a digest of the ARN stays, for correlation): on by default, as an operator of a
+    # submission API does not expect account ids, role names and VPC addresses to reach
+    # every recipient
+    trace_private: bool = True
 
     def __post_init__(self) -> None:
         for name in (
@@ -83,7 +90,15 @@ class IngressSettings:
             raise ConfigError("upload_expires must be within 1..604800 seconds")
         if self.max_delay_seconds < 0:
             raise ConfigError("max_delay_seconds must not be negative")
-        self.routing_table()  # fail fast on a bad routing table
+        if not _DOMAIN_RE.match(self.hostname.lower()):
+            raise ConfigError("hostname must be a fully qualified host name")
+        table = self.routing_table()  # fail fast on a bad routing table
+        if self.receiving_domains:
+            # mail for a receiving domain delivered by its MX (SES) comes back: a loop
+            try:
+                check_receiving_routes(table or RoutingTable({}), self.receiving_domains)
+            except RoutingConfigError as e:
+                raise ConfigError(f"routes: {e}") from e
 
     def routing_table(self) -> RoutingTable | None:
         if not self.routes.strip():
@@ -95,8 +110,13 @@ class IngressSettings:
 
     @property
     def enqueue_storage(self) -> StorageSettings:
-        """The storage settings enqueue runs with: ingress's limits win."""
-        return replace(self.storage, max_size=self.max_size, max_recipients=self.max_recipients)
+        """The storage settings enqueue runs with: ingress's limits win. `max_size` bounds
+        the client's octets; the stored mail may be larger by the Received: field."""
+        return replace(
+            self.storage,
+            max_size=self.max_size + TRACE_RESERVE,
+            max_recipients=self.max_recipients,
+        )
 
     @property
     def inbound_bucket(self) -> str:

@@ -1,7 +1,7 @@
 """`make run`: the whole queue on this machine until Ctrl-C.
 
     .venv/bin/python -m mailqueue.local.run [--port 3000] [--var ./var] [--fast-retries]
-        [--relay host:port] [--sweep-interval 60] [--set KEY=VALUE ...]
+        [--relay host:port] [--sweep-interval 60] [--set KEY=VALUE ...] [--strict-limits]
 
 Prints where things are and one command to try, then a machine-readable line::
 
@@ -69,6 +69,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEY=VALUE",
         help="a function setting, e.g. --set MQ_SMTP_MAX_SESSIONS=4 (repeatable)",
     )
+    p.add_argument(
+        "--strict-limits",
+        action="store_true",
+        help="refuse, as AWS would, requests over the services' documented limits (moto "
+        "does not); each is logged and written to <var>/logs/limit-violations.jsonl",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging on the console")
     return p
 
@@ -111,6 +117,11 @@ def banner(stack: LocalStack) -> str:
         f"  function logs   {_short(r['log_dir'])}/<function>.log",
         f"  AWS (moto)      {r['endpoint_url']}  (table {r['table']}, bucket {r['bucket']})",
     ]
+    if r["strict_limits"]:
+        lines.append(
+            f"  strict limits   requests over AWS limits refused; see "
+            f"{_short(r['limit_violations_log'])}"
+        )
     if r["fast_retries"]:
         lines.append(
             "  fast retries    first retry after "
@@ -160,6 +171,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sink_rules=SinkRules.demo(ns.tempfail_attempts),
         settings=_settings(ns.set),
         deploy=ns.deploy,
+        strict_limits=ns.strict_limits,
     )
     stack = LocalStack(options)
     try:

@@ -20,6 +20,7 @@ as they do in Lambda.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
 import json
@@ -56,6 +57,7 @@ FAST_RETRIES: dict[str, str] = {
     "MQ_CLEANUP_GRACE_SECONDS": "30",
 }
 
+LIMITS_LOG = "limit-violations.jsonl"  # --strict-limits: one JSON line per refused request
 HOSTNAME = "mailqueue.localhost"  # EHLO name and Reporting-MTA of the local stack
 
 _AWS_ENV = {
@@ -87,6 +89,8 @@ class StackOptions:
     on_sink_event: Callable[[SinkEvent], None] | None = None
     route_output: bool = True  # function output → <var>/logs/<name>.log
     deploy: str = "auto"  # auto | cloudformation | direct
+    # refuse (400) and record every request over a documented AWS limit (mailqueue.aws.limits)
+    strict_limits: bool = False
 
 
 @dataclass(frozen=True)
@@ -131,6 +135,8 @@ class LocalStack:
         self._router: tuple[TextIO, TextIO, list[tuple[logging.StreamHandler[Any], Any]]] | None = (
             None
         )
+        self._limits: contextlib.ExitStack | None = None
+        self.limit_violations = 0
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> LocalStack:
@@ -147,6 +153,8 @@ class LocalStack:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.token = o.token or self._dev_token()
         self._set_env(_AWS_ENV, drop=_AWS_ENV_DROP)
+        if o.strict_limits:
+            self._guard_limits()
 
         started = time.monotonic()
         self.endpoint_url = self._start_moto()
@@ -215,6 +223,9 @@ class LocalStack:
             self._moto.stop()
             self._moto = None
         self._remove_router()
+        if self._limits is not None:
+            self._limits.close()
+            self._limits = None
         for f in self._logs:
             f.close()
         self._logs = []
@@ -262,6 +273,8 @@ class LocalStack:
             "bounce_queue_url": d.bounce_queue_url if d else None,
             "stream": bool(self.stream_pollers),
             "fast_retries": self.options.fast_retries,
+            "strict_limits": self.options.strict_limits,
+            "limit_violations_log": str(self.log_dir / LIMITS_LOG),
             "pid": os.getpid(),
         }
 
@@ -280,6 +293,28 @@ class LocalStack:
         with os.fdopen(fd, "w") as f:
             f.write(token + "\n")
         return token
+
+    def _guard_limits(self) -> None:
+        """Every boto3 session this process makes (ours, the handlers') checks the limits.
+
+        A refused request gets the service's 400, as in AWS; each is also appended to
+        ``<var>/logs/limit-violations.jsonl`` so a test (or you) sees it even if the code
+        under test swallowed the error.
+        """
+        from ..aws.limits import LimitRecorder, ServiceLimitExceeded, strict_limits
+
+        out = open(self.log_dir / LIMITS_LOG, "a", buffering=1, encoding="utf-8")
+        self._logs.append(out)
+        lock = threading.Lock()
+
+        def write(v: ServiceLimitExceeded) -> None:
+            line = {"service": v.service, "operation": v.operation, "rule": v.rule}
+            with lock:
+                self.limit_violations += 1
+                out.write(json.dumps({**line, "code": v.code}) + "\n")
+
+        self._limits = contextlib.ExitStack()
+        self._limits.enter_context(strict_limits(LimitRecorder(write)))
 
     def _set_env(self, values: Mapping[str, str], drop: tuple[str, ...] = ()) -> None:
         for k in (*values, *drop):

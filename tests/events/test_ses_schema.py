@@ -1,0 +1,322 @@
+"""The event log against SES's documented format: every record the producer writes (real
+storage on moto, the real admin service, the real ingress outbox) and every record the
+synthetic generator writes validates against tests/events/ses_event_schema.json, and the
+vocabulary the pipeline keeps is the producer's."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from jsonschema import Draft202012Validator, FormatChecker
+from mailqueue import events as ev
+from mailqueue.admin.service import Action, OpContext
+from mailqueue.eventlog import (
+    EventWriterService,
+    EventWriterSettings,
+    batch_id,
+    iter_jsonl,
+    parse_header_block,
+)
+from mailqueue.events import MailInfo, QueueEvent
+from mailqueue.ingress.outbox import TableOutboxEmitter
+from mailqueue.model import Claim, MailRef, Result, from_iso, utcnow
+from mq_pipeline import consts, synth
+
+from tests.admin.conftest import make_admin
+from tests.support import factories as f
+from tests.support.aws import AwsEnv
+from tests.support.streams import StreamReader
+
+SCHEMA = json.loads((Path(__file__).with_name("ses_event_schema.json")).read_text())
+VALIDATOR = Draft202012Validator(SCHEMA, format_checker=FormatChecker())
+ACTOR = "arn:aws:sts::123456789012:assumed-role/mailqueue-ops/alice"
+
+OK = Result(250, "2.0.0", "2.0.0 Ok: queued as 1", "127.0.0.1")
+TEMP = Result(451, "4.3.0", "4.3.0 try later", "mx.x.example")
+FULL = Result(552, "5.2.2", "5.2.2 mailbox full", "192.0.2.7")
+PERM = Result(550, "5.1.1", "5.1.1 user unknown", "192.0.2.7")
+
+
+def errors(doc: dict[str, Any]) -> list[str]:
+    return [f"{'/'.join(map(str, e.path))}: {e.message}" for e in VALIDATOR.iter_errors(doc)]
+
+
+def read_log(aws: AwsEnv) -> tuple[list[str], list[dict[str, Any]]]:
+    s3 = aws.clients.s3
+    listing = s3.list_objects_v2(Bucket=aws.resources.bucket, Prefix="events/")
+    keys = [o["Key"] for o in listing.get("Contents", [])]
+    docs: list[dict[str, Any]] = []
+    for k in keys:
+        docs.extend(iter_jsonl(s3.get_object(Bucket=aws.resources.bucket, Key=k)["Body"].read()))
+    return keys, docs
+
+
+def service(aws: AwsEnv) -> EventWriterService:
+    return EventWriterService(
+        EventWriterSettings(
+            bucket=aws.resources.bucket, hostname="mq.test", account_id="123456789012",
+            max_queue_lifetime_seconds=3600,
+        ),
+        aws.clients.s3,
+    )
+
+
+def drive_everything(aws: AwsEnv) -> dict[str, str]:
+    """One of each thing the queue records; returns mail ids by scenario."""
+    st = aws.storage()
+    admin = make_admin(aws)
+    ctx = OpContext(actor=ACTOR)
+    ids: dict[str, str] = {}
+    q = st.enqueue(
+        f.envelope("ok@x.example", "bad@x.example", "slow@x.example", "full@x.example",
+                   "c@y.example"),
+        f.content(),
+    )
+    ids["mixed"] = q.mail_id
+    c = st.send_start(MailRef(q.mail_id, "x.example"), utcnow(), lease_seconds=60)
+    assert isinstance(c, Claim)
+    st.send_done(c, ["r0"], OK, tls=True)
+    st.drop(c, {"r1": PERM, "r3": FULL})
+    st.reschedule(c, {"r2": TEMP}, utcnow() + timedelta(minutes=5))
+    # lifetime expiry: a verdict of our own, no reply (code 0)
+    e = st.enqueue(f.envelope("old@z.example"), f.content())
+    ids["expired"] = e.mail_id
+    ce = st.send_start(MailRef(e.mail_id, "z.example"), utcnow(), lease_seconds=60)
+    assert isinstance(ce, Claim)
+    st.drop(ce, {"r0": Result(0, "4.4.7", "message expired after 3 attempts")})
+    # every operator action
+    for name, acts in {
+        "held": [Action.HOLD],
+        "released": [Action.HOLD, Action.RELEASE],
+        "retried": [Action.RETRY],
+        "deleted": [Action.DELETE],
+        "bounced": [Action.BOUNCE],
+    }.items():
+        m = admin.enqueue(f"{name}@ops.example")
+        ids[name] = m.mail_id
+        for a in acts:
+            admin.service.act(m.mail_id, a, ctx)
+    # a Reject through the ingress outbox
+    emitter = TableOutboxEmitter(aws.resources.table, aws.clients.dynamodb)
+    emitter.emit([
+        QueueEvent(
+            "Reject",
+            MailInfo("rejected-1", "a@example.org", utcnow(), ("b@example.net",), 10),
+            None, utcnow(), "invalid_recipient",
+            extra={"reason": "invalid_recipient", "field": "destination"},
+        )
+    ])
+    return ids
+
+
+def test_every_record_the_producer_writes_is_in_ses_format(aws: AwsEnv) -> None:
+    reader = StreamReader(aws)
+    ids = drive_everything(aws)
+    service(aws).handle(reader.poll())
+    keys, docs = read_log(aws)
+    bad = {d["mailqueue"]["eventId"]: errors(d) for d in docs if errors(d)}
+    assert bad == {}
+    assert {d["eventType"] for d in docs} == set(ev.EVENT_TYPES)
+    assert all(set(k) <= set("abcdefghijklmnopqrstuvwxyz0123456789-_./=") for k in keys), keys
+    by_mail: dict[str, list[dict[str, Any]]] = {}
+    for d in docs:
+        by_mail.setdefault(d["mail"]["messageId"], []).append(d)
+
+    mixed = by_mail[ids["mixed"]]
+    (send,) = [d for d in mixed if d["eventType"] == "Send"]  # one Send, every destination
+    assert sorted(send["mail"]["destination"]) == sorted(
+        ["ok@x.example", "bad@x.example", "slow@x.example", "full@x.example", "c@y.example"]
+    )
+    assert send["mail"]["commonHeaders"]["subject"] == "hello"
+    assert send["mail"]["commonHeaders"]["from"] == ["Alice <alice@example.org>"]
+    assert {"name": "Message-ID", "value": "<orig-1@example.org>"} in send["mail"]["headers"]
+    assert send["mail"]["sendingAccountId"] == "123456789012"
+    one = {(d["eventType"], _rcpt(d)): d for d in mixed}
+    dl = one["Delivery", "ok@x.example"]["delivery"]
+    assert dl["smtpResponse"] == "250 2.0.0 Ok: queued as 1"  # as received, once
+    assert dl["remoteMtaIp"] == "127.0.0.1"
+    b = one["Bounce", "bad@x.example"]["bounce"]
+    assert (b["bounceType"], b["bounceSubType"]) == ("Permanent", "NoEmail")
+    assert b["bouncedRecipients"][0]["diagnosticCode"] == "smtp; 550 5.1.1 user unknown"
+    assert b["feedbackId"] and b["reportingMTA"] == "dns; mq.test"
+    full = one["Bounce", "full@x.example"]["bounce"]
+    assert (full["bounceType"], full["bounceSubType"]) == ("Transient", "MailboxFull")
+    dd = one["DeliveryDelay", "slow@x.example"]
+    assert dd["deliveryDelay"]["delayType"] == "RecipientServerError"
+    assert from_iso(dd["deliveryDelay"]["expirationTime"]) == from_iso(
+        send["mail"]["timestamp"]
+    ) + timedelta(seconds=3600)
+    assert "remoteMtaIp" not in one["DeliveryDelay", "slow@x.example"]["deliveryDelay"]
+    assert dd["mailqueue"]["remoteMta"] == "mx.x.example"  # the host name: ours, namespaced
+
+    (exp,) = [d for d in by_mail[ids["expired"]] if d["eventType"] == "Bounce"]
+    assert (exp["bounce"]["bounceType"], exp["bounce"]["bounceSubType"]) == (
+        "Transient", "General",
+    )
+    diag = exp["bounce"]["bouncedRecipients"][0]["diagnosticCode"]
+    assert diag == "x-mailqueue; 4.4.7 message expired after 3 attempts"
+
+    for name in ("held", "released", "retried", "deleted", "bounced"):
+        ops = [d["mailqueue"]["operator"]["action"] for d in by_mail[ids[name]]
+               if d["eventType"] == "mailqueue:Operator"]
+        assert ops[-1] == name, (name, ops)
+    (rej,) = by_mail["rejected-1"]
+    assert rej["reject"] == {"reason": "mailqueue:invalid_recipient"}
+
+
+def _rcpt(d: dict[str, Any]) -> str | None:
+    for path in (("delivery", "recipients"), ("bounce", "bouncedRecipients"),
+                 ("deliveryDelay", "delayedRecipients")):
+        obj = d.get(path[0])
+        if obj:
+            r = obj[path[1]][0]
+            return r if isinstance(r, str) else r["emailAddress"]
+    return None
+
+
+def test_a_retried_batch_overwrites_and_keys_have_no_colons(aws: AwsEnv) -> None:
+    st = aws.storage()
+    reader = StreamReader(aws)
+    st.enqueue(f.envelope("a@x.example", "b@y.example"), f.content())
+    records = reader.poll()
+    records = [{**r, "eventSourceARN": r["eventSourceARN"] + "/stream/2026-11-24T05:23:08.806"}
+               for r in records]
+    assert ":" in records[0]["eventSourceARN"]
+    svc = service(aws)
+    first, second = svc.handle(records), svc.handle(records)
+    assert first["objects"] == second["objects"]
+    assert all(":" not in k for k in first["objects"])
+    assert batch_id(records) == batch_id(list(records))
+    _, docs = read_log(aws)
+    assert len(docs) == 1 and docs[0]["eventType"] == "Send"
+
+
+@pytest.mark.parametrize(
+    "result",
+    [
+        None,
+        Result(550, "5.1.1", "no"), Result(552, "5.2.2", "full"), Result(452, "4.2.2", "full"),
+        Result(552, "5.3.4", "big"), Result(0, "4.4.7", "expired"), Result(554, "5.7.1", "no"),
+        Result(451, "4.7.1", "spam suspected"), Result(0, "4.4.1", "refused"),
+        Result(0, "4.4.3", "dns"), Result(0, "4.3.0", "content"), Result(421, "4.3.2", "bye"),
+        Result(450, "4.1.8", "sender domain"), Result(250, "2.0.0", "odd"),
+    ],
+)
+def test_the_pipeline_copy_of_the_rules_is_the_producers(result: Result | None) -> None:
+    status = result.status if result else None
+    assert consts.ses_bounce_class(status) == ev.bounce_class(result)
+    btype, sub = ev.bounce_class(result)
+    assert sub in ev.SES_BOUNCE_TYPES[btype]
+    if result is not None:
+        assert consts.ses_delay_type(result.code, result.status, result.text) == ev.delay_type(
+            result
+        )
+        assert ev.delay_type(result) in ev.SES_DELAY_TYPES
+
+
+def test_one_vocabulary_for_producer_pipeline_and_schema() -> None:
+    assert consts.WIRE_EVENT_TYPES == ev.EVENT_TYPES
+    assert consts.OPERATOR_EVENT == ev.OPERATOR_EVENT
+    assert consts.OPERATOR_COMMANDS == dict(ev.OPERATOR_ACTIONS)
+    assert sorted(consts.OPERATOR_ACTIONS) == sorted(ev.OPERATOR_ACTIONS.values())
+    assert {a.value for a in Action} == set(ev.OPERATOR_ACTIONS)  # every admin command
+    assert consts.SES_BOUNCE_TYPES == dict(ev.SES_BOUNCE_TYPES)
+    assert consts.SES_DELAY_TYPES == ev.SES_DELAY_TYPES
+    props = SCHEMA["properties"]
+    assert props["eventType"]["enum"] == list(ev.EVENT_TYPES)
+    ours = SCHEMA["$defs"]["mailqueue"]["properties"]
+    assert sorted(ours["operator"]["properties"]["action"]["enum"]) == sorted(
+        ev.OPERATOR_ACTIONS.values()
+    )
+    assert SCHEMA["$defs"]["deliveryDelay"]["properties"]["delayType"]["enum"] == list(
+        ev.SES_DELAY_TYPES
+    )
+    pairs = {
+        o["properties"]["bounceType"]["const"]: tuple(o["properties"]["bounceSubType"]["enum"])
+        for o in SCHEMA["$defs"]["bounce"]["oneOf"]
+    }
+    assert pairs == dict(ev.SES_BOUNCE_TYPES)
+
+
+def test_every_record_the_generator_writes_is_in_ses_format(tmp_path: Path) -> None:
+    cfg = synth.SynthConfig(events=4000, shards=1, seed=5, operator_rate=0.05)
+    synth.generate(cfg, tmp_path, processes=1)
+    seen: dict[str, int] = {}
+    bad: list[str] = []
+    import gzip
+
+    for path in sorted((tmp_path / "events").rglob("*.json.gz")):
+        for line in gzip.open(path, "rt"):
+            d = json.loads(line)
+            seen[d["eventType"]] = seen.get(d["eventType"], 0) + 1
+            bad += errors(d)[:1]
+            if d["eventType"] == "Bounce" and d["bounce"]["bouncedRecipients"][0].get(
+                "status"
+            ) == "4.4.7":
+                assert d["bounce"]["bounceType"] == "Transient"  # as the producer writes it
+    assert bad == []
+    assert set(seen) == set(ev.EVENT_TYPES), seen
+
+
+def test_headers_are_cut_at_ses_limit() -> None:
+    big = b"From: a@example.org\r\n" + b"".join(
+        b"X-Filler-%d: %s\r\n" % (i, b"y" * 200) for i in range(80)
+    ) + b"\r\nbody"
+    headers, truncated = parse_header_block(big)
+    assert truncated and headers[0] == ("From", "a@example.org")
+    assert sum(len(n) + len(v) for n, v in headers) <= ev.HEADERS_MAX
+    small, cut = parse_header_block(f.content())
+    assert not cut and ("Subject", "hello") in small
+
+
+def test_schema_rejects_what_the_issue_found() -> None:
+    """The schema is not a rubber stamp: the old records' defects fail it."""
+    good = QueueEvent(
+        "Delivery", MailInfo("m1", "a@example.org", utcnow(), ("b@example.net",)),
+        "b@example.net", utcnow(), "1", OK,
+    )
+    from mailqueue.model import Attempt
+
+    att = Attempt(1, utcnow(), utcnow(), utcnow(), OK, True)
+    doc = {**good.to_json()}
+    doc["mailqueue"] = {**doc["mailqueue"], "attempt": QueueEvent(
+        "Delivery", good.mail, "b@example.net", utcnow(), "1", OK, att).to_json()[
+        "mailqueue"]["attempt"]}
+    assert errors(doc) == []
+    mutations: list[Callable[[dict[str, Any]], None]] = [
+        lambda d: d["delivery"].update(smtpResponse="250 2.0.0 2.0.0 Ok"),
+        lambda d: d["delivery"].update(remoteMtaIp="mx.example.net"),
+        lambda d: d.update(eventType="Operator"),
+        lambda d: d["mail"].pop("commonHeaders"),
+        lambda d: d.update(attempt={"number": 1}),
+    ]
+    for mutate in mutations:
+        bad = json.loads(json.dumps(doc))
+        mutate(bad)
+        assert errors(bad), bad
+    bounce = QueueEvent(
+        "Bounce", good.mail, "b@example.net", utcnow(), "b", PERM
+    ).to_json()
+    assert errors(bounce) == []
+    bounce["bounce"]["bounceSubType"] = "MailboxFull"  # Permanent + MailboxFull: not SES's
+    assert errors(bounce)
+    bounce["bounce"].update(bounceType="Transient")
+    bounce["bounce"]["bouncedRecipients"][0]["diagnosticCode"] = "smtp; 0 expired"
+    assert errors(bounce)
+
+
+def test_replies_are_shown_once_by_the_log_and_the_cli() -> None:
+    """`mailqueue list/show` and `delivery.smtpResponse` print a reply's status once."""
+    from mailqueue.cli import _result
+
+    assert _result(OK.to_json()) == "(250 2.0.0 Ok: queued as 1)"
+    assert _result(Result(550, "5.0.0", "no such user").to_json()) == "(550 5.0.0 no such user)"
+    assert _result(Result(0, "4.4.1", "connection refused").to_json()) == (
+        "(4.4.1 connection refused)"
+    )
+    assert ev.smtp_response(OK) == "250 2.0.0 Ok: queued as 1"
