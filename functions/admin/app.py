@@ -173,6 +173,27 @@ def handle(
 ) -> dict[str, Any]:
     if event.get("mailqueue") == "run_job":
         return run_job_slice(event, context, api)
+    actor = _actor(event)
+    if not api.service.s.is_operator(actor):
+        # The route-scoped IAM policy should already have kept this caller out (a
+        # submitter's policy names only /v1/messages and /v1/uploads); this is the second
+        # lock: only principals on the operator allow-list reach the queue's contents.
+        logger.warning("admin call refused: not an operator")
+        if metrics is not None:
+            metrics.add_metric(name="AdminRefused", unit=MetricUnit.Count, value=1)
+        return {
+            "statusCode": 403,
+            "headers": {"Content-Type": content_types.APPLICATION_JSON},
+            "body": json.dumps(
+                {
+                    "error": "not_an_operator",
+                    "message": "this caller is not on the operator allow-list",
+                    "field": None,
+                },
+                separators=(",", ":"),
+            ),
+            "isBase64Encoded": False,
+        }
     return make_router(api, metrics).resolve(event, context)
 
 

@@ -106,6 +106,7 @@ def make_admin(aws: AwsEnv, **changes: Any) -> Admin:
         job_runner="inline",
         job_slice_seconds=30.0,
         counters_table=counters_table(aws),
+        admin_principals="arn:aws:sts::123456789012:assumed-role/mailqueue-ops/*",
     )
     settings = replace(settings, **changes)
     service = build_admin(settings, aws.clients)

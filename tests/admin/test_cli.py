@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from mailqueue import cli
+from mailqueue.authz import PERMISSIVE_SENDER_POLICY
 from mailqueue.ingress import IngressSettings
 from mailqueue.model import MailRef, utcnow
 from mailqueue.storage import ClaimRefused
@@ -157,7 +158,10 @@ def test_http_mode_is_signed_and_drives_jobs(
     admin: Admin, env: dict[str, str], tmp_path: Path
 ) -> None:
     ingress = ingress_app.build_service(
-        IngressSettings(storage=admin.aws.settings), admin.aws.clients, None, session()
+        IngressSettings(storage=admin.aws.settings, sender_policy=PERMISSIVE_SENDER_POLICY),
+        admin.aws.clients,
+        None,
+        session(),
     )
     routes = {
         "/v1/queue": lambda ev, ctx: admin_app.handle(ev, ctx, admin.api),

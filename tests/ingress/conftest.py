@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
+from mailqueue.authz import PERMISSIVE_SENDER_POLICY as PERMISSIVE_SENDERS
 from mailqueue.events import ListEmitter
 from mailqueue.ingress import IngressService, IngressSettings
 from mailqueue.model import Claim, MailRef, Result, utcnow
@@ -105,6 +106,8 @@ def make_ingress(aws: AwsEnv, **changes: Any) -> Ingress:
         # a receiving domain needs an explicit route (its MX would be SES: a loop)
         routes=json.dumps({"example.com": "[192.0.2.25]:25"}),
         null_sender_principals=(DSN_PRINCIPAL,),
+        # every caller may send as any domain here; the policy has its own tests
+        sender_policy=PERMISSIVE_SENDERS,
     )
     settings = replace(settings, **changes)
     events = ListEmitter()

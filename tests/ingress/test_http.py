@@ -160,10 +160,10 @@ def test_null_sender_only_for_allowed_principals(ingress: Ingress) -> None:
 
 
 def test_sender_domains_are_restricted_when_configured(ingress: Ingress) -> None:
-    limited = ingress.with_settings(allowed_sender_domains=("shop.example.org",))
+    limited = ingress.with_settings(allowed_sender_domains=("shop.example.org",), sender_policy="")
     assert limited.http(ev.http_send())[0] == 202
     status, body, _ = limited.http(ev.http_send(sender="orders@elsewhere.example"))
-    assert (status, body["error"], body["field"]) == (403, "sender_domain_not_allowed", "sender")
+    assert (status, body["error"], body["field"]) == (403, "sender_not_allowed", "sender")
     # the null sender has no domain: its own rule applies
     assert limited.http(ev.http_send(sender="", principal=DSN_PRINCIPAL))[0] == 202
 
@@ -203,6 +203,7 @@ def test_handler_builds_its_service_from_the_environment(
         "MQ_RECEIVING_DOMAINS": "example.com, example.org",
         "MQ_ROUTES": '{"example.com": "[192.0.2.25]", ".example.org": "[192.0.2.25]",'
         ' "example.org": "[192.0.2.25]"}',
+        "MQ_SENDER_POLICY": '[{"principal": "arn:aws:sts::*", "domains": ["shop.example.org"]}]',
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_DEFAULT_REGION": "us-east-1",

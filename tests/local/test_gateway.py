@@ -15,6 +15,7 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 from mailqueue import ingress
+from mailqueue.authz import PERMISSIVE_SENDER_POLICY
 from mailqueue.local.gateway import (
     DEFAULT_ROUTES,
     ApiGateway,
@@ -256,7 +257,7 @@ def test_server_invokes_with_the_event_and_maps_the_answer(
 
 
 def test_the_real_ingress_handler_queues_a_mail_through_the_gateway(aws: AwsEnv) -> None:
-    settings = ingress.IngressSettings(storage=aws.settings)
+    settings = ingress.IngressSettings(storage=aws.settings, sender_policy=PERMISSIVE_SENDER_POLICY)
     service = ingress.build_service(settings, aws.clients, session=session())
 
     def invoke(event: dict[str, Any]) -> Any:

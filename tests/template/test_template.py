@@ -235,6 +235,38 @@ def test_http_api_routes_and_iam_auth(template: dict[str, Any]) -> None:
             assert "Auth" not in e.get("Properties", {}), f"{fid}: a route overriding IAM auth"
 
 
+def _invoke_arns(template: dict[str, Any], lid: str) -> list[str]:
+    statements = props(template, lid)["PolicyDocument"]["Statement"]
+    out = []
+    for st in statements:
+        assert st["Effect"] == "Allow" and st["Action"] == "execute-api:Invoke", lid
+        out += [r["Fn::Sub"] for r in as_list(st["Resource"])]
+    return out
+
+
+def test_submitters_and_operators_get_route_scoped_policies(template: dict[str, Any]) -> None:
+    """A submitter's policy names the two submission routes and nothing under /v1/queue;
+    the operator's names only /v1/queue/...; both are stack outputs to attach."""
+    prefix = "arn:${AWS::Partition}:execute-api:${AWS::Region}:${AWS::AccountId}:${HttpApi}/*/"
+    submit = _invoke_arns(template, "SubmitterPolicy")
+    assert submit == [prefix + "POST/v1/messages", prefix + "POST/v1/uploads"]
+    operate = _invoke_arns(template, "OperatorPolicy")
+    assert operate == [prefix + "*/v1/queue/*"]
+    # an ARN pattern for Invoke matches as a glob: no submitter grant reaches the admin routes
+    from fnmatch import fnmatchcase
+
+    admin_route = prefix.replace("${", "").replace("}", "") + "GET/v1/queue/mails/x"
+    assert not any(fnmatchcase(admin_route, a.replace("${", "").replace("}", "")) for a in submit)
+    assert fnmatchcase(admin_route, operate[0].replace("${", "").replace("}", ""))
+    outputs = template["Outputs"]
+    assert outputs["SubmitterPolicyArn"]["Value"] == {"Ref": "SubmitterPolicy"}
+    assert outputs["OperatorPolicyArn"]["Value"] == {"Ref": "OperatorPolicy"}
+    env = function_props(template, "AdminFunction")["Environment"]["Variables"]
+    assert env["MQ_ADMIN_PRINCIPALS"] == {"Ref": "AdminPrincipals"}
+    assert template["Parameters"]["AdminPrincipals"]["Default"] == ""  # nobody by default
+    assert template["Parameters"]["SenderPolicy"]["Default"] == "[]"  # no sender by default
+
+
 # ------------------------------------------------------------------ bucket
 def test_bucket_lifecycle_covers_every_prefix_the_code_writes(template: dict[str, Any]) -> None:
     bucket = props(template, "ContentBucket")
@@ -272,9 +304,10 @@ def test_ses_receipt_rule_stores_where_ingress_reads(template: dict[str, Any]) -
     rule = template["Resources"]["InboundRule"]
     assert rule["Condition"] == "ReceivingEnabled"
     actions = rule["Properties"]["Rule"]["Actions"]
-    assert actions[0]["S3Action"]["ObjectKeyPrefix"] == IngressSettings.__dataclass_fields__[
-        "ses_prefix"
-    ].default
+    assert (
+        actions[0]["S3Action"]["ObjectKeyPrefix"]
+        == IngressSettings.__dataclass_fields__["ses_prefix"].default
+    )
     assert actions[1]["LambdaAction"]["FunctionArn"] == {"Fn::GetAtt": ["IngressFunction", "Arn"]}
     for lid in ("InboundRuleSet", "IngressSesPermission"):
         assert template["Resources"][lid]["Condition"] == "ReceivingEnabled"

@@ -24,6 +24,7 @@ from email.parser import HeaderParser
 from email.policy import default as default_policy
 from typing import Any, BinaryIO, Protocol
 
+from ..authz import parse_principals, principal_matches
 from ..config import ConfigError, StorageSettings, settings_from_env
 from ..counters import Counts
 from ..errors import Conflict, InvalidInput, LeaseLost, NotFound
@@ -136,8 +137,12 @@ class AdminSettings:
     header_max_bytes: int = 256 * 1024
     body_max_bytes: int = 1024 * 1024
     job_ttl_seconds: int = 30 * 86400
+    # IAM principal ARN patterns allowed to administer (mailqueue.authz); empty: nobody.
+    # Defence in depth behind the route-scoped IAM policies of the template.
+    admin_principals: str = ""
 
     def __post_init__(self) -> None:
+        self.operators()  # fail fast on a bad pattern
         if self.job_runner not in ("lambda", "inline"):
             raise ConfigError("job_runner must be lambda or inline")
         if not 10 <= self.admin_lease_seconds <= 900:
@@ -148,6 +153,12 @@ class AdminSettings:
             raise ConfigError("job_slice_seconds must be positive")
         if self.counter_partitions < 1:
             raise ConfigError("counter_partitions must be >= 1")
+
+    def operators(self) -> tuple[str, ...]:
+        return parse_principals(self.admin_principals, "admin_principals")
+
+    def is_operator(self, principal: str) -> bool:
+        return principal_matches(principal, self.operators())
 
 
 def admin_settings_from_env(env: Mapping[str, str] | None = None, **explicit: Any) -> AdminSettings:

@@ -64,7 +64,7 @@ _STATUS = {
     "invalid_request": 400,
     "unauthenticated": 403,
     "null_sender_forbidden": 403,
-    "sender_domain_not_allowed": 403,
+    "sender_not_allowed": 403,
     "idempotency_conflict": 409,
     "too_large": 413,
 }
@@ -133,6 +133,7 @@ class IngressService:
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self.s = settings
+        self.senders = settings.senders()
         self.storage = storage
         self.uploads = uploads
         self.inbound = inbound
@@ -345,11 +346,13 @@ class IngressService:
                 raise InvalidInput(
                     "null_sender_forbidden", "this caller may not use the null sender", "sender"
                 )
-        elif self.s.allowed_sender_domains:
-            domain = env.sender.rpartition("@")[2].lower().rstrip(".")
-            if domain not in self.s.allowed_sender_domains:
+        else:
+            domain = env.sender.rpartition("@")[2]
+            if not self.senders.allows(principal, domain):
                 raise InvalidInput(
-                    "sender_domain_not_allowed", "sender domain is not allowed", "sender"
+                    "sender_not_allowed",
+                    "this caller may not send as this sender domain (sender policy)",
+                    "sender",
                 )
 
     def _read_upload(

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ..authz import SenderPolicy
 from ..config import ConfigError, StorageSettings, settings_from_env
 from ..routing import RoutingConfigError, RoutingTable, check_receiving_routes
 from ..trace import TRACE_RESERVE
@@ -33,8 +34,11 @@ class IngressSettings:
     storage: StorageSettings
     max_size: int = 40 * 1024 * 1024
     max_recipients: int = 1000
-    # senders the HTTP API accepts (domain of the envelope sender; empty: any)
+    # sender domains the HTTP API accepts from every caller (older form of sender_policy)
     allowed_sender_domains: tuple[str, ...] = ()
+    # per principal (ARN pattern) the sender domains it may use: JSON, see mailqueue.authz;
+    # with neither this nor allowed_sender_domains, every sender domain is refused
+    sender_policy: str = ""
     # IAM principal ARNs allowed to submit with the null sender (DSN producers)
     null_sender_principals: tuple[str, ...] = ()
     # SES receipt: recipients outside these domains are dropped (no open relay)
@@ -70,6 +74,7 @@ class IngressSettings:
         if any(not p.startswith("arn:") for p in principals):
             raise ConfigError("null_sender_principals must be IAM principal ARNs")
         object.__setattr__(self, "null_sender_principals", principals)
+        self.senders()  # fail fast on a bad sender policy
         if not 0 < self.max_size <= 40 * 1024 * 1024:
             # the enqueue path holds the whole mail in memory (and SES receives at most 40 MB)
             raise ConfigError("max_size must be within 1..41943040")
@@ -99,6 +104,12 @@ class IngressSettings:
                 check_receiving_routes(table or RoutingTable({}), self.receiving_domains)
             except RoutingConfigError as e:
                 raise ConfigError(f"routes: {e}") from e
+
+    def senders(self) -> SenderPolicy:
+        """Who may send as which domain: the policy plus allowed_sender_domains."""
+        return SenderPolicy.parse(self.sender_policy) + SenderPolicy.for_domains(
+            self.allowed_sender_domains
+        )
 
     def routing_table(self) -> RoutingTable | None:
         if not self.routes.strip():

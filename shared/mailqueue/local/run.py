@@ -116,6 +116,8 @@ def banner(stack: LocalStack) -> str:
     lines += [
         f"  function logs   {_short(r['log_dir'])}/<function>.log",
         f"  AWS (moto)      {r['endpoint_url']}  (table {r['table']}, bucket {r['bucket']})",
+        "  sender policy   PERMISSIVE: every caller may send as any domain (local only; a "
+        "deployment refuses sender domains no SenderPolicy rule allows)",
     ]
     if r["strict_limits"]:
         lines.append(

@@ -38,8 +38,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from ..authz import PERMISSIVE_SENDER_POLICY
 from .gateway import ApiGateway, LocalAuth
-from .runtime import REGION, LocalFunction, Loop, OutputRouter, Schedule, SqsPoller, sqs_step
+from .runtime import (
+    ACCOUNT_ID,
+    REGION,
+    LocalFunction,
+    Loop,
+    OutputRouter,
+    Schedule,
+    SqsPoller,
+    sqs_step,
+)
 from .sink import SinkEvent, SinkRules, SmtpSink
 from .streams import StreamPoller, stream_arn_of
 from .wiring import ScheduleTrigger, Wiring, builtin, from_template
@@ -68,6 +78,10 @@ _AWS_ENV = {
     "POWERTOOLS_TRACE_DISABLED": "true",  # no X-Ray daemon here
 }
 _AWS_ENV_DROP = ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_ENDPOINT_URL")
+
+
+# The local callers (development token, SigV4 with the local key) are its operators.
+LOCAL_OPERATORS = f"arn:aws:iam::{ACCOUNT_ID}:user/local-*"
 
 
 @dataclass
@@ -427,6 +441,10 @@ class LocalStack:
                 "MQ_HOSTNAME": env.get("MQ_HOSTNAME") or HOSTNAME,
                 "MQ_ROUTES": json.dumps(routes, separators=(",", ":")),
                 "MQ_JOB_RUNNER": "inline",  # admin bulk jobs run in the request locally
+                # explicit and local only (the banner says so): any caller, any sender
+                "MQ_SENDER_POLICY": PERMISSIVE_SENDER_POLICY,
+                # the development token's and SigV4 callers are the local operators
+                "MQ_ADMIN_PRINCIPALS": LOCAL_OPERATORS,
             }
         )
         if self.options.fast_retries:
