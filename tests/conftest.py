@@ -8,7 +8,7 @@ from hypothesis import settings
 
 # CI is the gate: the same examples every run (a new failure shows up as a change, not as
 # luck); `HYPOTHESIS_PROFILE=explore` runs random examples when hunting for bugs.
-settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
+settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True, database=None)
 settings.register_profile("explore", deadline=None, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
