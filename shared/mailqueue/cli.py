@@ -6,7 +6,9 @@ through the very same request handling. Bulk actions run as jobs: over HTTP the 
 the job; locally it runs the job loop itself. Progress goes to stderr, results to stdout.
 
 Exit status: 0 done, 1 refused (bad input, unknown id), 2 usage, 3 busy (a delivery
-holds the mail: try again), 4 server or transport failure, 5 a job gave up on groups.
+holds the mail: try again), 4 server or transport failure, 5 a job gave up on groups,
+6 conflict (an Idempotency-Key reused with another message: retrying will not help),
+7 not authorised (no or a wrong token, an unsigned or refused caller).
 """
 
 from __future__ import annotations
@@ -32,6 +34,11 @@ from .errors import MailqueueError
 from .model import Result
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_BUSY, EXIT_FAILED, EXIT_GAVE_UP = 0, 1, 2, 3, 4, 5
+EXIT_CONFLICT, EXIT_UNAUTHORISED = 6, 7
+TOKEN_HINT = (
+    "the local stack wants its development token: export MAILQUEUE_TOKEN=<token from "
+    "`make run`'s banner> (or --token); a deployed API wants SigV4 credentials"
+)
 ACTIONS = ("delete", "hold", "release", "retry", "bounce")
 FILTER_FLAGS = (
     ("state", "comma-separated group states: queued,inflight,held,dsn,done"),
@@ -106,10 +113,14 @@ class HttpClient:
             m = _REGION_RE.search(self.base)
             region = m.group(1) if m else None
         if not region:
-            raise CliError("no AWS region: give --region or set AWS_REGION", EXIT_USAGE)
+            raise CliError(
+                f"no AWS region: give --region or set AWS_REGION\nhint: {TOKEN_HINT}", EXIT_USAGE
+            )
         creds = session.get_credentials()
         if creds is None:
-            raise CliError("no AWS credentials found to sign the request", EXIT_USAGE)
+            raise CliError(
+                f"no AWS credentials found to sign the request\nhint: {TOKEN_HINT}", EXIT_USAGE
+            )
         return creds.get_frozen_credentials(), region
 
     def request(
@@ -224,9 +235,15 @@ def _refusal(status: int, body: Mapping[str, Any]) -> CliError:
     text = f"{code}: {msg}" + (f" (field: {field})" if field else "")
     if status == 409:
         groups = body.get("groups")
-        if groups:
-            text += f" [busy: {', '.join(groups)}]"
-        return CliError(text, EXIT_BUSY)
+        if code == "busy" or groups:
+            if groups:
+                text += f" [busy: {', '.join(groups)}]"
+            return CliError(text, EXIT_BUSY)
+        return CliError(text, EXIT_CONFLICT)  # the same request again gets the same 409
+    if status in (401, 403):
+        # the gateway's own refusal (no "error" of ours): a missing token or signature
+        gateway = status == 401 or "error" not in body
+        return CliError(text + (f"\nhint: {TOKEN_HINT}" if gateway else ""), EXIT_UNAUTHORISED)
     return CliError(text, EXIT_FAILED if status >= 500 else EXIT_REFUSED)
 
 
@@ -263,6 +280,40 @@ def _result(r: Mapping[str, Any] | None) -> str:
     if not r:
         return ""
     return f"({Result.from_json(dict(r)).describe()})"
+
+
+class ListTotals:
+    """What `list` printed so far: the groups seen (a group the index shows under two states
+    while a delivery moves it, its reads being eventually consistent, is printed once) and
+    the mails and bytes for the closing `mailq`-style line."""
+
+    def __init__(self) -> None:
+        self.groups: set[tuple[str, str]] = set()
+        self.mails: dict[str, int] = {}
+        self.recipients = 0
+
+    def fresh(self, items: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+        out = []
+        for g in items:
+            key = (str(g["mail_id"]), str(g["group"]))
+            if key in self.groups:
+                continue
+            self.groups.add(key)
+            self.mails[key[0]] = int(g.get("size") or 0)
+            self.recipients += len(g.get("recipients") or ())
+            out.append(g)
+        return out
+
+    def line(self, more: bool) -> str:
+        if not self.groups:
+            return "Mail queue is empty" + (" (on this page; more follow)" if more else "")
+        kbytes = (sum(self.mails.values()) + 1023) // 1024
+        n = len(self.mails)
+        text = (
+            f"-- {kbytes} Kbytes in {n} Request{'s' if n != 1 else ''}, "
+            f"{len(self.groups)} group(s), {self.recipients} recipient(s)"
+        )
+        return text + (" shown (more follow)" if more else ".")
 
 
 def render_groups(items: Sequence[Mapping[str, Any]], out: TextIO, header: bool) -> None:
@@ -339,8 +390,12 @@ def render_mail(doc: Mapping[str, Any], out: TextIO) -> None:
     out.write("*** HEADER RECORDS ***\n")
     if doc.get("headers") is None:
         out.write(f"(content {doc.get('content', 'missing')})\n")
-    for name, value in doc.get("headers") or []:
-        out.write(f"{name}: {value}\n")
+    elif doc.get("header_block") is not None:  # as stored, folding kept (postcat -h)
+        block = str(doc["header_block"]).replace("\r\n", "\n")
+        out.write(block if block.endswith("\n") else block + "\n")
+    else:
+        for name, value in doc.get("headers") or []:
+            out.write(f"{name}: {value}\n")
     if "body" in doc:
         out.write("*** MESSAGE CONTENTS ***\n")
         out.write(doc["body"])
@@ -365,10 +420,16 @@ class Progress:
         c = job.get("counts", {})
         est = job.get("estimate")
         done = c.get("examined", 0)
-        if est:
-            frac = min(1.0, done / est) if job.get("state") == "running" else 1.0
+        running = job.get("state") == "running"
+        if est and running:
+            # the estimate is the counters' figure when the job started: the queue may have
+            # grown since, so the total shown never falls below what was examined
+            total = max(int(est), done + 1)
+            frac = done / total
             bar = "#" * int(frac * 30)
-            head = f"[{bar:<30}] {int(frac * 100):3d}% {done}/{est} groups"
+            head = f"[{bar:<30}] {int(frac * 100):3d}% {done}/~{total} groups"
+        elif est or not running:
+            head = f"[{'#' * 30}] 100% {done}/{done} groups"
         else:
             head = f"{done} groups examined"
         line = (
@@ -402,19 +463,22 @@ def cmd_list(c: Client, ns: argparse.Namespace, out: TextIO, err: TextIO) -> int
     query["limit"] = str(ns.limit)
     if ns.cursor:
         query["cursor"] = ns.cursor
-    first = True
+    totals = ListTotals()
     while True:
         page = _ok(c.request("GET", "/v1/queue/mails", query))
+        items = totals.fresh(page["items"])
         if ns.json:
-            for g in page["items"]:
+            for g in items:
                 _emit_json(g, out)
-        else:
-            render_groups(page["items"], out, header=first)
-        first = False
+        elif items:
+            render_groups(items, out, header=len(totals.groups) == len(items))
         cursor = page.get("cursor")
+        more = bool(cursor) and not ns.all
+        if not ns.json and (not cursor or more):
+            out.write(totals.line(more) + "\n")
         if not cursor:
             return EXIT_OK
-        if not ns.all:
+        if more:
             err.write(f"more: --cursor {cursor}\n")
             return EXIT_OK
         query["cursor"] = cursor
@@ -527,17 +591,57 @@ def cmd_job(c: Client, ns: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return EXIT_OK
 
 
+def submission_body(ns: argparse.Namespace, content: bytes) -> dict[str, Any]:
+    """The POST /v1/messages document for `send`'s options (the API validates it)."""
+    notify = [n.strip().upper() for n in ns.notify.split(",") if n.strip()] if ns.notify else None
+    rcpts: list[Any] = []
+    for i, addr in enumerate(ns.to):
+        r: dict[str, Any] = {"address": addr}
+        if notify:
+            r["notify"] = notify
+        if ns.orcpt and i < len(ns.orcpt):
+            r["orcpt"] = ns.orcpt[i]
+        rcpts.append(r if len(r) > 1 else addr)
+    body: dict[str, Any] = {
+        "sender": "" if ns.sender in ("<>", "") else ns.sender,
+        "recipients": rcpts,
+        "content": base64.b64encode(content).decode(),
+    }
+    if ns.ret:
+        body["ret"] = ns.ret.upper()
+    if ns.envid:
+        body["envid"] = ns.envid
+    if ns.not_before:
+        body["not_before"] = _not_before_arg(ns.not_before)
+    if ns.smtputf8:
+        body["smtputf8"] = True
+    if ns.tag:
+        tags: dict[str, str] = {}
+        for t in ns.tag:
+            name, sep, value = t.partition("=")
+            if not sep or not name:
+                raise CliError(f"--tag wants NAME=VALUE, not {t!r}", EXIT_USAGE)
+            tags[name] = value
+        body["tags"] = tags
+    return body
+
+
+def _not_before_arg(text: str) -> str:
+    """An ISO-8601 time, or a delay from now (90s, 15m, 2h, 3d)."""
+    m = re.fullmatch(r"(\d+)([smhd])", text.strip())
+    if m:
+        secs = int(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+        return datetime.fromtimestamp(time.time() + secs, UTC).isoformat(timespec="seconds")
+    return text
+
+
 def cmd_send(c: Client, ns: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     try:
         with open(ns.file, "rb") if ns.file != "-" else sys.stdin.buffer as f:
             content = f.read()
     except OSError as e:
         raise CliError(f"cannot read {ns.file}: {e}", EXIT_USAGE) from e
-    body = {
-        "sender": "" if ns.sender in ("<>", "") else ns.sender,
-        "recipients": list(ns.to),
-        "content": base64.b64encode(content).decode(),
-    }
+    body = submission_body(ns, content)
     headers = {"Idempotency-Key": ns.idempotency_key} if ns.idempotency_key else None
     answer = c.request("POST", "/v1/messages", body=body, headers=headers)
     doc = _ok(answer, (200, 201, 202))
@@ -647,6 +751,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--to", action="append", required=True, help="a recipient (repeatable)")
     p.add_argument("--file", required=True, help="the RFC 5322 message (- for stdin)")
     p.add_argument("--idempotency-key", help="retries with the same key queue one mail")
+    p.add_argument(
+        "--not-before", help="first attempt not before: ISO-8601 time, or a delay (90s, 15m, 2h)"
+    )
+    p.add_argument("--notify", help="NOTIFY for every recipient: NEVER or SUCCESS,FAILURE,DELAY")
+    p.add_argument(
+        "--orcpt", action="append", help="ORCPT of the n-th --to (rfc822;addr), repeatable"
+    )
+    p.add_argument("--ret", choices=("FULL", "HDRS", "full", "hdrs"), help="DSN RET")
+    p.add_argument("--envid", help="DSN ENVID")
+    p.add_argument("--smtputf8", action="store_true", help="the mail needs SMTPUTF8")
+    p.add_argument(
+        "--tag", action="append", metavar="NAME=VALUE", help="a message tag (repeatable)"
+    )
     return parser
 
 

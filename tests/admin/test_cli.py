@@ -199,7 +199,8 @@ def test_http_mode_is_signed_and_drives_jobs(
         code, _, err = run("--api", url, "list", "--state", "bogus")
         assert code == 1 and "invalid_state" in err
         code, _, err = run("--api", url, "--no-sign", "size")
-        assert code == 1 and "Forbidden" in err  # IAM auth: unsigned requests are refused
+        assert code == cli.EXIT_UNAUTHORISED and "Forbidden" in err  # IAM auth: unsigned
+        assert "MAILQUEUE_TOKEN" in err  # the hint
 
 
 def test_dev_token_instead_of_signing(admin: Admin, env: dict[str, str]) -> None:

@@ -365,7 +365,12 @@ class QueueAdmin:
                 break  # rather a slightly short page than many tiny index reads
             groups, pos = self.walk(flt.states, pos, need)
             evaluated += len(groups)
-            items.extend(g for g in groups if flt.matches(g, now))
+            # the index is read eventually consistently: a group a delivery is moving can
+            # show under two states at once; a page lists it once
+            seen = {(g.mail_id, g.key) for g in items}
+            items.extend(
+                g for g in groups if flt.matches(g, now) and (g.mail_id, g.key) not in seen
+            )
         out = _enc({"v": 1, "fp": fp, "p": list(pos)}) if pos is not None else None
         return BrowsePage(tuple(items), out, evaluated)
 
@@ -452,7 +457,12 @@ class QueueAdmin:
             return {"content": "missing", "headers": None}
         try:
             head, rest = _read_header(stream, self.s.header_max_bytes)
-            out: dict[str, Any] = {"content": "present", "headers": _headers(head)}
+            out: dict[str, Any] = {
+                "content": "present",
+                "headers": _headers(head),
+                # the block as stored (folding, order, duplicates kept), like `postcat -h`
+                "header_block": _header_block(head),
+            }
             if with_body:
                 data = rest + stream.read(max(0, self.s.body_max_bytes + 1 - len(rest)))
                 out["body_truncated"] = len(data) > self.s.body_max_bytes
@@ -753,6 +763,14 @@ def _read_header(stream: BinaryIO, limit: int) -> tuple[bytes, bytes]:
         if buf.startswith((b"\r\n", b"\n")):  # no header at all
             return b"", buf
     return buf[:limit], buf[limit:]
+
+
+def _header_block(head: bytes) -> str:
+    text = head.decode("utf-8", "replace")
+    for sep in ("\r\n\r\n", "\n\n"):
+        if text.endswith(sep):
+            return text[: -len(sep) // 2]
+    return text
 
 
 def _headers(head: bytes) -> list[list[str]]:
