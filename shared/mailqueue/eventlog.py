@@ -70,6 +70,7 @@ def _mail(item: Mapping[str, Any], ctx: EventContext) -> MailInfo:
         timestamp=arrival,
         destination=tuple(r.address for r in _recipients(item).values()),
         size=int(item.get("size", 0)),
+        tags={str(k): (str(v),) for k, v in (item.get("tags") or {}).items()},
         sending_account_id=ctx.account_id,
         source_arn=f"arn:aws:ses:{ctx.region}:{ctx.account_id}:identity/{domain}",
     )

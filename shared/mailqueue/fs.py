@@ -211,6 +211,7 @@ class FsStorage:
                     "ret": envelope.ret.value if envelope.ret else None,
                     "envid": envelope.envid,
                     "smtputf8": envelope.smtputf8,
+                    **({"tags": dict(envelope.tags)} if envelope.tags else {}),
                     "ng": len(groups),
                     "history": [],
                 },

@@ -275,19 +275,24 @@ class Envelope:
     ret: Ret | None = None
     envid: str | None = None
     smtputf8: bool = False
+    # message tags (SES's MessageTags: name, value), carried to every event of the mail
+    tags: tuple[tuple[str, str], ...] = ()
 
     @property
     def null_sender(self) -> bool:
         return self.sender == ""
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        doc: dict[str, Any] = {
             "sender": self.sender,
             "recipients": [r.to_json() for r in self.recipients],
             "ret": self.ret.value if self.ret else None,
             "envid": self.envid,
             "smtputf8": self.smtputf8,
         }
+        if self.tags:
+            doc["tags"] = dict(self.tags)
+        return doc
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Envelope:
@@ -297,6 +302,7 @@ class Envelope:
             ret=Ret(d["ret"]) if d.get("ret") else None,
             envid=d.get("envid"),
             smtputf8=bool(d.get("smtputf8", False)),
+            tags=tuple((str(k), str(v)) for k, v in (d.get("tags") or {}).items()),
         )
 
 

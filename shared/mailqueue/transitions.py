@@ -9,6 +9,7 @@ same result recorded, whichever backend holds the queue.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -31,6 +32,13 @@ from .validate import check_text, validate_address, validate_content, validate_s
 
 ORCPT_MAX = 500
 ENVID_MAX = 100
+# SES's message tags: at most 50, names and values of ASCII letters, digits, '_' and '-',
+# each at most 256 characters; `ses:` is SES's and `mailqueue:` ours (set by the queue)
+TAGS_MAX = 50
+TAG_MAX = 256
+TAG_RE = re.compile(r"^[A-Za-z0-9_-]{1,256}$")
+TAG_VALUE_RE = re.compile(r"^[A-Za-z0-9_.,@:/=+-]{1,256}$")
+RESERVED_TAG_PREFIXES = ("ses:", "mailqueue:", "aws:")
 
 
 def validate_envelope(
@@ -65,7 +73,44 @@ def validate_envelope(
             raise InvalidInput(
                 "envid_too_long", f"envid longer than {ENVID_MAX} characters", "envid"
             )
+    validate_tags(envelope.tags)
     validate_content(content, max_size=max_size)
+
+
+def validate_tags(tags: Sequence[tuple[str, str]], *, ours: bool = True) -> None:
+    """SES's rules for message tags; our own `mailqueue:` tags (the queue sets them) are
+    the only names with a prefix, and their values may hold an ARN's `:` and `/`."""
+    if len(tags) > TAGS_MAX + 5:
+        raise InvalidInput("too_many_tags", f"at most {TAGS_MAX} tags", "tags")
+    user = [t for t in tags if not t[0].startswith("mailqueue:")]
+    if len(user) > TAGS_MAX:
+        raise InvalidInput("too_many_tags", f"at most {TAGS_MAX} tags", "tags")
+    seen: set[str] = set()
+    for name, value in tags:
+        field = f"tags.{name}" if len(name) <= TAG_MAX else "tags"
+        if name in seen:
+            raise InvalidInput("duplicate_tag", f"tag {name!r} given twice", field)
+        seen.add(name)
+        if name.startswith("mailqueue:") and ours:
+            if not TAG_RE.match(name.removeprefix("mailqueue:")) or not TAG_VALUE_RE.match(value):
+                raise InvalidInput("invalid_tag", "malformed mailqueue: tag", field)
+            continue
+        if name.lower().startswith(RESERVED_TAG_PREFIXES):
+            raise InvalidInput(
+                "reserved_tag", "tag names starting ses:, aws: or mailqueue: are reserved", field
+            )
+        if not TAG_RE.match(name):
+            raise InvalidInput(
+                "invalid_tag",
+                "a tag name has 1-256 ASCII letters, digits, '_' or '-'",
+                field,
+            )
+        if not TAG_RE.match(value):
+            raise InvalidInput(
+                "invalid_tag",
+                "a tag value has at most 256 ASCII letters, digits, '_' or '-'",
+                field,
+            )
 
 
 def envelope_digest(envelope: Envelope) -> str:
@@ -75,6 +120,9 @@ def envelope_digest(envelope: Envelope) -> str:
         f"{r.address}|{','.join(n.value for n in r.notify)}|{r.orcpt or ''}"
         for r in envelope.recipients
     ]
+    # the submitter's tags (absent ones leave earlier digests unchanged); ours derive from
+    # the principal, which the idempotency key already holds
+    parts += [f"tag:{n}={v}" for n, v in sorted(envelope.tags) if not n.startswith("mailqueue:")]
     return hashlib.sha256("\x1f".join(parts).encode()).hexdigest()
 
 

@@ -347,7 +347,7 @@ class AwsStorage:
         key: str,
         size: int,
     ) -> list[dict[str, Any]]:
-        common = {
+        common: dict[str, Any] = {
             "pk": _pk(mail_id),
             "sender": envelope.sender,
             "arrival": to_iso(now),
@@ -357,6 +357,8 @@ class AwsStorage:
             "envid": envelope.envid,
             "smtputf8": envelope.smtputf8,
         }
+        if envelope.tags:  # on every item: the event log reads a mail's tags from each
+            common["tags"] = dict(envelope.tags)
         mail: dict[str, Any] = {
             **common,
             "sk": "M",

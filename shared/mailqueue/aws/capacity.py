@@ -116,6 +116,7 @@ def worst_group(n: int, *, history: int, now: datetime = _T0) -> Group:
 
 def _stored_item(storage: AwsStorage, group: Group) -> dict[str, Any]:
     """The group item as it stands after the worst transition (typed attribute values)."""
+    from ..transitions import TAG_MAX, TAGS_MAX
     from .backend import _gsk, _ms, _pk, _resting, _to_ddb
 
     plain = {
@@ -127,6 +128,11 @@ def _stored_item(storage: AwsStorage, group: Group) -> dict[str, Any]:
         "size": group.size,
         "ret": group.ret.value if group.ret else None,
         "envid": group.envid,
+        # the most tags a submission may carry, each name and value at SES's 256 characters
+        "tags": {
+            **{f"{i:03d}".ljust(TAG_MAX, "t"): "v" * TAG_MAX for i in range(TAGS_MAX)},
+            "mailqueue:principal": "p" * TAG_MAX,
+        },
         "smtputf8": True,
         "dom": group.key.split("#")[0],
         "ng": group.groups_in_mail,
@@ -141,9 +147,7 @@ def _stored_item(storage: AwsStorage, group: Group) -> dict[str, Any]:
             r.rid: {k: v for k, v in _resting(r).to_json().items() if v is not None}
             for r in group.recipients
         },
-        "history": [
-            {k: v for k, v in a.to_json().items() if v is not None} for a in group.history
-        ],
+        "history": [{k: v for k, v in a.to_json().items() if v is not None} for a in group.history],
         "op": {"action": "retried", "actor": "a" * 2048, "job": "J" * 26, "at": "x" * 24},
     }
     return _to_ddb(plain)
@@ -220,4 +224,3 @@ def check_group_limit(storage: AwsStorage) -> Capacity:
 
 
 __all__ = ["Capacity", "check_group_limit", "max_group_size", "worst_case", "worst_group"]
-

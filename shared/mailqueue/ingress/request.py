@@ -20,12 +20,23 @@ from typing import Any, TypeVar
 
 from ..errors import InvalidInput, MailqueueError
 from ..model import Envelope, Notify, Recipient, Ret
+from ..transitions import RESERVED_TAG_PREFIXES
 from ..validate import check_text
 
 T = TypeVar("T")
 
 FIELDS = frozenset(
-    {"sender", "recipients", "content", "upload_id", "ret", "envid", "not_before", "smtputf8"}
+    {
+        "sender",
+        "recipients",
+        "content",
+        "upload_id",
+        "ret",
+        "envid",
+        "not_before",
+        "smtputf8",
+        "tags",
+    }
 )
 RECIPIENT_FIELDS = frozenset({"address", "notify", "orcpt"})
 UPLOAD_ID_RE = re.compile(r"^[0-9a-f]{32}$")
@@ -160,9 +171,7 @@ def parse_submission(
     if unknown:
         raise InvalidInput("unknown_field", f"unknown field {unknown[0]!r}", unknown[0])
     if "sender" not in doc:
-        raise InvalidInput(
-            "missing_field", "sender is required (\"\" for the null sender)", "sender"
-        )
+        raise InvalidInput("missing_field", 'sender is required ("" for the null sender)', "sender")
     sender = _text(doc["sender"], "sender", "a string")
     smtputf8 = doc.get("smtputf8", False)
     if not isinstance(smtputf8, bool):
@@ -184,6 +193,7 @@ def parse_submission(
         ret=_ret(doc.get("ret")),
         envid=_envid(doc.get("envid")),
         smtputf8=smtputf8,
+        tags=_tags(doc.get("tags")),
     )
     content, upload_id = _content(doc, max_size)
     return Submission(
@@ -290,6 +300,29 @@ def _content(doc: dict[str, Any], max_size: int) -> tuple[bytes | None, str | No
     except (binascii.Error, ValueError) as e:
         raise InvalidInput("invalid_base64", "content is not valid base64", "content") from e
     return content, None
+
+
+def _tags(raw: Any) -> tuple[tuple[str, str], ...]:
+    """`{"name": "value", ...}` (SES's MessageTags as an object); SES's rules are checked
+    with the rest of the envelope (transitions.validate_tags)."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, dict):
+        raise _type_error("tags", "an object of tag names to string values")
+    out: list[tuple[str, str]] = []
+    for name, value in raw.items():
+        if not isinstance(value, str):
+            raise _type_error("tags", "an object of tag names to string values")
+        check_text(name, "tags")
+        check_text(value, "tags")
+        if name.lower().startswith(RESERVED_TAG_PREFIXES):  # ours are set by the queue
+            raise InvalidInput(
+                "reserved_tag",
+                "tag names starting ses:, aws: or mailqueue: are reserved",
+                f"tags.{name[:64]}",
+            )
+        out.append((name, value))
+    return tuple(out)
 
 
 def _not_before(raw: Any, now: datetime, max_delay_seconds: int) -> datetime | None:

@@ -12,7 +12,7 @@ import hashlib
 import logging
 import secrets
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
@@ -30,7 +30,7 @@ from ..model import (
     utcnow,
 )
 from ..trace import address_literal, line_ending, principal_tag, received_field, top_received_by
-from ..transitions import merge_duplicates
+from ..transitions import TAG_VALUE_RE, merge_duplicates
 from ..validate import validate_address, validate_content, validate_sender
 from .objects import RawStore
 from .request import (
@@ -207,6 +207,7 @@ class IngressService:
                 )
             )
             guard_parse(lambda: self._check_envelope(sub.envelope, principal))
+            sub = replace(sub, envelope=self._tagged(sub.envelope, principal))
             if sub.upload_id is not None:
                 # an upload is sent once: its id is the idempotency key unless one was given
                 key = key or self._key(principal, f"upload:{sub.upload_id}")
@@ -239,6 +240,14 @@ class IngressService:
         if sub.upload_id is not None:
             self.uploads.delete(self.upload_key(principal, sub.upload_id))
         return self._accepted(queued)
+
+    def _tagged(self, envelope: Envelope, principal: str) -> Envelope:
+        """The submitter's tags plus ours: `mailqueue:principal`, the calling IAM principal
+        (its hash when traces are private, or when the ARN is no valid tag value)."""
+        who = principal
+        if self.s.trace_private or not TAG_VALUE_RE.match(principal):
+            who = principal_tag(principal)
+        return replace(envelope, tags=(*envelope.tags, ("mailqueue:principal", who)))
 
     # ------------------------------------------------------------------ trace
     def _http_trace(
@@ -327,8 +336,12 @@ class IngressService:
         headers = {"Idempotent-Replayed": "true"} if queued.duplicate else {}
         log.info(
             "queued",
-            extra={"mail_id": queued.mail_id, "groups": len(queued.groups),
-                   "recipients": len(queued.recipients), "duplicate": queued.duplicate},
+            extra={
+                "mail_id": queued.mail_id,
+                "groups": len(queued.groups),
+                "recipients": len(queued.recipients),
+                "duplicate": queued.duplicate,
+            },
         )
         return Answer(202, body, headers, duplicate=queued.duplicate)
 
@@ -449,8 +462,9 @@ class IngressService:
         mail_id = self._mail_id(key) if key else new_mail_id()
         event = QueueEvent(
             event_type="Reject",
-            mail=MailInfo(message_id=mail_id, source=sender, timestamp=now,
-                          destination=rcpts, size=size),
+            mail=MailInfo(
+                message_id=mail_id, source=sender, timestamp=now, destination=rcpts, size=size
+            ),
             recipient=None,
             timestamp=now,
             discriminator=e.code,
@@ -525,8 +539,12 @@ class IngressService:
         self._drop_raw(raw_key)
         log.info(
             "received",
-            extra={"mail_id": queued.mail_id, "recipients": len(sc.accepted),
-                   "refused": len(sc.refused), "duplicate": queued.duplicate},
+            extra={
+                "mail_id": queued.mail_id,
+                "recipients": len(sc.accepted),
+                "refused": len(sc.refused),
+                "duplicate": queued.duplicate,
+            },
         )
         return SesResult("CONTINUE", len(sc.accepted), len(sc.refused), queued.duplicate)
 
@@ -574,8 +592,11 @@ class IngressService:
         with the same eventIds)."""
         now = self.clock()
         info = MailInfo(  # printable: the strings come from the sending MTA
-            message_id=mail_id, source=printable(r.source), timestamp=now,
-            destination=tuple(printable(a) for a in r.recipients[:50]), size=size,
+            message_id=mail_id,
+            source=printable(r.source),
+            timestamp=now,
+            destination=tuple(printable(a) for a in r.recipients[:50]),
+            size=size,
         )
         self.emitter.emit(
             QueueEvent(
