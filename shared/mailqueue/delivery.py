@@ -25,6 +25,7 @@ from .aws.backend import AwsStorage
 from .config import ConfigError, StorageSettings, settings_from_env
 from .errors import LeaseLost, MailqueueError, NotFound
 from .model import Claim, MailRef, Result, utcnow
+from .mtasts import MtaSts, explain
 from .policy import RetryPolicy, backoff, delay_warning_due, expired
 from .routing import (
     CredentialsProvider,
@@ -66,6 +67,10 @@ class DeliverySettings:
     hopcount_limit: int = HOPCOUNT_LIMIT
     # SES receiving domains: each needs an explicit route (its MX is SES, i.e. us: a loop)
     receiving_domains: str = ""
+    # MTA-STS (RFC 8461) for MX delivery; a CA bundle and HTTPS port only tests change
+    mta_sts: bool = True
+    mta_sts_ca_file: str = ""
+    mta_sts_port: int = 443
 
     def __post_init__(self) -> None:
         if not self.hostname or " " in self.hostname:
@@ -152,6 +157,17 @@ class DeliveryService:
         self.clock = clock
         self.rng = rng or random.Random()
         self.timeouts = timeouts
+        self.mta_sts: MtaSts | None = None
+        if settings.mta_sts:
+            from .aws.mtasts_cache import DynamoPolicyCache
+
+            self.mta_sts = MtaSts(
+                self.resolver,
+                DynamoPolicyCache(storage.c.dynamodb, storage.s.table),
+                ca_file=settings.mta_sts_ca_file or None,
+                https_port=settings.mta_sts_port,
+                clock=clock,
+            )
 
     @classmethod
     def from_env(cls, credentials: CredentialsProvider | None = None) -> DeliveryService:
@@ -260,7 +276,7 @@ class Invocation:
             )
         finally:
             loop.close()
-        return self._record(claim, outcome.results, outcome)
+        return self._record(claim, explain(hops, outcome.results), outcome)
 
     def _loop_check(self, content: BinaryIO) -> HeaderPeek | Result:
         """Count the hops before connecting anywhere: a looping mail is bounced 5.4.6 here
@@ -295,6 +311,8 @@ class Invocation:
             )
         except NextHopError as e:
             value = e.result
+        if self.svc.mta_sts is not None and not isinstance(value, Result):
+            value = self.svc.mta_sts.apply(domain, value)
         self._hops[domain] = value
         return value
 

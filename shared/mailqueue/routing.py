@@ -377,6 +377,7 @@ class Hop:
     ca_file: str | None = None
     preference: int = 0
     relay: bool = False  # from the routing table rather than the recipient's MX
+    mta_sts: str | None = None  # the MTA-STS policy (mailqueue.mtasts) that made TLS verified
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tls", TlsPolicy(self.tls))  # accept plain strings

@@ -17,6 +17,11 @@ silence (client timeouts) are real DNS on the wire, and code under test can use 
 
 A name absent from the zone is NXDOMAIN; a present name without the asked type is
 NOERROR with an empty answer (NODATA). Names are case-insensitive, trailing dot optional.
+
+TXT values are given as the record's text (``"v=spf1 -all"``, ``"v=STSv1; id=1"``) and
+served as one RR each, split into 255-byte strings; a value already in zone-file form
+(starting with a double quote) is used as is. PTR works like any type
+(``"1.0.0.127.in-addr.arpa": {"PTR": ["mx.example."]}``).
 """
 
 from __future__ import annotations
@@ -45,6 +50,19 @@ def _canon(name: str) -> str:
     return name.lower().rstrip(".") + "."
 
 
+def _txt(value: str) -> str:
+    """Zone-file form of a TXT value: quoted 255-byte strings (``;`` is not a comment)."""
+    if value.startswith('"'):
+        return value
+    raw = value.encode("utf-8")
+    chunks = [raw[i : i + 255] for i in range(0, len(raw), 255)] or [b""]
+    esc = [
+        c.decode("utf-8", "surrogateescape").replace("\\", "\\\\").replace('"', '\\"')
+        for c in chunks
+    ]
+    return " ".join(f'"{c}"' for c in esc)
+
+
 class DnsPeer:
     """The running server: ``port``, ``queries`` seen, and a ``resolver()`` for it."""
 
@@ -52,7 +70,10 @@ class DnsPeer:
         self, zone: Zone, servfail: Iterable[str] = (), silent: Iterable[str] = ()
     ) -> None:
         self.zone = {
-            _canon(name): {t.upper(): list(v) for t, v in types.items()}
+            _canon(name): {
+                t.upper(): [_txt(x) for x in v] if t.upper() == "TXT" else list(v)
+                for t, v in types.items()
+            }
             for name, types in zone.items()
         }
         self.servfail = {_canon(n) for n in servfail}
@@ -70,6 +91,16 @@ class DnsPeer:
     def queries(self) -> list[tuple[str, str]]:
         with self._lock:
             return list(self._queries)
+
+    def set(self, name: str, rdtype: str, values: Sequence[str]) -> None:
+        """Replace (or, with no values, remove) one name's records of one type."""
+        t = rdtype.upper()
+        with self._lock:
+            records = self.zone.setdefault(_canon(name), {})
+            if values:
+                records[t] = [_txt(x) for x in values] if t == "TXT" else list(values)
+            else:
+                records.pop(t, None)
 
     def resolver(self, *, timeout: float = 1.0, lifetime: float = 2.0) -> dns.resolver.Resolver:
         """A resolver that asks only this server (no /etc/resolv.conf, no cache)."""
