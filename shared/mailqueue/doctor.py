@@ -315,6 +315,8 @@ def check_spf(
     helo_identity: bool = False,
 ) -> Finding:
     """SPF for ``name``: MAIL FROM postmaster@name, or (``helo_identity``) HELO ``name``."""
+    if not ips:
+        return Finding("spf", name, False, "no sending IPs configured")
     look = _Lookup(resolver)
     try:
         records = _spf_records(look, name)
@@ -322,8 +324,6 @@ def check_spf(
         return Finding("spf", name, False, f"DNS lookup failed: {e}")
     if len(records) > 1:
         return Finding("spf", name, False, f"{len(records)} SPF records (RFC 7208 allows one)")
-    if not ips:
-        return Finding("spf", name, False, "no sending IPs configured")
     sender = "" if helo_identity else f"postmaster@{name}"
     verdicts = {ip: _spf_result(ip, sender, ehlo, resolver) for ip in ips}
     bad = [ip for ip, v in verdicts.items() if v != "pass"]
