@@ -143,6 +143,10 @@ def make_router(api: AdminApi, metrics: Metrics | None = None) -> APIGatewayHttp
     def cancel_job(job_id: str) -> Response[str]:
         return _response(api.cancel_job(job_id, actor()))
 
+    @router.get("/v1/queue/doctor")
+    def doctor() -> Response[str]:
+        return _response(api.doctor(query()))
+
     @router.not_found
     def not_found(_: Exception) -> Response[str]:
         return _response(

@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol, TextIO
 
+from . import cli_doctor
 from .config import ConfigError, StorageSettings, settings_from_env
 from .errors import MailqueueError
 from .model import Result
@@ -662,6 +663,7 @@ COMMANDS: dict[str, Callable[[Client, argparse.Namespace, TextIO, TextIO], int]]
     "show": cmd_show,
     "job": cmd_job,
     "send": cmd_send,
+    "doctor": cli_doctor.cmd_doctor,
     **dict.fromkeys(ACTIONS, cmd_action),
 }
 
@@ -764,6 +766,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--tag", action="append", metavar="NAME=VALUE", help="a message tag (repeatable)"
     )
+    cli_doctor.add_parser(sub, common)
     return parser
 
 
@@ -840,6 +843,8 @@ def main(
             setattr(ns, name, default)
     ns.command = _ALIASES.get(ns.command, ns.command)
     try:
+        if ns.command == "doctor" and ns.here:
+            return cli_doctor.run_here(ns, environ, out, err)
         client = make_client(ns, environ)
         return COMMANDS[ns.command](client, ns, out, err)
     except CliError as e:

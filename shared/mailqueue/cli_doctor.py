@@ -36,15 +36,25 @@ def doctor_report(findings: list[Finding]) -> dict[str, Any]:
 
 
 def _aws_keys(region: str | None, endpoint_url: str | None) -> KeySource:
-    import boto3
+    """Keys through boto3, its clients made on the first key asked for (none: no AWS)."""
+    made: list[KeySource] = []
 
-    from .aws.doctor_keys import boto_key_source
+    def get(ref: str) -> str | None:
+        if not made:
+            import boto3
 
-    session = boto3.session.Session(region_name=region)
-    return boto_key_source(
-        session.client("secretsmanager", endpoint_url=endpoint_url),
-        session.client("ssm", endpoint_url=endpoint_url),
-    )
+            from .aws.doctor_keys import boto_key_source
+
+            session = boto3.session.Session(region_name=region)
+            made.append(
+                boto_key_source(
+                    session.client("secretsmanager", endpoint_url=endpoint_url),
+                    session.client("ssm", endpoint_url=endpoint_url),
+                )
+            )
+        return made[0](ref)
+
+    return get
 
 
 def default_doctor(
@@ -117,4 +127,3 @@ def run_here(
         err.write(f"mailqueue: doctor: {e}\n")
         return 2
     return _print(doc, ns, out)
-

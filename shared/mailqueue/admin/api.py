@@ -15,6 +15,7 @@ Routes (all under IAM auth):
                                               {"action", "filter": {...}} or {"action", "all": true}
   GET    /v1/queue/jobs/{job_id}              job progress
   POST   /v1/queue/jobs/{job_id}/cancel       stop a job at its next checkpoint
+  GET    /v1/queue/doctor                     DNS checks for direct delivery (mailqueue.doctor)
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..config import ConfigError
 from ..errors import (
     Conflict,
     InvalidInput,
@@ -84,9 +86,15 @@ def _action(value: str) -> Action:
 
 
 class AdminApi:
-    def __init__(self, service: QueueAdmin, launcher: JobLauncher) -> None:
+    def __init__(
+        self,
+        service: QueueAdmin,
+        launcher: JobLauncher,
+        doctor: Callable[[], dict[str, Any]] | None = None,
+    ) -> None:
         self.service = service
         self.launcher = launcher
+        self._doctor = doctor  # None: MQ_* settings at request time (cli_doctor)
 
     def _guard(self, fn: Callable[[], Reply]) -> Reply:
         try:
@@ -232,6 +240,20 @@ class AdminApi:
         return self._guard(run)
 
 
+    def doctor(self, params: Mapping[str, str | None]) -> Reply:
+        def run() -> Reply:
+            _only(params, frozenset())
+            from ..cli_doctor import default_doctor
+
+            try:
+                return Reply(200, (self._doctor or default_doctor)())
+            except ConfigError as e:  # our settings, not the caller's input
+                log.error("doctor misconfigured: %s", e)
+                return _error(500, "misconfigured", str(e))
+
+        return self._guard(run)
+
+
 def _json_object(body: bytes | str | None) -> dict[str, Any]:
     if body is None or body in (b"", ""):
         raise InvalidInput("invalid_json", "request body is empty", None)
@@ -275,6 +297,7 @@ _ROUTES: tuple[tuple[str, re.Pattern[str], _Route], ...] = (
         re.compile(r"/v1/queue/jobs/(?P<job_id>[^/]+)/cancel"),
         lambda a, m, q, b, u: a.cancel_job(m["job_id"], u),
     ),
+    ("GET", re.compile(r"/v1/queue/doctor"), lambda a, m, q, b, u: a.doctor(q)),
 )
 
 
