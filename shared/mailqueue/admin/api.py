@@ -239,7 +239,6 @@ class AdminApi:
 
         return self._guard(run)
 
-
     def doctor(self, params: Mapping[str, str | None]) -> Reply:
         def run() -> Reply:
             _only(params, frozenset())
