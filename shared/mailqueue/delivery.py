@@ -29,6 +29,7 @@ from .mtasts import MtaSts, explain
 from .policy import RetryPolicy, backoff, delay_warning_due, expired
 from .routing import (
     CredentialsProvider,
+    EgressGuard,
     Hop,
     NextHopError,
     RoutingTable,
@@ -71,6 +72,10 @@ class DeliverySettings:
     mta_sts: bool = True
     mta_sts_ca_file: str = ""
     mta_sts_port: int = 443
+    # "relay" (Lambda outside a VPC) or "direct" (in a VPC, to MX hosts through NAT): direct
+    # turns on the egress guard, which refuses non-public MX/literal addresses but these
+    egress_mode: str = "relay"
+    egress_allow: str = ""  # "127.0.0.1,10.1.0.0/16": addresses/networks the guard lets by
 
     def __post_init__(self) -> None:
         if not self.hostname or " " in self.hostname:
@@ -79,14 +84,21 @@ class DeliverySettings:
             raise ConfigError("hopcount_limit must be within 1..1000")
         if self.lease_seconds < 30:
             raise ConfigError("lease_seconds must be at least 30")
+        if self.egress_mode not in ("relay", "direct"):
+            raise ConfigError("egress_mode must be 'relay' or 'direct'")
         try:
             check_receiving_routes(self.routing_table(), self.receiving_domains)
             self.retry_policy()
+            self.egress_guard()
         except (ValueError, MailqueueError) as e:
             raise ConfigError(str(e)) from e
 
     def routing_table(self) -> RoutingTable:
         return RoutingTable.from_json(self.routes or "{}")
+
+    def egress_guard(self) -> EgressGuard | None:
+        """The SSRF guard in direct mode; relay mode leaves the VPC-less Lambda unfiltered."""
+        return EgressGuard.from_setting(self.egress_allow) if self.egress_mode == "direct" else None
 
     def retry_policy(self) -> RetryPolicy:
         return RetryPolicy(
@@ -153,6 +165,7 @@ class DeliveryService:
         self.routes = settings.routing_table()
         self.policy = settings.retry_policy()
         self.resolver = resolver or settings.resolver()
+        self.guard = settings.egress_guard()
         self.credentials = credentials
         self.clock = clock
         self.rng = rng or random.Random()
@@ -308,6 +321,7 @@ class Invocation:
                 self.svc.resolver,
                 rng=self.svc.rng,
                 port=self.svc.settings.mx_port,
+                guard=self.svc.guard,
             )
         except NextHopError as e:
             value = e.result

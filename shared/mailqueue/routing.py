@@ -26,6 +26,19 @@ Routing-table syntax mirrors Postfix ``transport_maps`` + ``smtp_tls_policy_maps
 DNS failures raise :class:`NextHopError` carrying the Result to record. Failures to resolve
 a *configured* relay are temporary (4.4.4/4.4.3): they are our configuration, not the
 recipient's fault, and bouncing on them would lose mail.
+
+Egress guard (``EgressMode=direct``): inside a VPC the delivery function can reach the
+VPC's private networks and the instance metadata service, and an MX answer or an address
+literal is chosen by whoever sends or receives the mail. :class:`EgressGuard` drops every
+address that is not globally routable (private, loopback, link-local, metadata, CGNAT,
+unspecified, multicast, reserved, documentation, ...) from the MX/literal path, unless an
+explicit allow-list names it. Routing-table next hops are the operator's own configuration
+and are not filtered. When every address of every MX host is refused the result is 4.7.0,
+*temporary*, as Postfix records a DNS answer its reply filter drops entirely (DNS_POLICY →
+4.7.0): a DNS answer can change (a migration, a split-horizon mistake) and the operator can
+extend the allow-list, so the mail waits and bounces only at the queue lifetime, saying
+why. A refused address *literal* (``user@[10.0.0.1]``) is 5.7.1 at once: nothing in DNS can
+change it, so waiting five days would only delay the same answer.
 """
 
 from __future__ import annotations
@@ -52,12 +65,14 @@ __all__ = [
     "DEFAULT_MAX_ADDRESSES",
     "Credentials",
     "CredentialsProvider",
+    "EgressGuard",
     "Hop",
     "NextHopError",
     "Route",
     "RoutingConfigError",
     "RoutingTable",
     "TlsPolicy",
+    "address_refusal",
     "credentials_from_secret",
     "parse_credentials_ref",
     "parse_next_hop",
@@ -85,6 +100,79 @@ class TlsPolicy(enum.StrEnum):
 
 class RoutingConfigError(ValueError):
     """A routing table or route is invalid; raised at construction, never at delivery."""
+
+
+
+#: Where the instance metadata service answers inside a VPC (IPv4 and the Nitro IPv6 one).
+METADATA_ADDRESSES = frozenset(
+    {ipaddress.ip_address("169.254.169.254"), ipaddress.ip_address("fd00:ec2::254")}
+)
+_CGNAT = ipaddress.ip_network("100.64.0.0/10")  # RFC 6598 shared address space
+_NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
+
+_Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def address_refusal(address: str, allow: Iterable[_Network] = ()) -> str | None:
+    """Why delivery must not connect to ``address`` from inside a VPC; None if it may.
+
+    Anything not globally routable is refused (the named classes first, for a clear
+    diagnostic); IPv6 forms that embed an IPv4 address (mapped, 6to4, NAT64) are judged by
+    that address too, since the VPC's NAT64/6to4 would lead there. ``allow`` wins over all.
+    """
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return "not an IP address"
+    if any(ip in net for net in allow):
+        return None
+    if ip in METADATA_ADDRESSES:
+        return "instance metadata address"
+    if isinstance(ip, ipaddress.IPv6Address):
+        embedded = ip.ipv4_mapped or ip.sixtofour
+        if embedded is None and any(ip in net for net in _NAT64):
+            embedded = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+        if embedded is not None:
+            inner = address_refusal(str(embedded), allow)
+            return None if inner is None else f"{inner} embedded in IPv6"
+    for test, reason in (
+        (ip.is_unspecified, "unspecified address"),
+        (ip.is_loopback, "loopback address"),
+        (ip.is_link_local, "link-local address"),
+        (ip.is_multicast, "multicast address"),
+        (ip.version == 4 and ip in _CGNAT, "shared address space (CGNAT)"),
+        (ip.version == 4 and ip.is_reserved, "reserved address"),
+        (ip.is_private, "private address"),
+        (ip.is_reserved, "reserved address"),
+    ):
+        if test:
+            return reason
+    if not ip.is_global:
+        return "address not globally routable"
+    return None
+
+
+class EgressGuard:
+    """The SSRF guard of direct delivery: refuses non-public addresses but the allowed."""
+
+    def __init__(self, allow: Iterable[_Network] = ()) -> None:
+        self.allow: tuple[_Network, ...] = tuple(allow)
+
+    @classmethod
+    def from_setting(cls, text: str) -> EgressGuard:
+        """``"127.0.0.1, 10.1.0.0/16"``: addresses or networks (comma or space separated)."""
+        nets: list[_Network] = []
+        for part in re.split(r"[\s,]+", text.strip()):
+            if not part:
+                continue
+            try:
+                nets.append(ipaddress.ip_network(part, strict=True))
+            except ValueError as exc:
+                raise RoutingConfigError(f"egress allow-list entry {part!r}: {exc}") from None
+        return cls(nets)
+
+    def refusal(self, address: str) -> str | None:
+        return address_refusal(address, self.allow)
 
 
 class NextHopError(Exception):
@@ -409,6 +497,7 @@ def resolve_next_hops(
     families: _Families = (4, 6),
     port: int = 25,
     lifetime: float | None = None,
+    guard: EgressGuard | None = None,
 ) -> list[Hop]:
     """The ordered addresses to try for ``domain``; NextHopError when there are none.
 
@@ -416,12 +505,14 @@ def resolve_next_hops(
     shuffled with ``rng`` (RFC 5321 §5.1), each MX host's A then AAAA records (per
     ``families``), at most ``max_addresses`` in all. No MX: the domain's own A/AAAA
     (implicit MX). ``port`` is the SMTP port for MX delivery (25; tests use others).
+    ``guard`` (direct egress) drops the MX and literal addresses it refuses; routing-table
+    next hops are the operator's and are not filtered.
     """
     rng = rng or random.Random()
     route = table.lookup(domain) if table is not None else None
     tls = route.tls if route is not None else TlsPolicy.OPPORTUNISTIC
     ca_file = route.ca_file if route is not None else None
-    resolve = _Resolve(resolver, families, lifetime)
+    resolve = _Resolve(resolver, families, lifetime, guard)
 
     if route is not None and route.host is not None:
         relay: dict[str, Any] = dict(
@@ -446,6 +537,12 @@ def resolve_next_hops(
 
     literal = _address_literal(domain)
     if literal is not None:
+        why = guard.refusal(literal) if guard is not None else None
+        if why is not None:
+            log.warning("address literal refused by the egress guard", extra={"reason": why})
+            raise NextHopError(
+                local_result("5.7.1", f"delivery to [{literal}] refused: {why} (egress guard)")
+            )
         return [Hop(host=literal, address=literal, port=port, tls=tls, ca_file=ca_file)]
     try:
         name = dns.name.from_text(domain.strip().rstrip(".") + ".").to_text()
@@ -482,13 +579,18 @@ class _Resolve:
     """DNS lookups mapped to Results: NXDOMAIN 5.1.2, null MX 5.1.10, others 4.4.3."""
 
     def __init__(
-        self, resolver: dns.resolver.Resolver, families: _Families, lifetime: float | None
+        self,
+        resolver: dns.resolver.Resolver,
+        families: _Families,
+        lifetime: float | None,
+        guard: EgressGuard | None = None,
     ) -> None:
         if not families or any(f not in (4, 6) for f in families):
             raise ValueError("families must contain 4 and/or 6")
         self.resolver = resolver
         self.families = families
         self.lifetime = lifetime
+        self.guard = guard
 
     def _query(self, name: str, rdtype: str) -> dns.resolver.Answer:
         try:
@@ -541,6 +643,8 @@ class _Resolve:
         seen: set[tuple[str, str]] = set()  # per host, as Postfix: names may differ for TLS
         temporary: Result | None = None
         missing: list[str] = []
+        refused: list[str] = []
+        guard = self.guard if not opts.get("relay") else None
         for pref, host in hosts:
             if len(hops) >= limit:
                 break
@@ -552,11 +656,26 @@ class _Resolve:
                 if not found and temp is None:
                     missing.append(host)
             for addr in found:
+                why = guard.refusal(addr) if guard is not None else None
+                if why is not None:
+                    refused.append(f"{host}[{addr}]: {why}")
+                    continue
                 if (host, addr) not in seen and len(hops) < limit:
                     seen.add((host, addr))
                     hops.append(Hop(host=host, address=addr, preference=pref, **opts))
         if hops:
+            if refused:
+                log.info("egress guard skipped %d address(es)", len(refused))
             return hops
+        if refused:
+            # Postfix: a DNS answer its reply filter drops entirely is DNS_POLICY, 4.7.0
+            log.warning("every MX address refused by the egress guard")
+            raise NextHopError(
+                local_result(
+                    "4.7.0",
+                    "no deliverable MX address: " + "; ".join(refused[:5]) + " (egress guard)",
+                )
+            )
         if temporary is not None:
             raise NextHopError(temporary)
         if implicit:  # the domain exists but has neither MX nor address records

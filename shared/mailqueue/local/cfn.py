@@ -224,6 +224,28 @@ def _condition(node: Any, conditions: Mapping[str, Any], params: Mapping[str, An
     return node
 
 
+_NO_VALUE = object()
+
+
+def _resolve_ifs(node: Any, conditions: Mapping[str, Any], params: Mapping[str, Any]) -> Any:
+    """Replace each Fn::If whose condition is known by its branch (AWS::NoValue drops the
+    key or item), so what a false condition turns off is not referred to any more."""
+    if isinstance(node, dict):
+        if len(node) == 1 and "Fn::If" in node:
+            name, yes, no = node["Fn::If"]
+            value = _condition({"Condition": name}, conditions, params)
+            if value is not None:
+                return _resolve_ifs(yes if value else no, conditions, params)
+        if node == {"Ref": "AWS::NoValue"}:
+            return _NO_VALUE
+        out = {k: _resolve_ifs(v, conditions, params) for k, v in node.items()}
+        return {k: v for k, v in out.items() if v is not _NO_VALUE}
+    if isinstance(node, list):
+        items = [_resolve_ifs(v, conditions, params) for v in node]
+        return [v for v in items if v is not _NO_VALUE]
+    return node
+
+
 def for_moto(
     template: Mapping[str, Any], params: Mapping[str, Any] | None = None
 ) -> tuple[dict[str, Any], tuple[str, ...]]:
@@ -242,6 +264,8 @@ def for_moto(
         if "Condition" in r
         and _condition({"Condition": r["Condition"]}, conditions, values) is False
     }
+    for lid in list(resources):
+        resources[lid] = _resolve_ifs(resources[lid], conditions, values)
     changed = True
     while changed:
         changed = False
@@ -262,7 +286,14 @@ def for_moto(
             else:
                 del res["DependsOn"]
     outputs = tpl.get("Outputs") or {}
-    for name in [n for n, o in outputs.items() if references(o) & removed]:
+    for name in list(outputs):
+        outputs[name] = _resolve_ifs(outputs[name], conditions, values)
+    off = {
+        n
+        for n, o in outputs.items()
+        if "Condition" in o and _condition({"Condition": o["Condition"]}, conditions, values) is False
+    }
+    for name in [n for n, o in outputs.items() if references(o) & removed or n in off]:
         del outputs[name]
     return tpl, tuple(sorted(removed))
 
