@@ -205,9 +205,9 @@ def test_gateway_endpoints_always_interface_endpoints_by_parameter(
 ) -> None:
     d = stacks[name]
     vpc = d.outputs["EgressVpcId"]
-    eps = d.client("ec2").describe_vpc_endpoints(
-        Filters=[{"Name": "vpc-id", "Values": [vpc]}]
-    )["VpcEndpoints"]
+    eps = d.client("ec2").describe_vpc_endpoints(Filters=[{"Name": "vpc-id", "Values": [vpc]}])[
+        "VpcEndpoints"
+    ]
     by_service = {e["ServiceName"].rsplit(".", 1)[1]: e for e in eps}
     private_tables = {
         d.physical(f"PrivateRouteTable{x}") for x in "ABC"[: 3 if name == "own3" else 2]

@@ -174,7 +174,28 @@ def test_moto_deploy_leaves_out_only_what_moto_cannot_create(stack: Stack) -> No
             or types[lid] == "AWS::Lambda::Permission"
             or lid in ("SubmitterPolicy", "OperatorPolicy")  # name the HTTP API's routes
             or lid.startswith("Analytics")  # condition off
+            or types[lid].startswith("AWS::EC2::")  # EgressMode relay: no network
         ), lid
+
+
+def test_relay_mode_deploys_no_network(stack: Stack) -> None:
+    """EgressMode relay (the default): no VPC, NAT gateway or Elastic IP, the delivery
+    function outside any VPC and without the egress guard (direct: test_egress_stack.py)."""
+    summaries = stack.client("cloudformation").list_stack_resources(
+        StackName=stack.outputs.stack_name
+    )["StackResourceSummaries"]
+    assert not [s for s in summaries if s["ResourceType"].startswith("AWS::EC2::")]
+    assert "EgressVpc" in stack.outputs.skipped
+    assert stack.client("ec2").describe_nat_gateways()["NatGateways"] == []
+    assert stack.client("ec2").describe_addresses()["Addresses"] == []
+    conf = stack.client("lambda").get_function_configuration(
+        FunctionName=stack.outputs.functions["DeliveryFunction"]
+    )
+    assert not (conf.get("VpcConfig") or {}).get("SubnetIds")
+    assert "SendingIps" not in stack.outputs
+    env = stack.function_env("DeliveryFunction")
+    assert env["MQ_EGRESS_MODE"] == "relay"
+    assert DeliverySettings.from_env(env).egress_guard() is None
 
 
 def test_stack_resources_agree_with_create_resources(stack: Stack) -> None:

@@ -82,7 +82,10 @@ def roles(template: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
         role = props(template, fid)["Role"]["Fn::GetAtt"][0]
         statements: list[dict[str, Any]] = []
         for pol in props(template, role).get("Policies", []):
-            statements += pol["PolicyDocument"]["Statement"]
+            # a policy behind a condition (Fn::If, e.g. EgressMode direct): its branches
+            for doc in pol["Fn::If"][1:] if "Fn::If" in pol else [pol]:
+                if doc != {"Ref": "AWS::NoValue"}:
+                    statements += doc["PolicyDocument"]["Statement"]
         out[fid] = statements
     return out
 
