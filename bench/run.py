@@ -27,6 +27,7 @@ from mailqueue.delivery import DeliveryService, DeliverySettings
 from mailqueue.local.runtime import LocalContext, sqs_event
 from mailqueue.model import Envelope, Recipient
 
+from bench import egress_cost
 from functions.delivery import app as delivery_app
 from tests.support.aws import AwsEnv, make_env, reset_moto
 from tests.support.smtp_peers import smtp_sink
@@ -267,6 +268,7 @@ def main() -> None:
         "SQS event source ~0.2 requests per message, events written in batches of 100; "
         "data transfer and storage not included."
     )
+    lines += egress_cost.markdown_section(PRICES)
     write_section(lines)
     print("\n".join(lines))
 

@@ -102,7 +102,6 @@ class RoutingConfigError(ValueError):
     """A routing table or route is invalid; raised at construction, never at delivery."""
 
 
-
 #: Where the instance metadata service answers inside a VPC (IPv4 and the Nitro IPv6 one).
 METADATA_ADDRESSES = frozenset(
     {ipaddress.ip_address("169.254.169.254"), ipaddress.ip_address("fd00:ec2::254")}

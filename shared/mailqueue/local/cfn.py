@@ -204,7 +204,7 @@ def references(node: Any) -> set[str]:
 def _condition(node: Any, conditions: Mapping[str, Any], params: Mapping[str, Any]) -> Any:
     """Evaluate the simple condition forms the template uses; None when unsure."""
     if isinstance(node, dict) and len(node) == 1:
-        (key, arg), = node.items()
+        ((key, arg),) = node.items()
         if key == "Ref":
             return params.get(arg)
         if key == "Condition":
@@ -254,9 +254,9 @@ def for_moto(
     tpl: dict[str, Any] = json.loads(json.dumps(template))
     resources: dict[str, Any] = tpl["Resources"]
     conditions = tpl.get("Conditions") or {}
-    values = {
-        k: v.get("Default") for k, v in (tpl.get("Parameters") or {}).items()
-    } | dict(params or {})
+    values = {k: v.get("Default") for k, v in (tpl.get("Parameters") or {}).items()} | dict(
+        params or {}
+    )
     removed = {lid for lid, r in resources.items() if r.get("Type") in MOTO_SKIPPED}
     removed |= {
         lid
@@ -291,7 +291,8 @@ def for_moto(
     off = {
         n
         for n, o in outputs.items()
-        if "Condition" in o and _condition({"Condition": o["Condition"]}, conditions, values) is False
+        if "Condition" in o
+        and _condition({"Condition": o["Condition"]}, conditions, values) is False
     }
     for name in [n for n, o in outputs.items() if references(o) & removed or n in off]:
         del outputs[name]
