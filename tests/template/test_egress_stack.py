@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from mailqueue.delivery import DeliverySettings
+from mailqueue.doctor import DoctorSettings
 from mailqueue.local.cfn import StackOutputs, deploy_stack
 
 from tests.support.aws import REGION, reset_moto, session
@@ -149,6 +150,9 @@ def test_own_network_subnets_nat_gateways_and_sending_ips(
     nat_ips = {a["PublicIp"] for g in gws for a in g["NatGatewayAddresses"]}
     assert len(nat_ips) == nats
     assert set(d.outputs["SendingIps"].split(",")) == nat_ips
+    # and what mailqueue doctor checks (the admin function's MQ_SENDING_IPS)
+    admin_env = d.function("AdminFunction")["Environment"]["Variables"]
+    assert set(DoctorSettings.from_env(admin_env).input().sending_ips) == nat_ips
     eips = ec2.describe_addresses(PublicIps=sorted(nat_ips))["Addresses"]
     assert {e["Domain"] for e in eips} == {"vpc"}
 

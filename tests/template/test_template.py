@@ -21,6 +21,7 @@ from mailqueue.aws.resources import STATE_INDEX, TABLE_ATTRIBUTES, TABLE_KEYS
 from mailqueue.bounce import BounceSettings
 from mailqueue.config import StorageSettings
 from mailqueue.delivery import DeliverySettings
+from mailqueue.doctor import DoctorSettings
 from mailqueue.eventlog import EventWriterSettings
 from mailqueue.ingress.settings import IngressSettings
 from mailqueue.policy import RetryPolicy, backoff
@@ -34,7 +35,7 @@ SETTINGS: dict[str, tuple[type[Any], ...]] = {
     "DeliveryFunction": (StorageSettings, DeliverySettings),
     "BounceFunction": (StorageSettings, BounceSettings),
     "SweeperFunction": (StorageSettings, SweeperSettings),
-    "AdminFunction": (StorageSettings, AdminSettings),
+    "AdminFunction": (StorageSettings, AdminSettings, DoctorSettings),
     "EventsFunction": (StorageSettings, EventWriterSettings),
 }
 #: SQS event sources: queue → the function consuming it.
