@@ -1,7 +1,7 @@
 """`mailqueue doctor`: the DNS checks of :mod:`mailqueue.doctor`, from the CLI and the API.
 
 ``mailqueue doctor`` asks the admin API (``GET /v1/queue/doctor``), which checks the
-deployed configuration (MQ_HOSTNAME, MQ_SENDING_IPS, MQ_DKIM_DOMAINS, MQ_SECRETS_PREFIX)
+deployed configuration (MQ_HOSTNAME, MQ_SENDING_IPS, MQ_DKIM_DOMAINS, MQ_DKIM_KEY_PREFIX)
 with the keys the admin function may read. ``mailqueue doctor --here`` runs the same
 checks on this machine (its resolver, or ``--dns-server``; its AWS credentials for the
 keys), with flags overriding the MQ_* variables: useful before anything is deployed.
@@ -84,7 +84,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "--dkim-domains", help='--here: JSON {"domain": ["selector", ...]} ($MQ_DKIM_DOMAINS)'
     )
     p.add_argument("--sender-domains", help="--here: comma list of domains without DKIM")
-    p.add_argument("--secrets-prefix", help="--here: default $MQ_SECRETS_PREFIX or mailqueue/")
+    p.add_argument("--dkim-key-prefix", help="--here: default $MQ_DKIM_KEY_PREFIX or mailqueue/")
     p.add_argument("--dns-server", help="--here: ask only this resolver (host:port)")
 
 
@@ -116,7 +116,7 @@ def run_here(
         "sending_ips": ",".join(ns.ip) if ns.ip else None,
         "dkim_domains": ns.dkim_domains,
         "sender_domains": ns.sender_domains,
-        "secrets_prefix": ns.secrets_prefix,
+        "dkim_key_prefix": ns.dkim_key_prefix,
         "dns_nameservers": ns.dns_server,
     }
     if keys is None:

@@ -70,7 +70,7 @@ class DoctorInput:
     sending_ips: tuple[str, ...]
     dkim: Mapping[str, Sequence[str]]  # domain -> selectors
     sender_domains: tuple[str, ...] = ()  # more domains (without DKIM keys)
-    secrets_prefix: str = "mailqueue/"
+    dkim_key_prefix: str = "mailqueue/"
     key_store: str = "secretsmanager"  # or ssm
 
     @property
@@ -78,7 +78,7 @@ class DoctorInput:
         return sorted({d.lower().rstrip(".") for d in [*self.dkim, *self.sender_domains]})
 
     def key_ref(self, domain: str, selector: str) -> str:
-        name = f"{self.secrets_prefix}dkim/{domain}/{selector}"
+        name = f"{self.dkim_key_prefix}dkim/{domain}/{selector}"
         return f"secretsmanager:{name}" if self.key_store == "secretsmanager" else f"ssm:/{name}"
 
 
@@ -90,7 +90,7 @@ class DoctorSettings:
     sending_ips: str = ""  # JSON list or comma list (the egress stack's Elastic IPs)
     dkim_domains: str = "{}"  # {"example.com": ["sel1", "sel2"]}
     sender_domains: str = ""  # comma list of further sender domains
-    secrets_prefix: str = "mailqueue/"
+    dkim_key_prefix: str = "mailqueue/"
     dkim_key_store: str = "secretsmanager"
     dns_nameservers: str = ""  # "127.0.0.1:5353" for tests; empty: the system resolver
     dns_timeout_seconds: float = 5.0
@@ -130,7 +130,7 @@ class DoctorSettings:
             sending_ips=tuple(str(ipaddress.ip_address(i)) for i in ips),
             dkim={k.lower().rstrip("."): tuple(v) for k, v in dkim.items()},
             sender_domains=tuple(d.strip() for d in self.sender_domains.split(",") if d.strip()),
-            secrets_prefix=self.secrets_prefix,
+            dkim_key_prefix=self.dkim_key_prefix,
             key_store=self.dkim_key_store,
         )
 

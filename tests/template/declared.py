@@ -73,6 +73,11 @@ DECLARED: dict[str, dict[tuple[str, str], str]] = {
             "them inline because moto cannot run Lambda code"
         ),
         ("MissingKeysAre404", "s3:ListBucket"): NOT_FOUND,
+        ("DkimKeys", "secretsmanager:GetSecretValue"): (
+            "GET /v1/queue/doctor reads each configured DKIM key to derive its public record; "
+            "the e2e stack configures no DKIM domains"
+        ),
+        ("DkimKeysSsm", "ssm:GetParameter"): "the same, with DKIM keys in SSM (MQ_DKIM_KEY_STORE)",
     },
     "EventsFunction": {
         ("ReadStream", "dynamodb:DescribeStream"): "the stream event source mapping",

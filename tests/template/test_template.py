@@ -332,7 +332,16 @@ def test_relay_credentials_are_read_from_secrets_only_by_delivery(template: dict
     for fid, statements in roles(template).items():
         actions = {a for st in statements for a in as_list(st["Action"])}
         secret = {"secretsmanager:GetSecretValue", "ssm:GetParameter"} & actions
-        assert bool(secret) == (fid == "DeliveryFunction"), fid
+        assert bool(secret) == (fid in ("DeliveryFunction", "AdminFunction")), fid
+    # the admin function (doctor) reads the DKIM keys only, not the relay credentials
+    admin = [
+        st
+        for st in roles(template)["AdminFunction"]
+        if {"secretsmanager:GetSecretValue", "ssm:GetParameter"} & set(as_list(st["Action"]))
+    ]
+    assert {st["Sid"] for st in admin} == {"DkimKeys", "DkimKeysSsm"}
+    for st in admin:
+        assert st["Resource"]["Fn::Sub"].endswith("${SecretsPrefix}dkim/*"), st
     delivery = {st["Sid"]: st for st in roles(template)["DeliveryFunction"]}
     assert "secret:${SecretsPrefix}*" in delivery["RelayCredentials"]["Resource"]["Fn::Sub"]
     assert "parameter/${SecretsPrefix}*" in delivery["RelayCredentialsSsm"]["Resource"]["Fn::Sub"]
