@@ -25,7 +25,7 @@ from .aws.backend import AwsStorage
 from .config import ConfigError, StorageSettings, settings_from_env
 from .errors import LeaseLost, MailqueueError, NotFound
 from .model import Claim, MailRef, Result, utcnow
-from .mtasts import MtaSts, explain
+from .mtasts import Mode, MtaSts, explain
 from .policy import RetryPolicy, backoff, delay_warning_due, expired
 from .routing import (
     CredentialsProvider,
@@ -180,6 +180,7 @@ class DeliveryService:
                 ca_file=settings.mta_sts_ca_file or None,
                 https_port=settings.mta_sts_port,
                 clock=clock,
+                refuse=self.guard.refusal if self.guard is not None else None,
             )
 
     @classmethod
@@ -314,6 +315,12 @@ class Invocation:
         cached = self._hops.get(domain)
         if cached is not None:
             return cached
+        sts = self.svc.mta_sts
+        route = self.svc.routes.lookup(domain) if self.svc.routes is not None else None
+        # the recipient domain's MTA-STS policy, unless a relay or an address literal
+        use_sts = sts is not None and not (route and route.host) and not domain.startswith("[")
+        entry = sts.discover(domain) if sts is not None and use_sts else None
+        enforced = entry is not None and entry.policy.mode is Mode.ENFORCE
         try:
             value: list[Hop] | Result = resolve_next_hops(
                 domain,
@@ -322,11 +329,12 @@ class Invocation:
                 rng=self.svc.rng,
                 port=self.svc.settings.mx_port,
                 guard=self.svc.guard,
+                mx_filter=entry.policy.matches if entry is not None and enforced else None,
             )
         except NextHopError as e:
             value = e.result
-        if self.svc.mta_sts is not None and not isinstance(value, Result):
-            value = self.svc.mta_sts.apply(domain, value)
+        if sts is not None and use_sts and not isinstance(value, Result):
+            value = sts.apply_entry(entry, value)
         self._hops[domain] = value
         return value
 

@@ -233,8 +233,11 @@ def fetch_policy(
     ca_file: str | None = None,
     port: int = 443,
     timeout: float = 10.0,
+    refuse: Callable[[str], str | None] | None = None,
 ) -> str:
-    """GET the policy text; PolicyError for anything but a verified 200 text/plain reply."""
+    """GET the policy text; PolicyError for anything but a verified 200 text/plain reply.
+    `refuse` is the egress guard of direct mode: a policy host at an address it refuses
+    (private, metadata...) is not contacted, as an MX there would not be."""
     host = f"mta-sts.{domain}"
     addresses: list[str] = []
     for rdtype in ("A", "AAAA"):
@@ -245,6 +248,11 @@ def fetch_policy(
         addresses.extend(r.address for r in (answer.rrset or ()))
     if not addresses:
         raise PolicyError(f"{host} has no address")
+    if refuse is not None:
+        refused = [a for a in addresses if refuse(a) is not None]
+        addresses = [a for a in addresses if a not in refused]
+        if not addresses:
+            raise PolicyError(f"{host}: every address refused by the egress guard ({refused})")
     ctx = ssl.create_default_context(cafile=ca_file)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
     last: Exception | None = None
@@ -289,7 +297,9 @@ class MtaSts:
         https_port: int = 443,
         timeout: float = 10.0,
         clock: Callable[[], datetime] = utcnow,
+        refuse: Callable[[str], str | None] | None = None,
     ) -> None:
+        self.refuse = refuse
         self.resolver = resolver
         self.cache = cache
         self.ca_file = ca_file or None
@@ -340,6 +350,7 @@ class MtaSts:
                 ca_file=self.ca_file,
                 port=self.https_port,
                 timeout=self.timeout,
+                refuse=self.refuse,
             )
             entry = CachedPolicy(domain, policy_id, parse_policy(text), now.replace(microsecond=0))
         except (PolicyError, UnicodeError) as exc:
@@ -362,7 +373,13 @@ class MtaSts:
         """The hops to try under ``domain``'s policy, or the 4.7.5 to record for all."""
         if not hops or any(h.relay for h in hops) or domain.strip().startswith("["):
             return hops  # a configured relay or an address literal: not the domain's MX
-        entry = self.discover(domain)
+        return self.apply_entry(self.discover(domain), hops)
+
+    def apply_entry(self, entry: CachedPolicy | None, hops: list[Hop]) -> list[Hop] | Result:
+        """`apply` with the policy already discovered (the caller filtered MX hosts by it
+        before resolving their addresses)."""
+        if not hops or any(h.relay for h in hops):
+            return hops
         if entry is None or entry.policy.mode is Mode.NONE:
             return hops
         policy = entry.policy

@@ -497,6 +497,7 @@ def resolve_next_hops(
     port: int = 25,
     lifetime: float | None = None,
     guard: EgressGuard | None = None,
+    mx_filter: Callable[[str], bool] | None = None,
 ) -> list[Hop]:
     """The ordered addresses to try for ``domain``; NextHopError when there are none.
 
@@ -505,7 +506,10 @@ def resolve_next_hops(
     ``families``), at most ``max_addresses`` in all. No MX: the domain's own A/AAAA
     (implicit MX). ``port`` is the SMTP port for MX delivery (25; tests use others).
     ``guard`` (direct egress) drops the MX and literal addresses it refuses; routing-table
-    next hops are the operator's and are not filtered.
+    next hops are the operator's and are not filtered. ``mx_filter`` (an enforced MTA-STS
+    policy) keeps only the MX hosts it accepts *before* addresses are counted, so hosts
+    outside the policy cannot use up ``max_addresses``; when it accepts none, all are
+    kept and the policy's own check refuses them with its diagnostic.
     """
     rng = rng or random.Random()
     route = table.lookup(domain) if table is not None else None
@@ -551,6 +555,8 @@ def resolve_next_hops(
         ) from None
     mx_opts: dict[str, Any] = dict(port=port, tls=tls, ca_file=ca_file)
     hosts, implicit = resolve.mx_hosts(name, rng)
+    if mx_filter is not None:
+        hosts = [(pref, h) for pref, h in hosts if mx_filter(h)] or hosts
     return resolve.addresses(hosts, implicit, max_addresses, mx_opts)
 
 

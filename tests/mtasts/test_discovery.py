@@ -9,9 +9,9 @@ from datetime import datetime, timedelta
 
 import pytest
 from mailqueue.aws.mtasts_cache import DynamoPolicyCache
-from mailqueue.model import utcnow
+from mailqueue.model import Result, utcnow
 from mailqueue.mtasts import CachedPolicy, Mode, MtaSts, Policy
-from mailqueue.routing import Hop, TlsPolicy
+from mailqueue.routing import EgressGuard, Hop, TlsPolicy, resolve_next_hops
 
 from tests.mtasts.peers import Ca, PolicyServer, Reply, policy_server, policy_text
 from tests.support.aws import AwsEnv
@@ -169,3 +169,44 @@ def test_mode_none_withdraws_the_policy(world: World) -> None:
     assert world.sts.apply("example.test", hops) == hops
     cached = world.cache.get("example.test")
     assert cached is not None and cached.policy.mode is Mode.NONE
+
+
+def test_the_egress_guard_keeps_the_fetch_off_private_addresses(world: World, ca: Ca) -> None:
+    """Direct mode: a policy host at a loopback/private/metadata address is not contacted
+    (SSRF inside the VPC), unless the operator's allow-list names it."""
+    guard = EgressGuard()
+    sts = MtaSts(
+        world.dns.resolver(), world.cache, ca_file=str(ca.ca_file),
+        https_port=world.https.port, clock=world.clock, refuse=guard.refusal,
+    )  # fmt: skip
+    assert sts.discover("example.test") is None
+    assert world.https.hits == {}
+    allowed = EgressGuard.from_setting("127.0.0.1")
+    sts = MtaSts(
+        world.dns.resolver(), world.cache, ca_file=str(ca.ca_file),
+        https_port=world.https.port, clock=world.clock, refuse=allowed.refusal,
+    )  # fmt: skip
+    assert sts.discover("example.test") is not None
+    assert world.https.hits == {HOST: 1}
+
+
+def test_hosts_outside_the_policy_do_not_use_up_the_address_limit(world: World) -> None:
+    """Six MX hosts the enforced policy does not name, preferred over the one it names:
+    filtered before addresses are counted, the named host is still tried."""
+    bad = [f"bad{i}.other.test" for i in range(6)]
+    for i, host in enumerate(bad):
+        world.dns.set(host, "A", [f"192.0.2.{i + 1}"])
+    world.dns.set("mx.example.test", "A", ["127.0.0.1"])
+    world.dns.set("example.test", "MX", [f"10 {h}." for h in bad] + ["20 mx.example.test."])
+    entry = world.sts.discover("example.test")
+    assert entry is not None and entry.policy.mode is Mode.ENFORCE
+    resolver = world.dns.resolver()
+    hops = resolve_next_hops("example.test", None, resolver, mx_filter=entry.policy.matches)
+    assert [h.host for h in hops] == ["mx.example.test"]
+    applied = world.sts.apply_entry(entry, hops)
+    assert isinstance(applied, list) and applied[0].tls is TlsPolicy.REQUIRED_VERIFY
+    # unfiltered, the five-address limit is spent on hosts the policy refuses: 4.7.5
+    unfiltered = resolve_next_hops("example.test", None, resolver)
+    assert "mx.example.test" not in {h.host for h in unfiltered}
+    refused = world.sts.apply_entry(entry, unfiltered)
+    assert isinstance(refused, Result) and refused.status == "4.7.5"
