@@ -9,6 +9,7 @@ keeps it with the visibility we set; everything else completes and the message i
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import random
@@ -23,6 +24,16 @@ from botocore.exceptions import BotoCoreError
 
 from .aws.backend import AwsStorage
 from .config import ConfigError, StorageSettings, settings_from_env
+from .dkim import (
+    DkimConfig,
+    DkimError,
+    DkimSigner,
+    KeySource,
+    KeyUnavailable,
+    Unsignable,
+    wire_form,
+)
+from .dkim import header_from_domain as dkim_from_domain
 from .errors import LeaseLost, MailqueueError, NotFound
 from .model import Claim, MailRef, Result, utcnow
 from .mtasts import Mode, MtaSts, explain
@@ -76,6 +87,12 @@ class DeliverySettings:
     # turns on the egress guard, which refuses non-public MX/literal addresses but these
     egress_mode: str = "relay"
     egress_allow: str = ""  # "127.0.0.1,10.1.0.0/16": addresses/networks the guard lets by
+    # DKIM (see dkim.py): {"domain": ["selector", ...]}; keys under <secrets_prefix>dkim/
+    dkim_domains: str = "{}"
+    dkim_unsigned_policy: str = "send"  # enforced at ingress; delivery signs or sends
+    dkim_host_domain: str = ""  # signs DSNs and delay warnings; empty: the hostname
+    dkim_key_store: str = "secretsmanager"  # or "ssm" (SecureString)
+    secrets_prefix: str = "mailqueue/"
 
     def __post_init__(self) -> None:
         if not self.hostname or " " in self.hostname:
@@ -90,6 +107,7 @@ class DeliverySettings:
             check_receiving_routes(self.routing_table(), self.receiving_domains)
             self.retry_policy()
             self.egress_guard()
+            self.dkim_config()
         except (ValueError, MailqueueError) as e:
             raise ConfigError(str(e)) from e
 
@@ -99,6 +117,13 @@ class DeliverySettings:
     def egress_guard(self) -> EgressGuard | None:
         """The SSRF guard in direct mode; relay mode leaves the VPC-less Lambda unfiltered."""
         return EgressGuard.from_setting(self.egress_allow) if self.egress_mode == "direct" else None
+
+    def dkim_config(self) -> DkimConfig:
+        if self.dkim_key_store not in ("secretsmanager", "ssm"):
+            raise DkimError("dkim_key_store must be 'secretsmanager' or 'ssm'")
+        return DkimConfig.parse(
+            self.dkim_domains, self.dkim_unsigned_policy, self.dkim_host_domain or self.hostname
+        )
 
     def retry_policy(self) -> RetryPolicy:
         return RetryPolicy(
@@ -156,11 +181,22 @@ class DeliveryService:
         *,
         resolver: dns.resolver.Resolver | None = None,
         credentials: CredentialsProvider | None = None,
+        dkim_keys: KeySource | None = None,
         clock: Callable[[], datetime] = utcnow,
         rng: random.Random | None = None,
         timeouts: Timeouts | None = None,
     ) -> None:
         self.settings = settings
+        dkim = settings.dkim_config()
+        if dkim.enabled and dkim_keys is None:
+            raise ConfigError("dkim_domains is set but no DKIM key source was given")
+        self.signer = (
+            DkimSigner(
+                dkim, dkim_keys, prefix=settings.secrets_prefix, store=settings.dkim_key_store
+            )
+            if dkim.enabled and dkim_keys is not None
+            else None
+        )
         self.storage = storage
         self.routes = settings.routing_table()
         self.policy = settings.retry_policy()
@@ -184,7 +220,9 @@ class DeliveryService:
             )
 
     @classmethod
-    def from_env(cls, credentials: CredentialsProvider | None = None) -> DeliveryService:
+    def from_env(
+        cls, credentials: CredentialsProvider | None = None, dkim_keys: KeySource | None = None
+    ) -> DeliveryService:
         from .aws.clients import make_clients
 
         storage_settings = settings_from_env(StorageSettings)
@@ -195,6 +233,7 @@ class DeliveryService:
             DeliverySettings.from_env(),
             AwsStorage(storage_settings, clients),
             credentials=credentials,
+            dkim_keys=dkim_keys,
         )
 
     @contextmanager
@@ -276,13 +315,17 @@ class Invocation:
         loop = self._loop_check(mail.content)
         if isinstance(loop, Result):
             return self._record(claim, {r.rid: loop for r in group.pending()}, None)
+        signed = self._sign(loop, group.sender)
+        if isinstance(signed, Result):
+            return self._record(claim, {r.rid: signed for r in group.pending()}, None)
+        body, size = signed if signed is not None else (loop, mail.size)
         try:
             outcome = self.client.deliver(
                 hops,
                 group.sender,
                 group.pending(),
-                loop,
-                mail.size,
+                body,
+                size,
                 ret=group.ret,
                 envid=group.envid,
                 smtputf8=group.smtputf8,
@@ -310,6 +353,34 @@ class Invocation:
         stream.close()
         log.warning("routing loop", extra={"hops": hops, "limit": limit})
         return Result(0, "5.4.6", f"routing loop detected: {hops} Received: fields (limit {limit})")
+
+    def _sign(self, content: HeaderPeek, sender: str) -> tuple[io.BytesIO, int] | Result | None:
+        """DKIM-sign this attempt's bytes (dkim.py says why here): the signed wire form
+        and its size, None when the mail is not signed, or a temporary failure when a
+        configured key cannot be had (the mail waits for the operator, never goes out
+        unsigned by accident)."""
+        signer = self.svc.signer
+        if signer is None:
+            return None
+        from_domain = dkim_from_domain(content.head)
+        if signer.config.signing_domain(from_domain, not sender) is None:
+            return None
+        try:
+            data = content.read()
+        except (OSError, ValueError, BotoCoreError) as exc:
+            return Result(0, "4.3.0", f"cannot read message content: {type(exc).__name__}")
+        finally:
+            content.close()
+        try:
+            signed, sigs = signer.sign(data, from_domain=from_domain, null_sender=not sender)
+        except KeyUnavailable as e:
+            log.error("dkim key unavailable", extra={"reason": str(e)})
+            return Result(0, "4.7.0", f"DKIM signing key unavailable: {e}")
+        except Unsignable as e:
+            log.warning("dkim: mail cannot be signed, sent unsigned", extra={"reason": str(e)})
+            signed, sigs = wire_form(data), []
+        log.debug("dkim signed", extra={"signatures": [f"{s.domain}/{s.selector}" for s in sigs]})
+        return io.BytesIO(signed), len(signed)
 
     def _route(self, domain: str) -> list[Hop] | Result:
         cached = self._hops.get(domain)

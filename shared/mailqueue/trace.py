@@ -199,6 +199,7 @@ class HeaderPeek:
     """A stream whose first octets were already read: they are served again first."""
 
     def __init__(self, head: bytes, rest: BinaryIO) -> None:
+        self.head = head  # the header section as read (callers look at fields in it)
         self._head = head
         self._pos = 0
         self._rest = rest
