@@ -833,6 +833,11 @@ def main(
     out = stdout or sys.stdout
     err = stderr or sys.stderr
     environ = os.environ if env is None else env
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["dkim"]:  # key management has its own parser (cli_dkim.py)
+        from .cli_dkim import main as dkim_main
+
+        return dkim_main(args[1:], env=environ, stdout=out, stderr=err)
     parser = build_parser()
     try:
         ns = parser.parse_args(argv)
