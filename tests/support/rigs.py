@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from mailqueue.delivery import DeliveryService, DeliverySettings
+from mailqueue.dkim import KeySource
 from mailqueue.local.runtime import PollResult, SqsPoller
 from mailqueue.model import GroupState, MailRef
 from mailqueue.smtp import Timeouts
@@ -73,6 +74,7 @@ def rig(aws: AwsEnv) -> RigFactory:
         resolver: Any = None,
         mx_port: int = 25,
         timeouts: Timeouts | None = None,
+        dkim_keys: KeySource | None = None,
         **settings: Any,
     ) -> DeliveryRig:
         ds = DeliverySettings(
@@ -85,6 +87,7 @@ def rig(aws: AwsEnv) -> RigFactory:
             ds,
             aws.storage(),
             resolver=resolver or ds.resolver(),
+            dkim_keys=dkim_keys,
             timeouts=timeouts
             or Timeouts(
                 connect=2,
