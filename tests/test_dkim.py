@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import json
 import re
 
 import dkim as dkimpy
@@ -101,8 +100,10 @@ def test_a_broken_key_is_unavailable_not_a_crash() -> None:
         )
 
 
-@pytest.mark.parametrize(("flag", "algorithm", "k"), [("rsa", "rsa-sha256", "rsa"),
-                                                       ("ed25519", "ed25519-sha256", "ed25519")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("flag", "algorithm", "k"),
+    [("rsa", "rsa-sha256", "rsa"), ("ed25519", "ed25519-sha256", "ed25519")],
+)
 @pytest.mark.parametrize("store", ["secretsmanager", "ssm"])
 def test_keygen_stores_the_key_and_prints_a_record_that_verifies(
     aws: AwsEnv, flag: str, algorithm: str, k: str, store: str
@@ -143,7 +144,6 @@ def test_keygen_stores_the_key_and_prints_a_record_that_verifies(
     # a second keygen for the same selector is refused (rotation = a new selector)
     again = cli_dkim.main(argv[1:], env={}, stdout=io.StringIO(), stderr=err, session=session())
     assert again == 1 and "exists" in err.getvalue()
-    assert json.loads(json.dumps(alg)) == algorithm
 
 
 def test_keygen_is_reached_through_the_mailqueue_command() -> None:
