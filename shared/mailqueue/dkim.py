@@ -239,6 +239,15 @@ def header_from_domain(head: bytes) -> str | None:
         return None
 
 
+_HEADER_END = re.compile(rb"\r?\n\r?\n")
+
+
+def header_section(content: bytes, limit: int = 256 * 1024) -> bytes:
+    """The header section of a mail (up to the first empty line, at most ``limit``)."""
+    m = _HEADER_END.search(content, 0, limit)
+    return content[: m.end()] if m else content[:limit]
+
+
 def wire_form(content: bytes) -> bytes:
     """The content as the SMTP client sends it, before dot-stuffing: every CR, LF or
     CRLF becomes CRLF (smtp.DotStuffer's rule) and a last line is ended."""

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
+from ..dkim import header_from_domain, header_section
 from ..errors import Conflict, InvalidInput, NotFound
 from ..events import EventEmitter, MailInfo, QueueEvent
 from ..model import (
@@ -134,6 +135,7 @@ class IngressService:
     ) -> None:
         self.s = settings
         self.senders = settings.senders()
+        self.dkim = settings.dkim()
         self.storage = storage
         self.uploads = uploads
         self.inbound = inbound
@@ -218,6 +220,7 @@ class IngressService:
                 assert sub.content is not None
                 content = sub.content
             size = len(content)
+            guard_parse(lambda: self._check_dkim(sub.envelope, content))
             # every rule enqueue applies, before its first write (the S3 put)
             guard_parse(lambda: self.storage.validate(sub.envelope, content))
             queued = self._enqueue_traced(
@@ -367,6 +370,17 @@ class IngressService:
                     "this caller may not send as this sender domain (sender policy)",
                     "sender",
                 )
+
+    def _check_dkim(self, env: Envelope, content: bytes) -> None:
+        """DkimUnsignedPolicy=refuse: a mail that delivery would not sign is refused now,
+        while the client can still be told (delivery never refuses for this)."""
+        if not self.dkim.refuses(header_from_domain(header_section(content)), env.null_sender):
+            return
+        raise InvalidInput(
+            "dkim_unsigned_domain",
+            "the From domain has no DKIM key here and unsigned mail is refused",
+            "content",
+        )
 
     def _read_upload(
         self, principal: str, upload_id: str, key: str, sub: Submission

@@ -9,6 +9,7 @@ from typing import Any
 
 from ..authz import SenderPolicy
 from ..config import ConfigError, StorageSettings, settings_from_env
+from ..dkim import DkimConfig, DkimError
 from ..routing import RoutingConfigError, RoutingTable, check_receiving_routes
 from ..trace import TRACE_RESERVE
 
@@ -59,6 +60,11 @@ class IngressSettings:
     # submission API does not expect account ids, role names and VPC addresses to reach
     # every recipient
     trace_private: bool = True
+    # DKIM (mailqueue.dkim): which From domains are signed at delivery; with the policy
+    # "refuse", a submission nothing would sign is refused here (422 dkim_unsigned_domain)
+    dkim_domains: str = "{}"
+    dkim_unsigned_policy: str = "send"
+    dkim_host_domain: str = ""  # signs null-sender mail; empty: the hostname
 
     def __post_init__(self) -> None:
         for name in (
@@ -97,6 +103,10 @@ class IngressSettings:
             raise ConfigError("max_delay_seconds must not be negative")
         if not _DOMAIN_RE.match(self.hostname.lower()):
             raise ConfigError("hostname must be a fully qualified host name")
+        try:
+            self.dkim()
+        except DkimError as e:
+            raise ConfigError(str(e)) from e
         table = self.routing_table()  # fail fast on a bad routing table
         if self.receiving_domains:
             # mail for a receiving domain delivered by its MX (SES) comes back: a loop
@@ -109,6 +119,11 @@ class IngressSettings:
         """Who may send as which domain: the policy plus allowed_sender_domains."""
         return SenderPolicy.parse(self.sender_policy) + SenderPolicy.for_domains(
             self.allowed_sender_domains
+        )
+
+    def dkim(self) -> DkimConfig:
+        return DkimConfig.parse(
+            self.dkim_domains, self.dkim_unsigned_policy, self.dkim_host_domain or self.hostname
         )
 
     def routing_table(self) -> RoutingTable | None:
