@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("secretsmanager", "ssm"),
         help="where the key goes (default: $MQ_DKIM_KEY_STORE or secretsmanager)",
     )
-    p.add_argument("--prefix", help="SecretsPrefix (default: $MQ_SECRETS_PREFIX or mailqueue/)")
+    p.add_argument("--prefix", help="SecretsPrefix (default: $MQ_DKIM_KEY_PREFIX or mailqueue/)")
     p.add_argument("--region", help="AWS region")
     p.add_argument("--profile", help="AWS profile")
     p.add_argument("--endpoint-url", help="AWS endpoint (moto, local stack)")
@@ -90,7 +90,7 @@ def main(
         err.write(f"mailqueue dkim: {ns.selector!r} is not a selector (one DNS label)\n")
         return 1
     store = ns.store or environ.get("MQ_DKIM_KEY_STORE") or "secretsmanager"
-    prefix = ns.prefix or environ.get("MQ_SECRETS_PREFIX") or "mailqueue/"
+    prefix = ns.prefix or environ.get("MQ_DKIM_KEY_PREFIX") or "mailqueue/"
     algorithm = _ALGORITHMS[ns.algorithm]
     private = generate_key(algorithm)
     txt = public_txt(algorithm, private)

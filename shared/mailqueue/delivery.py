@@ -87,12 +87,12 @@ class DeliverySettings:
     # turns on the egress guard, which refuses non-public MX/literal addresses but these
     egress_mode: str = "relay"
     egress_allow: str = ""  # "127.0.0.1,10.1.0.0/16": addresses/networks the guard lets by
-    # DKIM (see dkim.py): {"domain": ["selector", ...]}; keys under <secrets_prefix>dkim/
+    # DKIM (see dkim.py): {"domain": ["selector", ...]}; keys under <dkim_key_prefix>dkim/
     dkim_domains: str = "{}"
     dkim_unsigned_policy: str = "send"  # enforced at ingress; delivery signs or sends
     dkim_host_domain: str = ""  # signs DSNs and delay warnings; empty: the hostname
     dkim_key_store: str = "secretsmanager"  # or "ssm" (SecureString)
-    secrets_prefix: str = "mailqueue/"
+    dkim_key_prefix: str = "mailqueue/"  # the template's SecretsPrefix
 
     def __post_init__(self) -> None:
         if not self.hostname or " " in self.hostname:
@@ -192,7 +192,7 @@ class DeliveryService:
             raise ConfigError("dkim_domains is set but no DKIM key source was given")
         self.signer = (
             DkimSigner(
-                dkim, dkim_keys, prefix=settings.secrets_prefix, store=settings.dkim_key_store
+                dkim, dkim_keys, prefix=settings.dkim_key_prefix, store=settings.dkim_key_store
             )
             if dkim.enabled and dkim_keys is not None
             else None

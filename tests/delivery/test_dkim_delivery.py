@@ -48,7 +48,7 @@ def dkim_rig(
     return rig(
         routes=relay_to(peer.port),
         dkim_domains=json.dumps(DOMAINS if domains is None else domains),
-        secrets_prefix=PREFIX,
+        dkim_key_prefix=PREFIX,
         dkim_key_store=ring.store,
         dkim_keys=keys,
         **kw,
