@@ -15,7 +15,6 @@ from aws_lambda_powertools.utilities.batch import (
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from mailqueue.delivery import DeliveryService
-from mailqueue.dkim import powertools_key_source
 from mailqueue.secrets import powertools_credentials
 from mailqueue.smtp import lambda_deadline
 
@@ -27,9 +26,7 @@ metrics = Metrics(namespace="mailqueue", service="delivery")
 @functools.cache
 def default_service() -> DeliveryService:
     """Built once per container, on first use (never at import)."""
-    return DeliveryService.from_env(
-        credentials=powertools_credentials, dkim_keys=powertools_key_source()
-    )
+    return DeliveryService.from_env(credentials=powertools_credentials)
 
 
 def handle(event: dict[str, Any], context: LambdaContext, service: DeliveryService) -> Any:

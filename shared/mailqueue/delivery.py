@@ -31,6 +31,7 @@ from .dkim import (
     KeySource,
     KeyUnavailable,
     Unsignable,
+    powertools_key_source,
     wire_form,
 )
 from .dkim import header_from_domain as dkim_from_domain
@@ -229,6 +230,10 @@ class DeliveryService:
         clients = make_clients(
             region=storage_settings.region, endpoint_url=storage_settings.endpoint_url
         )
+        if dkim_keys is None:
+            # DKIM keys through Powertools (cached per container); with an endpoint (the
+            # local stack) its clients go there too
+            dkim_keys = powertools_key_source(**key_clients(storage_settings))
         return cls(
             DeliverySettings.from_env(),
             AwsStorage(storage_settings, clients),
@@ -463,6 +468,20 @@ class Invocation:
             self.stats.lost_claims += 1
             return "lease_lost"
         return "bounced" if perm and not ok else ("partial" if perm else "delivered")
+
+
+def key_clients(storage: StorageSettings) -> dict[str, Any]:
+    """Secrets Manager and SSM clients for an explicit endpoint; none (Powertools' own) in AWS."""
+    if not storage.endpoint_url:
+        return {}
+    import boto3
+
+    return {
+        f"{name}_client": boto3.client(
+            service, region_name=storage.region, endpoint_url=storage.endpoint_url
+        )
+        for name, service in (("secrets", "secretsmanager"), ("ssm", "ssm"))
+    }
 
 
 def parse_trigger(body: str) -> MailRef:

@@ -15,12 +15,15 @@ receiver). So:
 * a retry signs again: each attempt's signature is fresh and verifies on its own.
 
 The price is one read of the whole content into memory per signed attempt (the body
-hash must be known before the first header is sent); the delivery function's memory
-covers the 40 MiB maximum. A domain is signed when ``DkimDomains`` lists it; which
-mails without a listed domain are refused (``DkimUnsignedPolicy=refuse``) is decided at
-acceptance (ingress, a 422 ``dkim_unsigned_domain``), where the client can still be
-told; the delivery side never refuses, it signs or sends unsigned (received mail that
-ingress forwards, and mail accepted before the configuration changed).
+hash must be known before the first header is sent), and dkimpy's relaxed body
+canonicalisation, which peaks at ~40x the body; above RELAXED_BODY_MAX the body is
+canonicalised "simple" (c=relaxed/simple), so the 40 MiB maximum fits the function.
+
+A domain is signed when ``DkimDomains`` lists it. Which mails without a listed domain
+are refused (``DkimUnsignedPolicy=refuse``) is decided at acceptance (ingress, a 422
+``dkim_unsigned_domain``), where the client can still be told; the delivery side never
+refuses, it signs or sends unsigned (received mail that ingress forwards, and mail
+accepted before the configuration changed).
 
 Key storage (shared with ``mailqueue doctor``): one Secrets Manager secret or SSM
 SecureString parameter per key, named ``<SecretsPrefix>dkim/<domain>/<selector>`` (SSM:
