@@ -29,6 +29,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from tests.support.dkim_keys import dnsfunc_for, signatures, verify_all
+from tests.support.dns_peer import dns_server
+
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = REPO / ".venv" / "bin" / "python"
 
@@ -127,6 +130,25 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
             proc.wait(timeout=10)
 
 
+def _verified_and_stripped(raw: bytes, txt: dict[str, str], domain: str) -> bytes:
+    """Every DKIM-Signature verifies (dkimpy, keys asked of the loopback DNS server) and
+    names `domain`; returns the mail as it was before signing."""
+    sigs = signatures(raw)
+    assert sorted(s[b"s"] for s in sigs) == [b"local-e", b"local-r"], raw[:300]
+    assert {s[b"d"] for s in sigs} == {domain.encode()}
+    zone = {name: {"TXT": [" ".join(json.dumps(value[i : i + 255])
+                                    for i in range(0, len(value), 255))]}
+            for name, value in txt.items()}  # fmt: skip
+    with dns_server(zone) as dns:
+        assert verify_all(raw, dnsfunc_for(dns)) == [True, True]
+    while raw.startswith(b"DKIM-Signature:"):
+        end = raw.index(b"\r\n", 0)
+        while raw[end + 2 : end + 3] in (b" ", b"\t"):
+            end = raw.index(b"\r\n", end + 2)
+        raw = raw[end + 2 :]
+    return raw
+
+
 def _refused(url: str) -> bool:
     parts = urlsplit(url)
     with socket.socket() as s:
@@ -196,14 +218,18 @@ def test_the_local_stack_delivers_mail_and_a_dsn_and_stops_cleanly(stack: Stack)
         ("a@example.org",),  # the DSN
         ("b@example.net",),  # the banner's example
     }, stack.stderr.read_text()
+    txt = r["dkim_txt"]
     meta, raw = by_rcpts[("b@example.net", "c@example.net")]
+    raw = _verified_and_stripped(raw, txt, "example.org")  # signed at delivery
     # the ingress prepends its Received: field (RFC 5321 §4.4); the client's bytes follow
     assert meta["mail_from"] == "a@example.org" and raw.startswith(b"Received: ")
     assert raw.endswith(content) and raw[: -len(content)].count(b"Received:") == 1
     dsn_meta, dsn = by_rcpts[("a@example.org",)]
+    dsn = _verified_and_stripped(dsn, txt, "mailqueue.localhost")  # the host's key
     assert dsn_meta["mail_from"] == ""  # the null sender
     assert b"multipart/report" in dsn and b"nobody@nosuch.demo" in dsn and b"5.1.1" in dsn
-    sent = by_rcpts[("b@example.net",)][1]
+    sent = _verified_and_stripped(by_rcpts[("b@example.net",)][1], txt, "example.org")
+    _verified_and_stripped(by_rcpts[("d@example.com",)][1], txt, "example.org")
     assert sent.startswith(b"Received: ") and sent.endswith((REPO / "message.eml").read_bytes())
 
     # the admin API answers through the same gateway

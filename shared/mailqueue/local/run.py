@@ -119,6 +119,12 @@ def banner(stack: LocalStack) -> str:
         "  sender policy   PERMISSIVE: every caller may send as any domain (local only; a "
         "deployment refuses sender domains no SenderPolicy rule allows)",
     ]
+    if r["dkim_txt"]:
+        domains = sorted({name.split("._domainkey.", 1)[1] for name in r["dkim_txt"]})
+        lines.append(
+            f"  DKIM            signs {', '.join(domains)} (keys made at start; records in "
+            f"{_short(str(Path(r['mail_dir']).parent / 'dkim-records.txt'))})"
+        )
     if r["strict_limits"]:
         lines.append(
             f"  strict limits   requests over AWS limits refused; see "

@@ -69,6 +69,7 @@ FAST_RETRIES: dict[str, str] = {
 
 LIMITS_LOG = "limit-violations.jsonl"  # --strict-limits: one JSON line per refused request
 HOSTNAME = "mailqueue.localhost"  # EHLO name and Reporting-MTA of the local stack
+DKIM_DEMO_DOMAINS = ("example.org",)  # the demo's and message.eml's From domain
 
 _AWS_ENV = {
     "AWS_ACCESS_KEY_ID": "testing",
@@ -105,6 +106,9 @@ class StackOptions:
     deploy: str = "auto"  # auto | cloudformation | direct
     # refuse (400) and record every request over a documented AWS limit (mailqueue.aws.limits)
     strict_limits: bool = False
+    # DKIM: keys made at start for the demo domain and the host (DSNs), stored in moto;
+    # their TXT records are in the READY line ("dkim_txt") and <var>/dkim-records.txt
+    dkim: bool = True
 
 
 @dataclass(frozen=True)
@@ -137,6 +141,7 @@ class LocalStack:
         self.gateway: ApiGateway | None = None
         self.clients: Any = None
         self.env: dict[str, str] = {}
+        self.dkim_txt: dict[str, str] = {}  # "<selector>._domainkey.<domain>" -> TXT value
         self.threads: list[Loop] = []
         self.stream_pollers: list[StreamPoller] = []
         self.next_hop = ""
@@ -194,6 +199,8 @@ class LocalStack:
             routes = {"default": {"next_hop": self.next_hop, "tls": "none"}}
 
         self.env = self._function_env(routes)
+        if o.dkim and "MQ_DKIM_DOMAINS" not in o.settings:
+            self.env.update(self._make_dkim_keys())
         self._set_env(self.env)
         if o.route_output:
             self._install_router()
@@ -289,10 +296,42 @@ class LocalStack:
             "fast_retries": self.options.fast_retries,
             "strict_limits": self.options.strict_limits,
             "limit_violations_log": str(self.log_dir / LIMITS_LOG),
+            "dkim_txt": self.dkim_txt,
             "pid": os.getpid(),
         }
 
     # ------------------------------------------------------------------ pieces
+    def _make_dkim_keys(self) -> dict[str, str]:
+        """An RSA and an ed25519 key for the demo sender domain and for the host name (DSNs),
+        stored where delivery reads them (moto's Secrets Manager), the public records
+        written to <var>/dkim-records.txt. Returns the MQ_DKIM_* settings."""
+        import boto3
+
+        from ..cli_dkim import dns_record
+        from ..dkim import generate_key, key_json, key_name, public_txt
+
+        sm = boto3.client("secretsmanager", region_name=REGION, endpoint_url=self.endpoint_url)
+        prefix = "mailqueue/"
+        domains: dict[str, list[str]] = {}
+        lines = []
+        for domain in DKIM_DEMO_DOMAINS + (self.env.get("MQ_HOSTNAME") or HOSTNAME,):
+            for selector, algorithm in (("local-r", "rsa-sha256"), ("local-e", "ed25519-sha256")):
+                private = generate_key(algorithm)  # type: ignore[arg-type]
+                sm.create_secret(
+                    Name=key_name(prefix, domain, selector),
+                    SecretString=key_json(algorithm, private),  # type: ignore[arg-type]
+                )
+                txt = public_txt(algorithm, private)  # type: ignore[arg-type]
+                self.dkim_txt[f"{selector}._domainkey.{domain}"] = txt
+                lines.append(dns_record(domain, selector, txt))
+                domains.setdefault(domain, []).append(selector)
+        (self.mail_dir.parent / "dkim-records.txt").write_text("\n".join(lines) + "\n")
+        return {
+            "MQ_DKIM_DOMAINS": json.dumps(domains, separators=(",", ":")),
+            "MQ_DKIM_KEY_PREFIX": prefix,
+            "MQ_DKIM_KEY_STORE": "secretsmanager",
+        }
+
     def _dev_token(self) -> str:
         """Kept in <var>/dev-token so an exported MAILQUEUE_TOKEN survives a restart."""
         path = self.var_dir / "dev-token"
