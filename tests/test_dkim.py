@@ -16,6 +16,7 @@ from mailqueue.dkim import (
     generate_key,
     header_from_domain,
     key_json,
+    key_ref,
     parse_key,
     powertools_key_source,
     public_txt,
@@ -172,3 +173,17 @@ def test_a_large_mail_is_signed_with_simple_body_canonicalisation() -> None:
             for a, k in private.items()}  # fmt: skip
         with dns_server(zone) as dns:
             assert verify_all(signed, dnsfunc_for(dns)) == [True, True]
+
+
+@pytest.mark.parametrize("algorithm", ["rsa-sha256", "ed25519-sha256"])
+def test_doctor_reads_the_key_contract_as_the_signer_writes_it(algorithm: str) -> None:
+    """`mailqueue doctor` derives the expected TXT record from the stored secret itself:
+    it must be the record keygen prints and the signer's key verifies against."""
+    from mailqueue.doctor import DoctorInput, dkim_public_txt
+
+    private = generate_key(algorithm)  # type: ignore[arg-type]
+    stored = key_json(algorithm, private)  # type: ignore[arg-type]
+    assert dkim_public_txt(stored) == public_txt(algorithm, private)  # type: ignore[arg-type]
+    for store in ("secretsmanager", "ssm"):
+        doctor = DoctorInput("mq.example.com", (), {}, secrets_prefix=PREFIX, key_store=store)
+        assert doctor.key_ref("example.com", "s1") == key_ref(store, PREFIX, "example.com", "s1")
