@@ -185,5 +185,5 @@ def test_doctor_reads_the_key_contract_as_the_signer_writes_it(algorithm: str) -
     stored = key_json(algorithm, private)  # type: ignore[arg-type]
     assert dkim_public_txt(stored) == public_txt(algorithm, private)  # type: ignore[arg-type]
     for store in ("secretsmanager", "ssm"):
-        doctor = DoctorInput("mq.example.com", (), {}, secrets_prefix=PREFIX, key_store=store)
+        doctor = DoctorInput("mq.example.com", (), {}, dkim_key_prefix=PREFIX, key_store=store)
         assert doctor.key_ref("example.com", "s1") == key_ref(store, PREFIX, "example.com", "s1")

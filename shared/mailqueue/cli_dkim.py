@@ -90,12 +90,7 @@ def main(
         err.write(f"mailqueue dkim: {ns.selector!r} is not a selector (one DNS label)\n")
         return 1
     store = ns.store or environ.get("MQ_DKIM_KEY_STORE") or "secretsmanager"
-    prefix = (
-        ns.prefix
-        or environ.get("MQ_DKIM_KEY_PREFIX")
-        or environ.get("MQ_SECRETS_PREFIX")  # as mailqueue doctor reads it
-        or "mailqueue/"
-    )
+    prefix = ns.prefix or environ.get("MQ_DKIM_KEY_PREFIX") or "mailqueue/"
     algorithm = _ALGORITHMS[ns.algorithm]
     private = generate_key(algorithm)
     txt = public_txt(algorithm, private)
