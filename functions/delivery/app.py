@@ -48,6 +48,8 @@ def handle(event: dict[str, Any], context: LambdaContext, service: DeliveryServi
         ("TriggersRearmed", s.rearmed),
         ("GroupsHandedBack", s.handed_back),
         ("GroupsAttempted", s.groups),
+        ("GroupsThrottled", s.throttled),
+        *s.extra.items(),  # shaping: Throttled_<reason>, Backoff_<action>, ShapingRequests
     ):
         metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
     return response

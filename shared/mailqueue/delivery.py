@@ -12,7 +12,9 @@ from __future__ import annotations
 import io
 import json
 import logging
+import math
 import random
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -48,6 +50,7 @@ from .routing import (
     check_receiving_routes,
     resolve_next_hops,
 )
+from .shaping import Permit, Shaper, load_rules, reclassified
 from .smtp import ConnectionPool, DeliveryOutcome, SmtpClient, Timeouts
 from .trace import HOPCOUNT_LIMIT, HeaderPeek, count_received, peek_header
 
@@ -94,6 +97,11 @@ class DeliverySettings:
     dkim_host_domain: str = ""  # signs DSNs and delay warnings; empty: the hostname
     dkim_key_store: str = "secretsmanager"  # or "ssm" (SecureString)
     dkim_key_prefix: str = "mailqueue/"  # the template's SecretsPrefix
+    # traffic shaping (shaping.py): off by default; rules files empty = the packaged ones
+    shaping: bool = False
+    shaping_rules: str = ""  # path, or the JSON itself
+    backoff_rules: str = ""  # path, or the JSON itself
+    shaping_inline_wait_seconds: float = 2.0  # waits up to this are slept, longer re-armed
 
     def __post_init__(self) -> None:
         if not self.hostname or " " in self.hostname:
@@ -109,6 +117,8 @@ class DeliverySettings:
             self.retry_policy()
             self.egress_guard()
             self.dkim_config()
+            if self.shaping:
+                load_rules(self.shaping_rules, self.backoff_rules)
         except (ValueError, MailqueueError) as e:
             raise ConfigError(str(e)) from e
 
@@ -169,6 +179,7 @@ class Stats:
     rearmed: int = 0
     handed_back: int = 0
     groups: int = 0
+    throttled: int = 0  # out of the site's budget: re-armed, not attempted
     extra: dict[str, int] = field(default_factory=dict)
 
 
@@ -219,6 +230,18 @@ class DeliveryService:
                 clock=clock,
                 refuse=self.guard.refusal if self.guard is not None else None,
             )
+        self.shaper: Shaper | None = None
+        if settings.shaping:
+            from .aws.shaping_store import DynamoShapingStore
+
+            rules, backoff_rules = load_rules(settings.shaping_rules, settings.backoff_rules)
+            self.shaper = Shaper(
+                rules,
+                backoff_rules,
+                DynamoShapingStore(storage.c.dynamodb, storage.s.table),
+                slot_lease=float(settings.lease_seconds),
+                clock=lambda: self.clock().timestamp(),
+            )
 
     @classmethod
     def from_env(
@@ -257,6 +280,7 @@ class DeliveryService:
             yield inv
         finally:
             pool.close()
+            inv.release_sites()
 
 
 class Invocation:
@@ -266,6 +290,9 @@ class Invocation:
         self.time_left = time_left
         self.stats = Stats()
         self._hops: dict[str, list[Hop] | Result] = {}
+        self._holder = Shaper.new_holder()  # this invocation's connection slots
+        self._sites: set[str] = set()
+        self._shaping_requests = svc.shaper.store.requests if svc.shaper else 0
 
     # -------------------------------------------------------------- per record
     def handle(self, body: str, receipt_handle: str | None) -> str:
@@ -310,6 +337,9 @@ class Invocation:
         hops = self._route(group.key.split("#", 1)[0])
         if isinstance(hops, Result):
             return self._record(claim, {r.rid: hops for r in group.pending()}, None)
+        throttled = self._shape(claim, group.key.split("#", 1)[0], hops)
+        if throttled is not None:
+            return throttled
         try:
             mail = st.read_inflight(claim)
         except NotFound:
@@ -338,7 +368,80 @@ class Invocation:
             )
         finally:
             loop.close()
-        return self._record(claim, explain(hops, outcome.results), outcome)
+        results = self._backoff(claim, explain(hops, outcome.results), outcome)
+        return self._record(claim, results, outcome)
+
+    # ------------------------------------------------------------------ shaping
+    def _shape(self, claim: Claim, domain: str, hops: list[Hop]) -> str | None:
+        """Before connecting: the site's shared budget (shaping.py). Short waits are slept;
+        out of budget is not an attempt: the group goes back to the queue for the time the
+        limiter says, with no connection, no attempt and no event (a counter only)."""
+        shaper = self.svc.shaper
+        if shaper is None:
+            return None
+        site = shaper.site_for(domain, lambda: [h.host for h in hops])
+        claim.site = site
+        while True:
+            got = shaper.admit(site, self._holder, 1)
+            if isinstance(got, Permit):
+                self._sites.add(site)
+                per_conn = got.limits.max_messages_per_connection
+                if per_conn and self.client.pool is not None:
+                    for h in hops:
+                        self.client.pool.per_key_max[h.pool_key] = per_conn
+                return None
+            if got.seconds > self.svc.settings.shaping_inline_wait_seconds or (
+                self.time_left() - got.seconds < self.svc.settings.min_time_left_seconds
+            ):
+                break
+            time.sleep(got.seconds)
+        self.stats.throttled += 1
+        key = f"Throttled_{got.reason}"
+        self.stats.extra[key] = self.stats.extra.get(key, 0) + 1
+        wait = max(1, math.ceil(got.seconds + self.svc.rng.uniform(0, 1)))
+        self.svc.storage.postpone(claim, wait)
+        log.info("site out of budget", extra={"site": site, "reason": got.reason, "wait": wait})
+        if claim.receipt_handle:
+            raise KeepMessage(f"site {site} {got.reason}: back in {wait}s")
+        return "throttled"
+
+    def _backoff(
+        self, claim: Claim, results: dict[str, Result], outcome: DeliveryOutcome
+    ) -> dict[str, Result]:
+        """On each reply: the backoff rules act on the site (suspend, slow down) and may
+        turn a permanent reply known to be temporary at that site into a deferral."""
+        shaper, site = self.svc.shaper, claim.site
+        if shaper is None or site is None:
+            return results
+        seen: set[str] = set()
+        for reply in dict.fromkeys([*outcome.hop_failures, *results.values()]):
+            rule = shaper.backoff.match(site, reply)
+            if rule is None or rule.id in seen:
+                continue
+            seen.add(rule.id)
+            shaper.on_reply(site, reply)
+            claim.shaping = f"{rule.id}:{'+'.join(rule.actions)}"
+            for action in rule.actions:
+                key = f"Backoff_{action}"
+                self.stats.extra[key] = self.stats.extra.get(key, 0) + 1
+            if rule.reclassify:
+                results = {
+                    rid: reclassified(r, rule) if rule.matches(site, r) else r
+                    for rid, r in results.items()
+                }
+        return results
+
+    def release_sites(self) -> None:
+        """End of invocation: give back connection slots; count the shaping requests."""
+        shaper = self.svc.shaper
+        if shaper is None:
+            return
+        for site in self._sites:
+            try:
+                shaper.release(site, self._holder)
+            except MailqueueError:  # the slot's lease expires by itself
+                log.warning("slot release failed", extra={"site": site})
+        self.stats.extra["ShapingRequests"] = shaper.store.requests - self._shaping_requests
 
     def _loop_check(self, content: BinaryIO) -> HeaderPeek | Result:
         """Count the hops before connecting anywhere: a looping mail is bounced 5.4.6 here

@@ -249,6 +249,10 @@ class QueueEvent:
                 "remoteMta": a.result.remote_mta,
                 "tls": a.tls,
             }
+            if a.site is not None:
+                ours["attempt"]["site"] = a.site
+            if a.shaping is not None:
+                ours["attempt"]["shaping"] = a.shaping
         doc[NAMESPACE] = ours
         return doc
 

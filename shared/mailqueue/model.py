@@ -181,9 +181,11 @@ class Attempt:
     finished_at: datetime
     result: Result
     tls: bool = False
+    site: str | None = None  # the traffic-shaping site (shaping.py), when shaping is on
+    shaping: str | None = None  # "<rule id>:<actions>" of a backoff rule this attempt hit
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "number": self.number,
             "scheduled_at": to_iso(self.scheduled_at),
             "started_at": to_iso(self.started_at),
@@ -191,6 +193,11 @@ class Attempt:
             "result": self.result.to_json(),
             "tls": self.tls,
         }
+        if self.site is not None:
+            out["site"] = self.site
+        if self.shaping is not None:
+            out["shaping"] = self.shaping
+        return out
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Attempt:
@@ -204,6 +211,8 @@ class Attempt:
             finished_at=finished,
             result=Result.from_json(d["result"]),
             tls=bool(d.get("tls", False)),
+            site=d.get("site"),
+            shaping=d.get("shaping"),
         )
 
 
@@ -427,6 +436,8 @@ class Claim:
     resolved: set[str] = field(default_factory=set)
     released: bool = False
     number: int = 0  # this attempt's number, fixed at claim time (0: derive from the group)
+    site: str | None = None  # traffic-shaping site, recorded on the attempt
+    shaping: str | None = None  # backoff rule hit by this attempt, recorded on the attempt
 
     def __post_init__(self) -> None:
         # Fixed when the claim is taken: a transaction with mixed results is recorded in

@@ -439,6 +439,8 @@ class ConnectionPool:
         self._clock = clock
         self._idle: dict[tuple[str, int, TlsPolicy, str | None, str | None], list[_Session]] = {}
         self._lock = threading.Lock()
+        # per pool key, a lower max_transactions (traffic shaping: messages per connection)
+        self.per_key_max: dict[tuple[str, int, TlsPolicy, str | None, str | None], int] = {}
 
     def __len__(self) -> int:
         with self._lock:
@@ -468,7 +470,8 @@ class ConnectionPool:
 
     def _checkin(self, session: _Session) -> None:
         session.transactions += 1
-        if session.transactions >= self.max_transactions:
+        limit = self.per_key_max.get(session.hop.pool_key, self.max_transactions)
+        if session.transactions >= min(limit, self.max_transactions):
             session.quit(self.quit_timeout)
             return
         session.idle_since = self._clock()

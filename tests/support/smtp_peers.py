@@ -33,6 +33,7 @@ import socket
 import ssl
 import tempfile
 import threading
+import time
 import warnings
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -178,6 +179,10 @@ class Behaviour:
     smtputf8 / eight_bit_mime / dsn: advertise (and accept) these extensions.
     auth_users: login -> password; advertises AUTH (``auth_mechanisms``) and requires it.
     auth_require_tls: offer AUTH only after STARTTLS (aiosmtpd's default).
+    rate_limit: (N, seconds): a MAIL FROM when N were accepted in the last `seconds`
+        gets ``throttle_reply`` (a provider enforcing a rate).
+    max_connections: a connection when this many are already open gets ``throttle_reply``
+        as its greeting and is closed (a provider enforcing concurrency).
     """
 
     greeting: str | None = None
@@ -200,6 +205,13 @@ class Behaviour:
     auth_mechanisms: tuple[str, ...] = ("PLAIN", "LOGIN")
     auth_require_tls: bool = True
     hostname: str = "mx.test"
+    rate_limit: tuple[int, float] | None = None
+    max_connections: int | None = None
+    throttle_reply: str = (
+        "421 4.7.28 [127.0.0.1] Our system has detected an unusual rate of unsolicited mail "
+        "originating from your IP address. To protect our users from spam, mail sent from "
+        "your IP address has been temporarily rate limited."
+    )
 
 
 @dataclass(frozen=True)
@@ -225,6 +237,7 @@ class _ScriptedSMTP(SMTP):
         self._number = number
         self._raw: dict[str, str] = {}
         self._rcpt_args: dict[str, str] = {}
+        self._over = False
         super().__init__(_Handler(peer, self), **kwargs)
         self._smtp_methods = {
             name: self._recorded(name, method) for name, method in self._smtp_methods.items()
@@ -240,7 +253,28 @@ class _ScriptedSMTP(SMTP):
 
         return call
 
+    def connection_made(self, transport: Any) -> None:
+        with self._peer._lock:
+            self._peer._open += 1
+            self._peer.peak_connections = max(self._peer.peak_connections, self._peer._open)
+            self._over = (
+                self._peer.behaviour.max_connections is not None
+                and self._peer._open > self._peer.behaviour.max_connections
+            )
+        super().connection_made(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        with self._peer._lock:
+            self._peer._open -= 1
+        super().connection_lost(exc)
+
     async def _handle_client(self) -> None:
+        if self._over:
+            self._peer._throttle()
+            await self.push(self._peer.behaviour.throttle_reply)
+            assert self.transport is not None
+            self.transport.close()
+            return
         greeting = self._peer.behaviour.greeting
         if greeting is not None:
             await self.push(greeting)
@@ -337,6 +371,8 @@ class _Handler:
         b = self.peer.behaviour
         if b.mail_reply is not None:
             return b.mail_reply
+        if b.rate_limit is not None and not self.peer._take_rate(*b.rate_limit):
+            return b.throttle_reply
         envelope.mail_from = address
         envelope.mail_options.extend(mail_options)
         self.smtp._rcpt_args = {}
@@ -398,6 +434,25 @@ class SmtpPeer:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._server: asyncio.AbstractServer | None = None
+        self._open = 0
+        self.peak_connections = 0  # most connections open at once
+        self.throttled = 0  # throttle replies sent (rate_limit / max_connections)
+        self.accepted_at: list[float] = []  # monotonic times of the MAIL FROMs let through
+
+    def _throttle(self) -> None:
+        with self._lock:
+            self.throttled += 1
+
+    def _take_rate(self, limit: int, seconds: float) -> bool:
+        """Sliding window: at most `limit` MAIL FROMs let through in any `seconds`."""
+        now = time.monotonic()
+        with self._lock:
+            recent = [t for t in self.accepted_at if t > now - seconds]
+            if len(recent) >= limit:
+                self.throttled += 1
+                return False
+            self.accepted_at.append(now)
+            return True
 
     # -- observations (thread-safe copies)
     @property

@@ -1011,6 +1011,8 @@ class AwsStorage:
             finished_at=self.clock(),
             result=result,
             tls=tls,
+            site=claim.site,
+            shaping=claim.shaping,
         )
 
     def send_done(
@@ -1033,6 +1035,22 @@ class AwsStorage:
             next_attempt_at=min(group.next_attempt_at, now),
         )
         self._rearm(claim, 0)
+        return t.group
+
+    def postpone(self, claim: Claim, delay_seconds: int) -> Group:
+        """Give a claimed group back untried for `delay_seconds` (traffic shaping: its
+        site is out of budget). Like send_cancel: no attempt, no event; the trigger is
+        re-armed for the delay (lifetime is checked when it comes back)."""
+        if claim.released:
+            raise LeaseLost("this claim was already released")
+        group = claim.group
+        until = self.clock() + timedelta(seconds=delay_seconds)
+        t = self._transition(
+            claim,
+            {r.rid: r.with_(state=RecipientState.QUEUED) for r in claim.unresolved()},
+            next_attempt_at=max(group.next_attempt_at, until),
+        )
+        self._rearm(claim, delay_seconds)
         return t.group
 
     def rearm(self, receipt_handle: str, delay_seconds: int) -> None:

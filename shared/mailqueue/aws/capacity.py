@@ -55,6 +55,11 @@ class Capacity:
     violation: str | None = None
 
 
+# the longest traffic-shaping site (shaping.ShapingRules.site_of) and backoff mark
+_WORST_SITE = "mx:" + "h" * 120
+_WORST_SHAPING = "r" * 63 + ":suspend+slowdown+reclassify"
+
+
 def _address(i: int) -> str:
     """A distinct address of MAX_PATH - 2 octets (the path without its brackets)."""
     local = f"{i:05d}" + "x" * 59  # 64 octets, RFC 5321's local-part limit
@@ -91,7 +96,16 @@ def worst_group(n: int, *, history: int, now: datetime = _T0) -> Group:
         for i in range(n)
     )
     attempts = tuple(
-        Attempt(9990 + k, now, now, now + timedelta(seconds=1), res, tls=True)
+        Attempt(
+            9990 + k,
+            now,
+            now,
+            now + timedelta(seconds=1),
+            res,
+            tls=True,
+            site=_WORST_SITE,
+            shaping=_WORST_SHAPING,
+        )
         for k in range(history)
     )
     return Group(
@@ -170,7 +184,16 @@ def worst_case(storage: AwsStorage, n: int) -> Capacity:
         {r.rid: r for r in group.recipients},
         changed,
         next_attempt_at=_T0,
-        attempt=Attempt(claim.attempt_number, _T0, _T0, _T0, res, tls=True),
+        attempt=Attempt(
+            claim.attempt_number,
+            _T0,
+            _T0,
+            _T0,
+            res,
+            tls=True,
+            site=_WORST_SITE,
+            shaping=_WORST_SHAPING,
+        ),
         op={"action": "retried", "actor": "a" * 2048, "job": "J" * 26},
     )
     req = plan.request
