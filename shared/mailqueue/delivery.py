@@ -50,7 +50,7 @@ from .routing import (
     check_receiving_routes,
     resolve_next_hops,
 )
-from .shaping import Permit, Shaper, load_rules, reclassified
+from .shaping import Permit, Shaper, check_transaction_limits, load_rules, reclassified
 from .smtp import ConnectionPool, DeliveryOutcome, SmtpClient, Timeouts
 from .trace import HOPCOUNT_LIMIT, HeaderPeek, count_received, peek_header
 
@@ -235,6 +235,7 @@ class DeliveryService:
             from .aws.shaping_store import DynamoShapingStore
 
             rules, backoff_rules = load_rules(settings.shaping_rules, settings.backoff_rules)
+            check_transaction_limits(rules, storage.s.group_recipient_limit)
             self.shaper = Shaper(
                 rules,
                 backoff_rules,

@@ -417,6 +417,20 @@ def load_rules(shaping: str = "", backoff: str = "") -> tuple[ShapingRules, Back
     return s, b
 
 
+def check_transaction_limits(rules: ShapingRules, group_recipient_limit: int) -> None:
+    """Recipients per transaction are bounded where groups are made (at enqueue, by
+    MQ_GROUP_RECIPIENT_LIMIT): a site limit below that cannot be honoured by delivery, so
+    the function refuses to start rather than silently exceed it."""
+    for name, limits in [("default", rules.default), *rules.sites.items()]:
+        m = limits.max_recipients_per_transaction
+        if m is not None and m < group_recipient_limit:
+            raise RulesError(
+                f"shaping rules: {name}.max_recipients_per_transaction is {m}, below "
+                f"MQ_GROUP_RECIPIENT_LIMIT ({group_recipient_limit}) that groups are made "
+                "with; lower that setting (delivery does not split groups)"
+            )
+
+
 # ----------------------------------------------------------------------------- pure decisions
 
 

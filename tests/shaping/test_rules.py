@@ -8,7 +8,14 @@ import pytest
 from mailqueue.config import ConfigError
 from mailqueue.delivery import DeliverySettings
 from mailqueue.model import Result
-from mailqueue.shaping import BackoffRules, RulesError, ShapingRules, load_rules, reclassified
+from mailqueue.shaping import (
+    BackoffRules,
+    RulesError,
+    ShapingRules,
+    check_transaction_limits,
+    load_rules,
+    reclassified,
+)
 
 
 def test_packaged_rules_load_and_roll_up_providers_by_mx() -> None:
@@ -164,3 +171,13 @@ def test_delivery_settings_refuse_to_start_on_bad_rules(tmp_path) -> None:  # ty
     DeliverySettings(shaping=False, shaping_rules=str(bad))  # off: not read
     ok = DeliverySettings(shaping=True, shaping_rules=json.dumps(BASE))
     assert ok.shaping
+
+
+def test_a_transaction_limit_below_the_group_size_is_refused_at_start() -> None:
+    r = ShapingRules.from_json(
+        json.dumps({"version": 1, "sites": {"g": {"max_recipients_per_transaction": 20}}})
+    )
+    check_transaction_limits(r, 20)
+    with pytest.raises(RulesError, match="g.max_recipients_per_transaction is 20"):
+        check_transaction_limits(r, 50)
+    check_transaction_limits(load_rules()[0], 50)  # the packaged rules fit the default
