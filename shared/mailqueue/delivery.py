@@ -397,6 +397,7 @@ class Invocation:
                 break
             time.sleep(got.seconds)
         self.stats.throttled += 1
+        self.stats.groups -= 1  # claimed, but not an attempt
         key = f"Throttled_{got.reason}"
         self.stats.extra[key] = self.stats.extra.get(key, 0) + 1
         wait = max(1, math.ceil(got.seconds + self.svc.rng.uniform(0, 1)))

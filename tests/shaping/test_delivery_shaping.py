@@ -14,6 +14,7 @@ from typing import Any
 
 from mailqueue.model import GroupState, MailRef, RecipientState
 
+from functions.delivery import app as delivery_app
 from tests.events.test_ses_schema import errors, read_log, service
 from tests.support import factories as f
 from tests.support.aws import AwsEnv
@@ -27,6 +28,12 @@ NO_BACKOFF = json.dumps({"version": 1, "rules": []})
 
 def shaping(**limits: Any) -> str:
     return json.dumps({"version": 1, "default": limits})
+
+
+def metric(name: str) -> float:
+    """What the handler published (Powertools' metric set, before the flush)."""
+    entry = delivery_app.metrics.metric_set.get(name)
+    return sum(entry["Value"]) if entry else 0
 
 
 def max_in_window(times: list[float], seconds: float) -> int:
@@ -68,7 +75,7 @@ def test_within_the_peers_limits_no_421_and_everything_delivered(
     """Peer: 421 above 8 messages in any second or above 2 connections. Queue: 2
     connections, 4/s with a burst of 2 (at most burst + rate + one block = 7 in a second),
     three delivery invocations at once."""
-    n = 24
+    n = 16
     reader = StreamReader(aws)
     with smtp_sink(PEER) as peer:
         settings = dict(
@@ -91,6 +98,11 @@ def test_within_the_peers_limits_no_421_and_everything_delivered(
         assert len(peer.messages) == n
         assert peer.peak_connections <= 2
         assert max_in_window(peer.accepted_at, 1.0) <= 7
+        requests = sum(r.service.shaper.store.requests for r in rigs if r.service.shaper)
+        print(f"shaping: {requests} DynamoDB requests for {n} mails (block 1)")
+        # a token write per mail (block 1), slot take/release per invocation, and the
+        # conflicts of three workers on one item
+        assert requests <= 4 * n
     # from the event log: one attempt each (waiting for budget is no attempt), the site
     service(aws).handle(reader.poll())
     _, docs = read_log(aws)
@@ -106,7 +118,7 @@ def test_the_same_load_without_shaping_is_throttled_by_the_peer(
     rig: RigFactory, aws: AwsEnv
 ) -> None:
     """The control: on this load the peer really does answer 421."""
-    n = 24
+    n = 16
     with smtp_sink(PEER) as peer:
         rigs = [rig(routes=relay_to(peer.port)) for _ in range(3)]
         st = aws.storage()
@@ -142,7 +154,9 @@ def test_a_421_suspends_the_site_and_later_mail_is_not_attempted(
         )
         st = aws.storage()
         first = st.enqueue(f.envelope("a@peer.example"), f.content())
+        delivery_app.metrics.clear_metrics()
         res = r.poll()
+        assert metric("Backoff_suspend") == metric("Backoff_slowdown") == 1
         assert res.failed == 1  # deferred: kept on the queue
         g = st.get_group(MailRef(first.mail_id, "peer.example"))
         last = g.recipients[0].last_result
@@ -152,7 +166,10 @@ def test_a_421_suspends_the_site_and_later_mail_is_not_attempted(
         connections = peer.connections
 
         later = st.enqueue(f.envelope("b@peer.example"), f.content())
+        delivery_app.metrics.clear_metrics()
         res = r.poll()
+        assert metric("GroupsThrottled") == metric("Throttled_suspended") == 1
+        assert metric("GroupsAttempted") == 0
         assert res.failed == 1  # re-armed, not deleted
         assert peer.connections == connections  # no SMTP connection at all
         g2 = st.get_group(MailRef(later.mail_id, "peer.example"))
