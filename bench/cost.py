@@ -1,0 +1,1032 @@
+"""The cost model: dollars per million mails, computed from what a run measured.
+
+`measure()` runs the local stack (`make run`'s: the template deployed into moto, the real
+handlers, the SQS and stream event sources, the SMTP sink on 127.0.0.1), submits mails over
+the HTTP API one per call, waits until each is delivered and cleaned up and the stream is
+drained, and records:
+
+* every AWS request each function made (botocore hooks on every session of the process),
+  by function and operation; requests made outside a function (the local event sources,
+  this harness) are not billed here: the model prices Lambda's event sources itself;
+* read units from the items each read returned, write units from the stream's old and new
+  images of every write (the larger of the two, per 1 KB), on the table and on each index
+  the item is in (a key change is a delete plus a put), twice for transactional writes;
+* every stream record of the table, replayed through the real counter code
+  (`mailqueue.counters`) in the batch sizes Lambda would form at each volume, against a
+  scratch table, to count the counters' requests and write units per batch;
+* each function's invocations and time in the handler, its log bytes and EMF metrics;
+* the event-log objects written.
+
+`model()` turns a `Run` into $ per month at a volume, per service, from the prices in
+bench/aws-prices.json and the template's settings (memory, architecture, tracing, batch
+sizes, alarms, dashboards, schedules). Assumptions that are not measured are named in
+`ASSUMPTIONS` and printed with the figures.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import threading
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+PRICES: dict[str, Any] = json.loads((Path(__file__).parent / "aws-prices.json").read_text())
+SECONDS_PER_MONTH = 730 * 3600
+VOLUMES = (1_000_000, 10_000_000, 100_000_000)
+FUNCTIONS = ("ingress", "delivery", "bounce", "events", "sweeper", "admin")
+
+#: What is assumed rather than measured (printed with the model).
+ASSUMPTIONS = {
+    "stream_shards": 4,  # an on-demand table starts with 4 partitions (4,000 WRU/s)
+    "esm_pollers_per_queue": 5,  # Lambda's SQS event source: 5 long-polling pollers
+    "long_poll_seconds": 20,
+    "platform_log_bytes_per_invocation": 0,  # set from the REPORT line format below
+    "cw_log_event_overhead_bytes": 26,  # CloudWatch Logs bills 26 B per event on top
+    "api_requests_per_mail": 1,  # one mail per API call, under 512 KB
+}
+# Lambda's own lines per invocation (START / END / REPORT), at their usual lengths
+_PLATFORM_LINES = (
+    "START RequestId: 8f5c2a9e-1b2c-4d3e-9f00-0123456789ab Version: $LATEST\n"
+    "END RequestId: 8f5c2a9e-1b2c-4d3e-9f00-0123456789ab\n"
+    "REPORT RequestId: 8f5c2a9e-1b2c-4d3e-9f00-0123456789ab\tDuration: 123.45 ms\t"
+    "Billed Duration: 124 ms\tMemory Size: 512 MB\tMax Memory Used: 98 MB\t\n"
+)
+ASSUMPTIONS["platform_log_bytes_per_invocation"] = len(_PLATFORM_LINES)
+
+
+# ---------------------------------------------------------------- DynamoDB sizes
+def _num_size(n: str) -> int:
+    digits = n.lstrip("-").replace(".", "").strip("0") or "0"
+    return (len(digits) + 1) // 2 + 1
+
+
+def value_size(v: Mapping[str, Any]) -> int:
+    """DynamoDB's size of one attribute value (DynamoDB JSON), per its documented rules."""
+    ((t, x),) = v.items()
+    if t == "S":
+        return len(str(x).encode())
+    if t == "N":
+        return _num_size(str(x))
+    if t == "B":
+        return len(x) if isinstance(x, bytes | bytearray) else len(base64.b64decode(x))
+    if t in ("BOOL", "NULL"):
+        return 1
+    if t == "SS":
+        return sum(len(s.encode()) for s in x)
+    if t == "NS":
+        return sum(_num_size(s) for s in x)
+    if t == "BS":
+        return sum(len(b) for b in x)
+    if t == "L":
+        return 3 + sum(1 + value_size(e) for e in x)
+    if t == "M":
+        return 3 + sum(1 + len(k.encode()) + value_size(e) for k, e in x.items())
+    raise ValueError(f"unknown attribute type {t}")
+
+
+def item_size(item: Mapping[str, Any] | None) -> int:
+    if not item:
+        return 0
+    return sum(len(k.encode()) + value_size(v) for k, v in item.items())
+
+
+def units(size: int, unit: int) -> int:
+    return max(1, math.ceil(size / unit))
+
+
+@dataclass(frozen=True)
+class Index:
+    name: str
+    keys: tuple[str, ...]
+    projection: str  # ALL | KEYS_ONLY | INCLUDE
+
+
+def write_units(
+    record: Mapping[str, Any], indexes: tuple[Index, ...], transactional: bool = False
+) -> dict[str, int]:
+    """WRU of the write behind one stream record: the table, and each index it touches."""
+    ddb = record.get("dynamodb") or {}
+    old, new = ddb.get("OldImage"), ddb.get("NewImage")
+    if (record.get("userIdentity") or {}).get("principalId") == "dynamodb.amazonaws.com":
+        return {}  # a TTL deletion: free
+    factor = 2 if transactional else 1
+    out = {"table": factor * units(max(item_size(old), item_size(new)), 1024)}
+    for ix in indexes:
+
+        def key(img: Mapping[str, Any] | None, ix: Index = ix) -> tuple[str, ...] | None:
+            if not img or any(k not in img for k in ix.keys):
+                return None
+            return tuple(json.dumps(img[k], sort_keys=True) for k in ix.keys)
+
+        def size(img: Mapping[str, Any] | None, ix: Index = ix) -> int:
+            if ix.projection == "ALL":
+                return item_size(img)
+            return item_size({k: v for k, v in (img or {}).items() if k in ix.keys})
+
+        ko, kn = key(old), key(new)
+        n = 0
+        if ko is not None and kn is not None and ko == kn:
+            n = units(max(size(old), size(new)), 1024)
+        else:
+            if ko is not None:
+                n += units(size(old), 1024)
+            if kn is not None:
+                n += units(size(new), 1024)
+        if n:
+            out[ix.name] = factor * n
+    return out
+
+
+# ---------------------------------------------------------------- template settings
+@dataclass
+class Template:
+    memory_mb: dict[str, int]
+    architecture: str
+    tracing: bool
+    alarms: int
+    dashboards: int
+    schedules: dict[str, float]  # function -> invocations per month
+    log_retention_days: int
+    events_batch_size: int
+    events_window_s: int
+    events_filters: list[dict[str, Any]]
+    delivery_batch_size: int
+    indexes: tuple[Index, ...]
+
+    @classmethod
+    def load(cls, path: Path = ROOT / "template.yaml", tracing: bool | None = None) -> Template:
+        from mailqueue.local.cfn import load_template
+
+        t = load_template(path)
+        res = t["Resources"]
+        params = t.get("Parameters", {})
+        glob = t.get("Globals", {}).get("Function", {})
+        mem: dict[str, int] = {}
+        schedules: dict[str, float] = {}
+        for name in FUNCTIONS:
+            fn = res.get(f"{name.capitalize()}Function", {}).get("Properties", {})
+            mem[name] = int(fn.get("MemorySize", glob.get("MemorySize", 128)))
+            for ev in (fn.get("Events") or {}).values():
+                if ev.get("Type") == "Schedule":
+                    schedules[name] = schedules.get(name, 0.0) + _per_month(
+                        str(ev["Properties"]["Schedule"])
+                    )
+        trace = glob.get("Tracing")
+        if tracing is None:
+            p = params.get("Tracing", {})
+            tracing = trace == "Active" or (
+                isinstance(trace, dict) and str(p.get("Default", "")).lower() == "active"
+            )
+        ev = res["EventsStreamSource"]["Properties"]
+        filters = [
+            json.loads(f["Pattern"]) for f in (ev.get("FilterCriteria") or {}).get("Filters", [])
+        ]
+        table = res["StateTable"]["Properties"]
+        ixs = tuple(
+            Index(
+                g["IndexName"],
+                tuple(k["AttributeName"] for k in g["KeySchema"]),
+                g["Projection"]["ProjectionType"],
+            )
+            for g in table.get("GlobalSecondaryIndexes", [])
+        )
+        dash_cond = {k: v for k, v in res.items() if v.get("Type") == "AWS::CloudWatch::Dashboard"}
+        dashboards = sum(
+            1
+            for v in dash_cond.values()
+            if not v.get("Condition")
+            or str(params.get(str(v.get("Condition")), {}).get("Default", "")) == "true"
+        )
+        retention = int(params.get("LogRetentionDays", {}).get("Default", 30))
+        return cls(
+            memory_mb=mem,
+            architecture=(glob.get("Architectures") or ["x86_64"])[0],
+            tracing=bool(tracing),
+            alarms=sum(1 for v in res.values() if v.get("Type") == "AWS::CloudWatch::Alarm"),
+            dashboards=dashboards,
+            schedules=schedules,
+            log_retention_days=retention,
+            events_batch_size=int(ev.get("BatchSize", 100)),
+            events_window_s=int(ev.get("MaximumBatchingWindowInSeconds", 0)),
+            events_filters=filters,
+            delivery_batch_size=int(
+                res["DeliveryEventSource"]["Properties"].get("BatchSize", 10)
+                if "DeliveryEventSource" in res
+                else 10
+            ),
+            indexes=ixs,
+        )
+
+
+def _per_month(expr: str) -> float:
+    if expr.startswith("rate("):
+        n, unit = expr[5:-1].split()
+        secs = {
+            "minute": 60,
+            "minutes": 60,
+            "hour": 3600,
+            "hours": 3600,
+            "day": 86400,
+            "days": 86400,
+        }[unit]
+        return SECONDS_PER_MONTH / (int(n) * secs)
+    return 30.0  # a cron expression: count it as daily
+
+
+def matches(pattern: Mapping[str, Any], record: Mapping[str, Any]) -> bool:
+    """Lambda event filtering (the subset the template uses: nested keys, lists of exact
+    values or {"prefix": ...})."""
+    for k, want in pattern.items():
+        got = record.get(k) if isinstance(record, Mapping) else None
+        if isinstance(want, dict):
+            if not isinstance(got, Mapping) or not matches(want, got):
+                return False
+        else:
+            ok = False
+            for w in want:
+                if isinstance(w, dict) and "prefix" in w:
+                    ok = ok or (isinstance(got, str) and got.startswith(w["prefix"]))
+                else:
+                    ok = ok or got == w
+            if not ok:
+                return False
+    return True
+
+
+def delivered_to_events(
+    records: list[dict[str, Any]], filters: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    if not filters:
+        return records
+    return [r for r in records if any(matches(f, r) for f in filters)]
+
+
+# ---------------------------------------------------------------- the measured run
+@dataclass
+class Run:
+    mails: int
+    requests: dict[str, Counter[str]] = field(default_factory=dict)  # function -> op -> n
+    rru: Counter[str] = field(default_factory=Counter)  # function -> read units
+    invocations: Counter[str] = field(default_factory=Counter)
+    busy_s: Counter[str] = field(default_factory=Counter)
+    log_bytes: Counter[str] = field(default_factory=Counter)
+    log_events: Counter[str] = field(default_factory=Counter)
+    api_log_bytes: int = 0
+    records: list[dict[str, Any]] = field(default_factory=list)
+    transact_keys: set[tuple[str, str]] = field(default_factory=set)
+    event_objects: int = 0
+    event_bytes: int = 0
+    metrics: set[tuple[str, str, str]] = field(default_factory=set)
+    counters_by_batch: dict[int, dict[str, float]] = field(default_factory=dict)
+    wall_s: float = 0.0
+
+    def ops(self, function: str | None = None) -> Counter[str]:
+        out: Counter[str] = Counter()
+        for fn, c in self.requests.items():
+            if function is None or fn == function:
+                out.update(c)
+        return out
+
+
+_local = threading.local()
+
+
+class _Hooks:
+    """botocore hooks on every session made while installed (as mailqueue.aws.limits does)."""
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self.lock = threading.Lock()
+
+    def before(self, model: Any, params: Any, context: Any, **_: Any) -> None:
+        fn = getattr(_local, "function", None)
+        if fn is None:
+            return
+        op = f"{model.service_model.service_name}:{model.name}"
+        context["mq_fn"] = fn
+        context["mq_consistent"] = bool(params.get("ConsistentRead"))
+        with self.lock:
+            self.run.requests.setdefault(fn, Counter())[op] += 1
+            if op == "dynamodb:BatchWriteItem":
+                n = sum(len(v) for v in params.get("RequestItems", {}).values())
+                self.run.requests[fn]["dynamodb:BatchWriteItem:items"] += n
+            if op == "dynamodb:TransactWriteItems":
+                for a in params.get("TransactItems", []):
+                    ((_, body),) = a.items()
+                    key = body.get("Key") or body.get("Item") or {}
+                    self.run.transact_keys.add(
+                        (key.get("pk", {}).get("S", ""), key.get("sk", {}).get("S", ""))
+                    )
+
+    def after(self, model: Any, parsed: Any, context: Any, **_: Any) -> None:
+        fn = context.get("mq_fn")
+        if fn is None or model.service_model.service_name != "dynamodb":
+            return
+        factor = 1.0 if context.get("mq_consistent") else 0.5
+        ru = 0.0
+        if model.name == "GetItem":
+            ru = units(item_size(parsed.get("Item")), 4096) * factor
+        elif model.name in ("Query", "Scan"):
+            ru = units(sum(item_size(i) for i in parsed.get("Items", [])), 4096) * factor
+        elif model.name == "BatchGetItem":
+            ru = sum(
+                units(item_size(i), 4096) * factor
+                for items in parsed.get("Responses", {}).values()
+                for i in items
+            )
+        elif model.name == "TransactGetItems":
+            ru = sum(units(item_size(r.get("Item")), 4096) * 2 for r in parsed.get("Responses", []))
+        if ru:
+            with self.lock:
+                self.run.rru[fn] += ru
+
+    @contextmanager
+    def installed(self) -> Iterator[None]:
+        from botocore import handlers as builtin
+
+        added = [
+            ("before-parameter-build.*.*", self.before),
+            ("after-call.*.*", self.after),
+        ]
+        builtin.BUILTIN_HANDLERS.extend(added)
+        try:
+            yield
+        finally:
+            for spec in added:
+                builtin.BUILTIN_HANDLERS.remove(spec)
+
+
+def _wrap(name: str, handler: Callable[..., Any]) -> Callable[..., Any]:
+    def run(event: Any, context: Any) -> Any:
+        _local.function = name
+        try:
+            return handler(event, context)
+        finally:
+            _local.function = None
+
+    return run
+
+
+def _content(i: int, size: int) -> bytes:
+    head = (
+        f"From: bench@example.org\r\nTo: r@example.net\r\nSubject: cost {i}\r\n"
+        f"Message-ID: <cost-{i}-{time.time_ns()}@example.org>\r\n\r\n"
+    ).encode()
+    line = b"x" * 76 + b"\r\n"
+    return head + line * max(1, (size - len(head)) // len(line))
+
+
+def measure(mails: int = 20, size: int = 10 * 1024, var_dir: Path | None = None) -> Run:
+    """A measured run through the local stack (moto + the real handlers + the SMTP sink)."""
+    import tempfile
+
+    from mailqueue.local.sink import SinkEvent, SinkRules
+    from mailqueue.local.stack import LocalStack, StackOptions
+
+    run = Run(mails=mails)
+    hooks = _Hooks(run)
+    delivered: set[str] = set()
+    lock = threading.Lock()
+
+    def on_sink(ev: SinkEvent) -> None:
+        if ev.kind == "accepted":
+            with lock:
+                delivered.update(ev.recipients)
+
+    tmp = tempfile.TemporaryDirectory(prefix="mq-cost-") if var_dir is None else None
+    var = Path(tmp.name) if tmp else Path(var_dir or "var/cost")
+    options = StackOptions(
+        var_dir=var,
+        api_port=0,
+        sink_rules=SinkRules(),
+        on_sink_event=on_sink,
+        sweep_interval=3600.0,
+    )
+    try:
+        with hooks.installed(), LocalStack(options) as stack:
+            for name, f in stack.functions.items():
+                f.handler = _wrap(name, f.handler)
+            base = {n: (f.invocations, f.busy_seconds) for n, f in stack.functions.items()}
+            logs0 = {n: _size(stack.log_dir / f"{n}.log") for n in stack.functions}
+            api0 = _size(stack.log_dir / "api-access.log")
+            t0 = time.monotonic()
+            # one recipient per mail, over 20 domains (a Zipf-ish mix would repeat fewer)
+            for i in range(mails):
+                _submit(stack, f"c{i}@d{i % 20}.cost.example", _content(i, size))
+            _wait(lambda: len(delivered) >= mails, 120, "delivery")
+            d = stack.deployment
+            assert d is not None
+            _wait(lambda: _count_items(stack, d.table) == 0, 60, "cleanup")
+            _wait(lambda: _stream_quiet(stack), 60, "stream drained")
+            run.wall_s = time.monotonic() - t0
+            for n, f in stack.functions.items():
+                run.invocations[n] = f.invocations - base[n][0]
+                run.busy_s[n] = f.busy_seconds - base[n][1]
+                data = (stack.log_dir / f"{n}.log").read_bytes()[logs0[n] :]
+                run.log_bytes[n] = len(data)
+                run.log_events[n] = data.count(b"\n")
+                for line in data.splitlines():
+                    _emf(line, run.metrics)
+            run.api_log_bytes = _size(stack.log_dir / "api-access.log") - api0
+            run.records = _read_stream(stack, d.stream_arn or "")
+            # one scheduled sweep (the run's interval is an hour: none ran by itself)
+            sw = stack.functions["sweeper"]
+            i0, b0 = sw.invocations, sw.busy_seconds
+            sw(_scheduled_event())
+            run.invocations["sweeper"] = sw.invocations - i0
+            run.busy_s["sweeper"] = sw.busy_seconds - b0
+            run.event_objects, run.event_bytes = _event_objects(stack, d.bucket)
+            tpl = Template.load()
+            for batch in _batch_sizes(tpl):
+                run.counters_by_batch[batch] = replay_counters(
+                    stack.clients.dynamodb,
+                    delivered_to_events(state_records(run.records), tpl.events_filters),
+                    batch,
+                )
+    finally:
+        if tmp:
+            tmp.cleanup()
+    return run
+
+
+def _scheduled_event() -> dict[str, Any]:
+    return {"orphans": False}  # the template's 5-minute rule's constant Input
+
+
+def _size(p: Path) -> int:
+    try:
+        return p.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def _submit(stack: Any, rcpt: str, body: bytes) -> None:
+    doc = {
+        "sender": "bench@example.org",
+        "recipients": [rcpt],
+        "content": base64.b64encode(body).decode(),
+    }
+    req = urllib.request.Request(
+        f"{stack.api_url}/v1/messages",
+        data=json.dumps(doc).encode(),
+        headers={"content-type": "application/json", "authorization": f"Bearer {stack.token}"},
+        method="POST",
+    )
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        if resp.status != 202:
+            raise RuntimeError(f"HTTP {resp.status}")
+
+
+def _wait(cond: Callable[[], bool], timeout: float, what: str) -> None:
+    end = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > end:
+            raise TimeoutError(f"cost run: {what} not reached in {timeout} s")
+        time.sleep(0.25)
+
+
+def _count_items(stack: Any, table: str) -> int:
+    """Mail and group items still in the table (cleanup removes them)."""
+    n = 0
+    for page in stack.clients.dynamodb.get_paginator("scan").paginate(TableName=table):
+        n += sum(1 for it in page["Items"] if it["pk"]["S"].startswith("M#"))
+    return n
+
+
+_quiet: dict[int, tuple[int, float]] = {}
+
+
+def _stream_quiet(stack: Any) -> bool:
+    """The events function has not been invoked for 3 s (its window is shorter locally)."""
+    f = stack.functions["events"]
+    seen, since = _quiet.get(id(stack), (-1, time.monotonic()))
+    if f.invocations != seen:
+        _quiet[id(stack)] = (f.invocations, time.monotonic())
+        return False
+    return time.monotonic() - since > 3.0
+
+
+def _read_stream(stack: Any, arn: str) -> list[dict[str, Any]]:
+    import boto3
+
+    c = boto3.client(
+        "dynamodbstreams",
+        endpoint_url=stack.endpoint_url,
+        region_name="us-east-1",
+        aws_access_key_id="testing",
+        aws_secret_access_key="testing",
+    )
+    out: list[dict[str, Any]] = []
+    for shard in c.describe_stream(StreamArn=arn)["StreamDescription"].get("Shards", []):
+        it = c.get_shard_iterator(
+            StreamArn=arn, ShardId=shard["ShardId"], ShardIteratorType="TRIM_HORIZON"
+        )["ShardIterator"]
+        while it:
+            resp = c.get_records(ShardIterator=it, Limit=1000)
+            recs = resp.get("Records", [])
+            for r in recs:
+                ddb = dict(r["dynamodb"])
+                ddb.pop("ApproximateCreationDateTime", None)
+                out.append({**r, "dynamodb": ddb, "eventSourceARN": arn})
+            if not recs:
+                break
+            it = resp.get("NextShardIterator")
+    return out
+
+
+def _event_objects(stack: Any, bucket: str) -> tuple[int, int]:
+    n = b = 0
+    for page in stack.clients.s3.get_paginator("list_objects_v2").paginate(
+        Bucket=bucket, Prefix="events/"
+    ):
+        for o in page.get("Contents", []):
+            n += 1
+            b += int(o["Size"])
+    return n, b
+
+
+def _emf(line: bytes, out: set[tuple[str, str, str]]) -> None:
+    if b'"_aws"' not in line:
+        return
+    try:
+        doc = json.loads(line)
+    except ValueError:
+        return
+    for m in doc.get("_aws", {}).get("CloudWatchMetrics", []):
+        for dims in m.get("Dimensions", [[]]):
+            key = ",".join(f"{d}={doc.get(d)}" for d in dims)
+            for metric in m.get("Metrics", []):
+                out.add((m.get("Namespace", ""), key, metric["Name"]))
+
+
+# ---------------------------------------------------------------- counters, replayed
+def _is_counter(record: Mapping[str, Any]) -> bool:
+    pk = str(record.get("dynamodb", {}).get("Keys", {}).get("pk", {}).get("S", ""))
+    return pk.startswith(("C#", "CR#", "CP#"))
+
+
+def state_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The stream records of the queue's own items (the counters' echo left out)."""
+    return [r for r in records if not _is_counter(r)]
+
+
+def records_per_batch(tpl: Template, records_per_s: float) -> float:
+    """Records in one stream batch at a rate: full, or what arrives within the window."""
+    per_shard = records_per_s / ASSUMPTIONS["stream_shards"]
+    return max(1.0, min(tpl.events_batch_size, per_shard * max(tpl.events_window_s, 0.2)))
+
+
+def _batch_sizes(tpl: Template) -> list[int]:
+    # replay at the batch size of each volume (the rate is known only per mail: estimate
+    # with 6 records a mail; `model` interpolates between the sizes replayed)
+    sizes = {1, tpl.events_batch_size}
+    for v in VOLUMES:
+        sizes.add(round(records_per_batch(tpl, v * 6 / SECONDS_PER_MONTH)))
+    return sorted(sizes)
+
+
+def replay_counters(ddb: Any, records: list[dict[str, Any]], batch: int) -> dict[str, float]:
+    """The real CounterStore on a scratch table, fed `records` in batches of `batch`:
+    requests, write units (transactions at 2x) and items written per record."""
+    from mailqueue.counters import CounterStore
+
+    name = f"cost-counters-{batch}-{time.time_ns()}"
+    ddb.create_table(
+        TableName=name,
+        KeySchema=[
+            {"AttributeName": "pk", "KeyType": "HASH"},
+            {"AttributeName": "sk", "KeyType": "RANGE"},
+        ],
+        AttributeDefinitions=[
+            {"AttributeName": "pk", "AttributeType": "S"},
+            {"AttributeName": "sk", "AttributeType": "S"},
+        ],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    calls: Counter[str] = Counter()
+    wru = 0
+
+    def before(model: Any, params: Any, **_: Any) -> None:
+        nonlocal wru
+        op = f"{model.service_model.service_name}:{model.name}"
+        calls[op] += 1
+        if op == "dynamodb:TransactWriteItems":
+            for a in params["TransactItems"]:
+                ((_, body),) = a.items()
+                wru += 2 * units(item_size(body.get("Item") or body.get("Key")) + 16, 1024)
+                calls["items"] += 1
+        elif op in ("dynamodb:PutItem", "dynamodb:UpdateItem"):
+            wru += units(item_size(params.get("Item") or params.get("Key")) + 16, 1024)
+            calls["items"] += 1
+
+    ddb.meta.events.register("before-parameter-build.dynamodb.*", before)
+    try:
+        store = CounterStore(name, ddb)
+        for i in range(0, len(records), batch):
+            store.apply(records[i : i + batch])
+    finally:
+        ddb.meta.events.unregister("before-parameter-build.dynamodb.*", before)
+        ddb.delete_table(TableName=name)
+    n = max(1, len(records))
+    out = {k: v / n for k, v in calls.items()}
+    out["wru"] = wru / n
+    return out
+
+
+# ---------------------------------------------------------------- the model
+@dataclass
+class Line:
+    service: str
+    item: str
+    per_month: float
+
+
+def _interp(table: dict[int, dict[str, float]], batch: float, key: str) -> float:
+    xs = sorted(table)
+    if not xs:
+        return 0.0
+    if batch <= xs[0]:
+        return table[xs[0]].get(key, 0.0)
+    for a, b in zip(xs, xs[1:], strict=False):
+        if a <= batch <= b:
+            t = (batch - a) / (b - a)
+            return table[a].get(key, 0.0) * (1 - t) + table[b].get(key, 0.0) * t
+    return table[xs[-1]].get(key, 0.0)
+
+
+def model(run: Run, volume: int, tpl: Template, egress: float | None = None) -> list[Line]:
+    """$ per month at `volume` mails a month, line by line."""
+    p = PRICES
+    per = volume / run.mails  # scale factor from the run to the month
+    lines: list[Line] = []
+
+    def add(service: str, item: str, usd: float) -> None:
+        lines.append(Line(service, item, usd))
+
+    ops = run.ops()
+    # API Gateway
+    add(
+        "API Gateway",
+        "HTTP API requests",
+        volume
+        * ASSUMPTIONS["api_requests_per_mail"]
+        * p["apigateway_http_api"]["per_million_requests"]
+        / 1e6,
+    )
+    # S3 requests made by the functions (the events function's PUTs are modeled per batch)
+    s3 = p["s3_standard"]
+    fn_ops = {f: run.ops(f) for f in run.requests}
+    put = sum(
+        n
+        for f, c in fn_ops.items()
+        if f != "events"
+        for k, n in c.items()
+        if k in ("s3:PutObject", "s3:CopyObject", "s3:ListObjectsV2")
+    )
+    get = sum(
+        n for f, c in fn_ops.items() for k, n in c.items() if k in ("s3:GetObject", "s3:HeadObject")
+    )
+    add("S3", "content PUT (+copy/list)", put * per * s3["put_copy_post_list_per_1000"] / 1000)
+    add("S3", "GET/HEAD (content, Send headers)", get * per * s3["get_per_1000"] / 1000)
+    # the stream and the events function
+    recs = delivered_to_events(state_records(run.records), tpl.events_filters)
+    rec_per_mail = len(recs) / run.mails
+    rate = volume * rec_per_mail / SECONDS_PER_MONTH
+    batch = records_per_batch(tpl, rate)
+    ctr_items_per_rec = _interp(run.counters_by_batch, batch, "items")
+    counters_in_state_table = True
+    echo = 0.0
+    if counters_in_state_table and not tpl.events_filters:
+        # the counters' own writes come back on the stream (and their markers' TTL deletes)
+        echo = ctr_items_per_rec + _interp(run.counters_by_batch, batch, "dynamodb:PutItem")
+        echo += sum(1 for k in run.transact_keys if k[0].startswith("CR#")) / max(1, len(recs))
+    records_month = volume * rec_per_mail * (1 + echo)
+    batches = records_month / records_per_batch(tpl, records_month / SECONDS_PER_MONTH)
+    add(
+        "S3",
+        "event-log PUTs (one per stream batch)",
+        batches * s3["put_copy_post_list_per_1000"] / 1000,
+    )
+    add(
+        "S3",
+        "event-log storage (first month)",
+        run.event_bytes * per / 2**30 * s3["storage_per_gb_month"],
+    )
+    # DynamoDB: writes from the stream images, reads from the responses
+    ddb = p["dynamodb_on_demand"]
+    wru_table = wru_gsi = 0
+    for r in run.records:
+        keys = r["dynamodb"].get("Keys", {})
+        k = (keys.get("pk", {}).get("S", ""), keys.get("sk", {}).get("S", ""))
+        if k[0].startswith(("C#", "CR#", "CP#")):
+            continue  # the counters: priced from the replay below
+        w = write_units(r, tpl.indexes, transactional=k in run.transact_keys)
+        wru_table += w.get("table", 0)
+        wru_gsi += sum(v for n, v in w.items() if n != "table")
+    wru = ddb["write_request_unit_per_million"] / 1e6
+    add("DynamoDB", "state writes, table (WRU from item sizes)", wru_table * per * wru)
+    add("DynamoDB", "state writes, by_state index", wru_gsi * per * wru)
+    rru = sum(v for f, v in run.rru.items() if f != "events")
+    add(
+        "DynamoDB",
+        "reads (RRU from items returned)",
+        rru * per * ddb["read_request_unit_per_million"] / 1e6,
+    )
+    ctr_wru = _interp(run.counters_by_batch, batch, "wru") * volume * rec_per_mail
+    ctr_reads = (
+        _interp(run.counters_by_batch, batch, "dynamodb:BatchGetItem")
+        + _interp(run.counters_by_batch, batch, "dynamodb:GetItem")
+    ) * 2
+    add("DynamoDB", "queue-size counters (writes)", ctr_wru * wru)
+    add(
+        "DynamoDB",
+        "queue-size counters (reads)",
+        ctr_reads * volume * rec_per_mail * ddb["read_request_unit_per_million"] / 1e6,
+    )
+    # SQS: the functions' requests + the event sources' receive/delete per batch + idle polls
+    sqs_p = p["sqs_standard"]["per_million_requests"] / 1e6
+    sqs_fn = sum(n for k, n in ops.items() if k.startswith("sqs:"))
+    add("SQS", "sends/visibility by the functions", sqs_fn * per * sqs_p)
+    esm_batches = sum(run.invocations[f] for f in ("delivery", "bounce")) * per
+    add("SQS", "event source receive + delete (per batch)", esm_batches * 2 * sqs_p)
+    idle = (
+        2
+        * ASSUMPTIONS["esm_pollers_per_queue"]
+        * SECONDS_PER_MONTH
+        / ASSUMPTIONS["long_poll_seconds"]
+    )
+    add("SQS", "event source long polls (2 queues, idle floor)", idle * sqs_p)
+    # Lambda
+    lam = p["lambda"]
+    gbs_price = lam[
+        "per_gb_second_arm64" if tpl.architecture == "arm64" else "per_gb_second_x86_64"
+    ]
+    inv_month: dict[str, float] = {}
+    for f in ("ingress", "delivery", "bounce"):
+        inv_month[f] = run.invocations[f] * per
+        secs = (run.busy_s[f] + 0.0005 * run.invocations[f]) * per
+        add(
+            "Lambda",
+            f"{f}: GB-s ({tpl.memory_mb[f]} MB, measured time)",
+            secs * tpl.memory_mb[f] / 1024 * gbs_price,
+        )
+    ev_inv = max(1, run.invocations["events"])
+    ev_recs = max(1, len(run.records))
+    inv_month["events"] = batches
+    add(
+        "Lambda",
+        f"events: GB-s ({tpl.memory_mb['events']} MB, measured time per record)",
+        run.busy_s["events"] / ev_recs * records_month * tpl.memory_mb["events"] / 1024 * gbs_price,
+    )
+    sweeps = sum(tpl.schedules.values())
+    inv_month["sweeper"] = sweeps
+    sweep_s = (
+        run.busy_s["sweeper"] / max(1, run.invocations["sweeper"])
+        if run.invocations["sweeper"]
+        else 0.3
+    )
+    add(
+        "Lambda",
+        f"sweeper: schedules ({sweeps:,.0f} runs/month)",
+        sweeps * sweep_s * tpl.memory_mb["sweeper"] / 1024 * gbs_price,
+    )
+    add("Lambda", "requests", sum(inv_month.values()) * lam["per_million_requests"] / 1e6)
+    # X-Ray
+    xr = p["xray"]["per_million_traces_recorded"] / 1e6
+    if tpl.tracing:
+        traces = 0.0
+        for f, n in inv_month.items():
+            rate_f = n / SECONDS_PER_MONTH
+            traces += min(n, SECONDS_PER_MONTH) + max(0.0, rate_f - 1) * 0.05 * SECONDS_PER_MONTH
+        add("X-Ray", "traces recorded (1/s + 5 % per function)", traces * xr)
+    else:
+        add("X-Ray", "tracing off (template parameter Tracing=Disabled)", 0.0)
+    # CloudWatch
+    cw = p["cloudwatch"]
+    plat = ASSUMPTIONS["platform_log_bytes_per_invocation"]
+    ovh = ASSUMPTIONS["cw_log_event_overhead_bytes"]
+    log_b = 0.0
+    for f in ("ingress", "delivery", "bounce"):
+        log_b += (run.log_bytes[f] + run.log_events[f] * ovh) * per + inv_month[f] * (
+            plat + 3 * ovh
+        )
+    log_b += (run.log_bytes["events"] + run.log_events["events"] * ovh) / ev_inv * batches
+    log_b += inv_month["events"] * (plat + 3 * ovh)
+    log_b += inv_month["sweeper"] * (plat + 3 * ovh)
+    log_b += run.api_log_bytes * per
+    gb = log_b / 2**30
+    add(
+        "CloudWatch",
+        "Logs ingestion (measured bytes + platform lines)",
+        gb * cw["logs_ingestion_per_gb"],
+    )
+    add(
+        "CloudWatch",
+        f"Logs storage ({tpl.log_retention_days} d retention)",
+        gb * cw["logs_storage_per_gb_month"] * min(1.0, tpl.log_retention_days / 30),
+    )
+    add(
+        "CloudWatch",
+        f"EMF custom metrics ({len(run.metrics)} seen in the run)",
+        len(run.metrics) * cw["custom_metric_per_month"],
+    )
+    add("CloudWatch", f"alarms ({tpl.alarms})", tpl.alarms * cw["standard_alarm_per_month"])
+    add("CloudWatch", f"dashboards ({tpl.dashboards})", tpl.dashboards * cw["dashboard_per_month"])
+    if egress is not None:
+        add("Egress", "relay mode (bench/egress_cost.py)", egress * volume)
+    else:
+        add("Egress", "not included (bench/egress_cost.py not present)", 0.0)
+    return lines
+
+
+def egress_per_mail(mode: str = "relay") -> float | None:
+    """The hook for bench/egress_cost.py (another branch): $ per mail in `mode`, if there."""
+    try:
+        from bench import egress_cost  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    fn = getattr(egress_cost, "cost_per_mail", None)
+    if fn is None:
+        return None
+    try:
+        return float(fn(mode))
+    except Exception:  # an interface we do not know yet: say so, do not guess
+        return None
+
+
+# ---------------------------------------------------------------- the report
+FLOORS = {1_000_000: 20.0, 10_000_000: 10.0, 100_000_000: 8.0}
+REQUEST_FLOOR = 6.5
+
+
+def path_requests(run: Run, tpl: Template, volume: int) -> dict[str, float]:
+    """AWS requests per delivered mail, accepted → cleaned: the functions' own, the
+    counters' and the event log's share of each stream batch, and the SQS event source's
+    receive + delete per batch."""
+    out: Counter[str] = Counter()
+    for f in ("ingress", "delivery", "bounce", "events"):
+        for k, n in run.ops(f).items():
+            if k.endswith(":items") or (
+                f == "events" and (k.startswith("dynamodb:") or k == "s3:PutObject")
+            ):
+                continue
+            out[k] += n / run.mails
+    recs = delivered_to_events(state_records(run.records), tpl.events_filters)
+    rpm = len(recs) / run.mails
+    batch = records_per_batch(tpl, volume * rpm / SECONDS_PER_MONTH)
+    for k in (
+        "dynamodb:TransactWriteItems",
+        "dynamodb:BatchGetItem",
+        "dynamodb:GetItem",
+        "dynamodb:UpdateItem",
+        "dynamodb:PutItem",
+    ):
+        v = _interp(run.counters_by_batch, batch, k) * rpm
+        if v:
+            out[f"{k} (counters)"] += v
+    out["s3:PutObject (event log)"] += rpm / batch
+    esm = sum(run.invocations[f] for f in ("delivery", "bounce")) / run.mails
+    out["sqs:ReceiveMessage + DeleteMessageBatch (event source)"] += 2 * esm
+    return dict(sorted(out.items()))
+
+
+def report(run: Run, tpl: Template, title: str = "### Cost model") -> list[str]:
+    egress = egress_per_mail("relay")
+    tables = {v: model(run, v, tpl, egress) for v in VOLUMES}
+    L: list[str] = [title, ""]
+    L.append(
+        f"Measured: {run.mails} mails of 10 KB, 1 recipient each (20 domains), one per API "
+        f"call, through the local stack (template in moto, the real handlers, SQS and "
+        f"stream event sources, SMTP sink), accepted → delivered → cleaned, in "
+        f"{run.wall_s:.0f} s. Relay mode; the relay's own price is not included. "
+        f"Tracing {'on' if tpl.tracing else 'off'}. List prices us-east-1 "
+        "(bench/aws-prices.json)."
+    )
+    L.append("")
+    L.append(
+        "| service | "
+        + " | ".join(f"{v // 1_000_000} M/month: $/month" for v in VOLUMES)
+        + " | "
+        + " | ".join(f"$/M at {v // 1_000_000} M" for v in VOLUMES)
+        + " |"
+    )
+    L.append("|---|" + "---:|" * (2 * len(VOLUMES)))
+    services = list(dict.fromkeys(x.service for x in tables[VOLUMES[0]]))
+    for svc in services:
+        vals = [sum(x.per_month for x in tables[v] if x.service == svc) for v in VOLUMES]
+        L.append(
+            f"| {svc} | "
+            + " | ".join(f"{x:,.2f}" for x in vals)
+            + " | "
+            + " | ".join(f"{x / v * 1e6:.2f}" for x, v in zip(vals, VOLUMES, strict=True))
+            + " |"
+        )
+    tot = [sum(x.per_month for x in tables[v]) for v in VOLUMES]
+    L.append(
+        "| **all-in** | "
+        + " | ".join(f"**{x:,.2f}**" for x in tot)
+        + " | "
+        + " | ".join(f"**{x / v * 1e6:.2f}**" for x, v in zip(tot, VOLUMES, strict=True))
+        + " |"
+    )
+    L.append("")
+    L.append("Per mail (at 100 M/month), line by line:")
+    L.append("")
+    L.append("| service | item | $ per million mails |")
+    L.append("|---|---|---:|")
+    for x in tables[VOLUMES[-1]]:
+        L.append(f"| {x.service} | {x.item} | {x.per_month / VOLUMES[-1] * 1e6:.3f} |")
+    L.append("")
+    recs = delivered_to_events(state_records(run.records), tpl.events_filters)
+    L.append(
+        f"Measured inputs: {len(run.records) / run.mails:.1f} stream records per mail "
+        f"({len(recs) / run.mails:.1f} of them delivered to the events function"
+        + (" after the event source's filter" if tpl.events_filters else "")
+        + "); invocations per mail: "
+        + ", ".join(
+            f"{f} {run.invocations[f] / run.mails:.2f}" for f in ("ingress", "delivery", "events")
+        )
+        + "; handler time per mail: "
+        + ", ".join(
+            f"{f} {run.busy_s[f] / run.mails * 1000:.0f} ms" for f in ("ingress", "delivery")
+        )
+        + f", events {run.busy_s['events'] / max(1, len(run.records)) * 1000:.1f} ms per record; "
+        f"log bytes per mail: "
+        + ", ".join(
+            f"{f} {run.log_bytes[f] / run.mails:,.0f}" for f in ("ingress", "delivery", "events")
+        )
+        + f", API access log {run.api_log_bytes / run.mails:,.0f}; EMF metrics seen: {len(run.metrics)}; "
+        f"event log {run.event_bytes / run.mails:,.0f} B per mail (gzip)."
+    )
+    L.append("")
+    L.append(
+        "Counters (replayed through `mailqueue.counters` at each batch size), per stream record:"
+    )
+    L.append("")
+    L.append("| records per batch | requests | items written | WRU |")
+    L.append("|---:|---:|---:|---:|")
+    for b, c in sorted(run.counters_by_batch.items()):
+        req = sum(v for k, v in c.items() if k.startswith("dynamodb:"))
+        L.append(f"| {b} | {req:.3f} | {c.get('items', 0):.3f} | {c.get('wru', 0):.3f} |")
+    L.append("")
+    pr = path_requests(run, tpl, VOLUMES[-1])
+    total_req = sum(pr.values())
+    L.append(
+        f"AWS requests per delivered 1-recipient mail, accepted → cleaned, at 100 M/month "
+        f"(full stream batches): **{total_req:.2f}** — "
+        + ", ".join(f"{k} {v:.2f}" for k, v in pr.items())
+    )
+    L.append("")
+    L.append("| floor | measured | met |")
+    L.append("|---|---:|:---:|")
+    for v, t in zip(VOLUMES, tot, strict=True):
+        fl = FLOORS[v]
+        per_m = t / v * 1e6
+        L.append(
+            f"| ≤ ${fl:.2f} per million at {v // 1_000_000} M/month | ${per_m:.2f} | "
+            f"{'yes' if per_m <= fl else '**no**'} |"
+        )
+    L.append(
+        f"| ≤ {REQUEST_FLOOR} AWS requests per mail | {total_req:.2f} | "
+        f"{'yes' if total_req <= REQUEST_FLOOR else '**no**'} |"
+    )
+    L.append("")
+    L.append(
+        "Assumptions (not measured): "
+        + "; ".join(f"{k} = {v}" for k, v in ASSUMPTIONS.items())
+        + f"; events batch {tpl.events_batch_size} records / {tpl.events_window_s} s window, "
+        "the records of one batch spread evenly over the shards; Lambda time is the handler "
+        "time measured locally against moto (moto answers slower than DynamoDB for writes, so "
+        "this overstates it); the SQS event source's receive and delete counted once per "
+        "invocation at the batch fill of the run (one message per batch locally: an upper "
+        "bound); X-Ray at Lambda's default sampling (1/s then 5 %) when tracing is on; "
+        "storage of content (deleted after delivery) and of state items not included; "
+        + (
+            "egress from bench/egress_cost.py."
+            if egress is not None
+            else "egress not included: bench/egress_cost.py (branch `egress`) has not landed; "
+            "`egress_per_mail()` is the hook."
+        )
+    )
+    return L
+
+
+def main() -> None:
+    import sys
+
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 20
+    run = measure(n)
+    print("\n".join(report(run, Template.load())))
+
+
+if __name__ == "__main__":
+    main()
