@@ -21,6 +21,8 @@ minus contribution(old image). `CounterStore` applies a batch of records exactly
 
 from __future__ import annotations
 
+import hashlib
+import json
 import random
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -154,18 +156,30 @@ class CounterStore:
     chosen partition, and `read` sums them with one Query per partition (4 by default),
     whatever the size of the queue. Spreading keeps concurrent shard consumers from
     conflicting on one hot item and stays below one partition's write ceiling.
-    Markers: ``pk = "CR#<record id>"``, ``sk = "R"``, expiring after `marker_ttl_seconds`
-    (the table's TTL attribute `expires_at`; longer than the stream's 24 h retention).
 
-    Exactly once: a record's deltas and its marker are written in ONE TransactWriteItems,
-    the marker with ``attribute_not_exists(pk)``. Either both land or neither does. A
-    retried or re-bisected Lambda batch brings records again: their markers exist, the
-    transaction is cancelled with ConditionalCheckFailed at exactly those positions, and
-    they are dropped and the rest retried; so every record is added once, in whatever
-    batches, order or concurrency Lambda delivers them (sums commute). A per-shard
-    checkpoint is not possible here: Lambda's DynamoDB records do not carry their shard id.
-    Cost: one marker write per record that changes a counter; records without a counter
-    change (most non-group items) write nothing.
+    Exactly once, with one checkpoint per batch instead of a marker per record: a batch's
+    deltas are summed and added in ONE TransactWriteItems together with a checkpoint item
+    ``pk = "CP"``, ``sk = <last sequence number, 40 digits>#<digest>`` holding the range's
+    first sequence number and a short digest of each record id it applied, written with
+    ``attribute_not_exists(pk)`` and expiring after `marker_ttl_seconds` (longer than the
+    stream's 24 h). Either all of it lands or none of it. Before adding, a batch reads the
+    checkpoints whose range overlaps its own (one strongly consistent Query: ``sk >=`` its
+    first sequence number, filtered on ``first <=`` its last) and drops the records they
+    name. Membership is by record id, so any re-batching is recognised: a retried batch,
+    its bisected halves, halves of halves, records again in reverse order; sequence
+    numbers only narrow the search (ranges of other shards that overlap in number are
+    read, and their ids do not match). Not covered: two invocations applying overlapping
+    records at the same moment — Lambda runs one batch per shard at a time
+    (ParallelizationFactor 1).
+
+    A batch with more distinct keys than one transaction holds (~98) stores its plan with
+    the checkpoint and adds it in steps, each moving the checkpoint's ``done``; whoever
+    finds an unfinished plan (the next retry) completes it before anything else.
+
+    Cost per batch: one Query (a few RRU) and one transaction of 1 + K items (K the
+    distinct counter keys whose sums are not zero), at 2 WRU each (the checkpoint ~2 KB at
+    100 records). A batch without any counter change reads and writes nothing. (The
+    previous design wrote one marker per record, ~4 per mail, in the same transactions.)
     """
 
     def __init__(
@@ -193,7 +207,7 @@ class CounterStore:
     def apply(self, records: Iterable[Mapping[str, Any]]) -> ApplyResult:
         """Add the deltas of Lambda-shaped DynamoDB stream records, each exactly once."""
         result = ApplyResult()
-        pending: list[tuple[str, dict[str, int]]] = []
+        entries: list[_Entry] = []
         seen: set[str] = set()
         for rec in records:
             ddb = rec.get("dynamodb") or {}
@@ -201,25 +215,162 @@ class CounterStore:
             rid = record_id(rec)
             if not d:
                 result.ignored += 1
-            elif rid in seen:  # the same record twice in one call: one transaction can't
+                continue
+            if rid in seen:  # the same record twice in one call
                 result.duplicates += 1
-            else:
-                seen.add(rid)
-                pending.append((rid, d))
-        for chunk in _chunks(pending, MAX_TRANSACTION_ITEMS):
-            self._apply_chunk(chunk, result)
-        return result
+                continue
+            seen.add(rid)
+            entries.append(_Entry(rid, _sequence(rec), d))
+        if not entries:
+            return result
+        entries.sort(key=lambda e: e.seq)
+        dup0 = result.duplicates
+        for _ in range(self.max_attempts):
+            done: set[str] = set()
+            for cp in self._overlapping(entries[0].seq, entries[-1].seq):
+                if cp.get("total"):
+                    self._finish(cp, result)
+                done |= set(cp.get("ids", {}).get("SS", []))
+            todo = [e for e in entries if _digest(e.rid) not in done]
+            result.duplicates = dup0 + len(entries) - len(todo)
+            if not todo:
+                return result
+            try:
+                self._apply_range(todo, result)
+                return result
+            except _Retry:  # a checkpoint appeared meanwhile: look again
+                continue
+        raise TransientStorageError("dynamodb:TransactWriteItems: checkpoints kept changing")
 
-    def _apply_chunk(self, chunk: list[tuple[str, dict[str, int]]], result: ApplyResult) -> None:
-        todo = list(chunk)
+    def _overlapping(self, first: int, last: int) -> list[dict[str, Any]]:
+        """Checkpoints whose range overlaps first..last (strongly consistent)."""
+        kw: dict[str, Any] = {
+            "TableName": self.table,
+            "KeyConditionExpression": "pk = :cp AND sk >= :from",
+            "FilterExpression": "#f <= :last",
+            "ExpressionAttributeNames": {"#f": "first"},
+            "ExpressionAttributeValues": {
+                ":cp": {"S": "CP"},
+                ":from": {"S": f"{first:040d}"},
+                ":last": {"N": str(last)},
+            },
+            "ConsistentRead": True,
+        }
+        out: list[dict[str, Any]] = []
+        while True:
+            with translate("dynamodb:Query"):
+                resp = self.ddb.query(**kw)
+            out.extend(resp.get("Items", []))
+            lek = resp.get("LastEvaluatedKey")
+            if not lek:
+                return out
+            kw["ExclusiveStartKey"] = lek
+
+    def _get(self, pk: str, sk: str) -> dict[str, Any] | None:
+        with translate("dynamodb:GetItem"):
+            item: dict[str, Any] | None = self.ddb.get_item(
+                TableName=self.table, Key={"pk": {"S": pk}, "sk": {"S": sk}}, ConsistentRead=True
+            ).get("Item")
+        return item
+
+    def _apply_range(self, todo: list[_Entry], result: ApplyResult) -> None:
+        """One transaction: the checkpoint naming `todo` and its summed deltas; a range
+        with too many keys for one transaction stores its plan with the checkpoint first,
+        then adds it in steps (`_finish`), which a retry completes."""
+        summed: dict[str, int] = {}
+        for e in todo:
+            for k, v in e.deltas.items():
+                summed[k] = summed.get(k, 0) + v
+        plan = sorted((k, v) for k, v in summed.items() if v)
+        sk = f"{todo[-1].seq:040d}#{_digest(todo[0].rid)}"
+        large = len(plan) + 1 > MAX_TRANSACTION_ITEMS
+        expires = str(int(self.clock()) + self.marker_ttl_seconds)
+        item: dict[str, Any] = {
+            "pk": {"S": "CP"},
+            "sk": {"S": sk},
+            "first": {"N": str(todo[0].seq)},
+            "ids": {"SS": sorted({_digest(e.rid) for e in todo})},
+            "expires_at": {"N": expires},
+        }
+        if large:
+            item |= {"total": {"N": str(len(plan))}, "done": {"N": "0"}}
+        mark = {
+            "Put": {
+                "TableName": self.table,
+                "Item": item,
+                "ConditionExpression": "attribute_not_exists(pk)",
+            }
+        }
+        if not large:
+            self._transact([mark, *self._adds(plan)], result, guarded=1)
+        else:
+            stored = {
+                "pk": {"S": f"CPP#{sk}"},
+                "sk": {"S": "P"},
+                "plan": {"S": json.dumps(plan, separators=(",", ":"))},
+                "expires_at": {"N": expires},
+            }
+            self._transact(
+                [mark, {"Put": {"TableName": self.table, "Item": stored}}], result, guarded=1
+            )
+            self._finish(item, result)
+        result.applied += len(todo)
+        for k, v in plan:
+            result.counters[k] = result.counters.get(k, 0) + v
+
+    def _finish(self, checkpoint: Mapping[str, Any], result: ApplyResult) -> None:
+        """Add what remains of a stored plan, a step at a time (each step moves `done`)."""
+        sk = str(checkpoint["sk"]["S"])
+        while True:
+            cp = self._get("CP", sk)
+            if cp is None:
+                return
+            done, total = int(cp.get("done", {}).get("N", "0")), int(cp["total"]["N"])
+            if done >= total:
+                return
+            stored = self._get(f"CPP#{sk}", "P")
+            if stored is None:
+                raise PermanentStorageError(f"counters: the plan of checkpoint {sk} is missing")
+            plan = [(str(k), int(v)) for k, v in json.loads(stored["plan"]["S"])]
+            step = plan[done : done + MAX_TRANSACTION_ITEMS - 1]
+            move = {
+                "Update": {
+                    "TableName": self.table,
+                    "Key": {"pk": {"S": "CP"}, "sk": {"S": sk}},
+                    "UpdateExpression": "SET #d = :new",
+                    "ConditionExpression": "#d = :old",
+                    "ExpressionAttributeNames": {"#d": "done"},
+                    "ExpressionAttributeValues": {
+                        ":new": {"N": str(done + len(step))},
+                        ":old": {"N": str(done)},
+                    },
+                }
+            }
+            try:
+                self._transact([move, *self._adds(step)], result, guarded=1)
+            except _Retry:
+                continue  # another attempt moved it: read again
+
+    def _adds(self, plan: list[tuple[str, int]]) -> list[dict[str, Any]]:
+        part = f"C#{self.rng.randrange(self.partitions)}"
+        return [
+            {
+                "Update": {
+                    "TableName": self.table,
+                    "Key": {"pk": {"S": part}, "sk": {"S": key}},
+                    "UpdateExpression": "ADD #n :d",
+                    "ExpressionAttributeNames": {"#n": "n"},
+                    "ExpressionAttributeValues": {":d": {"N": str(n)}},
+                }
+            }
+            for key, n in plan
+        ]
+
+    def _transact(self, actions: list[dict[str, Any]], result: ApplyResult, guarded: int) -> None:
+        """TransactWriteItems with back-off; a failed condition on one of the first
+        `guarded` actions (a checkpoint) raises _Retry."""
         attempt = 0
-        while todo:
-            summed: dict[str, int] = {}
-            for _, d in todo:
-                for k, v in d.items():
-                    summed[k] = summed.get(k, 0) + v
-            summed = {k: v for k, v in summed.items() if v}
-            actions = self._actions(todo, summed)
+        while True:
             try:
                 with translate("dynamodb:TransactWriteItems"):
                     try:
@@ -230,15 +381,8 @@ class CounterStore:
                         raise
             except _Cancelled as c:
                 codes = [str((r or {}).get("Code") or "None") for r in c.reasons]
-                dup = {
-                    i
-                    for i, code in enumerate(codes[: len(todo)])
-                    if code == "ConditionalCheckFailed"
-                }
-                if dup:
-                    result.duplicates += len(dup)
-                    todo = [t for i, t in enumerate(todo) if i not in dup]
-                    continue
+                if "ConditionalCheckFailed" in codes[:guarded]:
+                    raise _Retry from None
                 odd = sorted(set(codes) - _RETRYABLE)
                 if odd:
                     raise PermanentStorageError(
@@ -254,43 +398,7 @@ class CounterStore:
                 time.sleep(min(0.02 * (2**attempt), 1.0) * (0.5 + self.rng.random()))
                 continue
             result.transactions += 1
-            result.applied += len(todo)
-            for k, v in summed.items():
-                result.counters[k] = result.counters.get(k, 0) + v
             return
-
-    def _actions(
-        self, todo: list[tuple[str, dict[str, int]]], summed: dict[str, int]
-    ) -> list[dict[str, Any]]:
-        expires = str(int(self.clock()) + self.marker_ttl_seconds)
-        actions: list[dict[str, Any]] = [
-            {
-                "Put": {
-                    "TableName": self.table,
-                    "Item": {
-                        "pk": {"S": f"CR#{rid}"},
-                        "sk": {"S": "R"},
-                        "expires_at": {"N": expires},
-                    },
-                    "ConditionExpression": "attribute_not_exists(pk)",
-                }
-            }
-            for rid, _ in todo
-        ]
-        part = f"C#{self.rng.randrange(self.partitions)}"
-        for key, n in sorted(summed.items()):
-            actions.append(
-                {
-                    "Update": {
-                        "TableName": self.table,
-                        "Key": {"pk": {"S": part}, "sk": {"S": key}},
-                        "UpdateExpression": "ADD #n :d",
-                        "ExpressionAttributeNames": {"#n": "n"},
-                        "ExpressionAttributeValues": {":d": {"N": str(n)}},
-                    }
-                }
-            )
-        return actions
 
     # ------------------------------------------------------------------ read
     def read(self) -> Counts:
@@ -359,24 +467,32 @@ def counter_store(
     return CounterStore(s.counters_table or state_table, dynamodb, partitions=s.counter_partitions)
 
 
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    rid: str
+    seq: int
+    deltas: dict[str, int]
+
+
+def _sequence(record: Mapping[str, Any]) -> int:
+    """The record's sequence number (increasing within a shard; Lambda batches are one
+    shard's records in order)."""
+    seq = str((record.get("dynamodb") or {}).get("SequenceNumber", ""))
+    if not seq.isdigit():
+        raise PermanentStorageError(f"stream record without a sequence number: {seq!r}")
+    return int(seq)
+
+
+class _Retry(Exception):
+    """A checkpoint appeared between the look-up and the transaction."""
+
+
 class _Cancelled(Exception):
     def __init__(self, reasons: list[dict[str, Any]]) -> None:
         super().__init__("transaction cancelled")
         self.reasons = reasons
 
 
-def _chunks(
-    pending: list[tuple[str, dict[str, int]]], limit: int
-) -> Iterable[list[tuple[str, dict[str, int]]]]:
-    """Consecutive records whose markers plus distinct counter keys fit one transaction."""
-    chunk: list[tuple[str, dict[str, int]]] = []
-    keys: set[str] = set()
-    for rid, d in pending:
-        grown = keys | set(d)
-        if chunk and len(chunk) + 1 + len(grown) > limit:
-            yield chunk
-            chunk, grown = [], set(d)
-        chunk.append((rid, d))
-        keys = grown
-    if chunk:
-        yield chunk
+def _digest(rid: str) -> str:
+    """A record id in a checkpoint: 16 hex digits of its SHA-256 (ids are 32+ chars)."""
+    return hashlib.sha256(rid.encode()).hexdigest()[:16]
