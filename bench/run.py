@@ -27,7 +27,7 @@ from mailqueue.delivery import DeliveryService, DeliverySettings
 from mailqueue.local.runtime import LocalContext, sqs_event
 from mailqueue.model import Envelope, Recipient
 
-from bench import egress_cost
+from bench import coldstart, cost, egress_cost
 from functions.delivery import app as delivery_app
 from tests.support.aws import AwsEnv, make_env, reset_moto
 from tests.support.smtp_peers import smtp_sink
@@ -119,44 +119,6 @@ def deliver_batch(
     return dt, env.counter.snapshot()
 
 
-def cost_per_million(calls: dict[str, int], per_messages: int) -> dict[str, float]:
-    """Dollars per million delivered messages from a counted request mix (list prices)."""
-    p = PRICES
-    c = Counter({k: v / per_messages for k, v in calls.items()})
-    s3 = (
-        (c["s3:PutObject"] + c["s3:ListObjectsV2"])
-        * p["s3_standard"]["put_copy_post_list_per_1000"]
-        / 1000
-    )
-    s3 += (c["s3:GetObject"] + c["s3:HeadObject"]) * p["s3_standard"]["get_per_1000"] / 1000
-    ddb_writes = (
-        c["dynamodb:UpdateItem"] + c["dynamodb:PutItem"] + c["dynamodb:BatchWriteItem:items"]
-    )
-    ddb_reads = c["dynamodb:GetItem"] + c["dynamodb:Query"]
-    # item sizes are 1–3 KB; each write also updates the by_state index: ≈ 2 WRU + 1 GSI WRU
-    ddb = ddb_writes * 3 * p["dynamodb_on_demand"]["write_request_unit_per_million"] / 1e6
-    ddb += ddb_reads * 1 * p["dynamodb_on_demand"]["read_request_unit_per_million"] / 1e6
-    sqs_requests = sum(v for k, v in c.items() if k.startswith("sqs:"))
-    # the event source mapping: ~1 ReceiveMessage + 1 DeleteMessageBatch per batch of 10
-    sqs_requests += 0.2
-    sqs = sqs_requests * p["sqs_standard"]["per_million_requests"] / 1e6
-    apigw = 1 * p["apigateway_http_api"]["per_million_requests"] / 1e6
-    # Lambda: ingress 1 invocation (~80 ms), delivery 1/10 invocation (~250 ms per group),
-    # events writer 1/100, all 512 MB arm64
-    gb_s = 0.5 * (0.08 + 0.25 + 0.01)
-    lam = (1 + 0.1 + 0.01) * p["lambda"]["per_million_requests"] / 1e6
-    lam += gb_s * p["lambda"]["per_gb_second_arm64"]
-    events_put = 0.01 * p["s3_standard"]["put_copy_post_list_per_1000"] / 1000
-    per_msg = {
-        "S3": s3 + events_put,
-        "DynamoDB": ddb,
-        "SQS": sqs,
-        "API Gateway": apigw,
-        "Lambda": lam,
-    }
-    return {k: v * 1e6 for k, v in per_msg.items()}
-
-
 def main() -> None:
     lines: list[str] = []
     with moto_server() as endpoint:
@@ -195,9 +157,6 @@ def main() -> None:
                     runs.append(10 / dt)
                     per_group[size] = calls
                 results[size] = runs
-        enq = counts(
-            env, lambda: env.storage().enqueue(envelope("b@example.net"), content(10 * 1024))
-        )
     lines.append(SECTION)
     lines.append("")
     lines.append(
@@ -246,28 +205,13 @@ def main() -> None:
         "invocation; Lambda scales out with concurrent invocations of the SQS event source."
     )
     lines.append("")
-    mix = Counter(enq) + Counter({k2: v / 10 for k2, v in g1.items()})
-    mix["dynamodb:BatchWriteItem:items"] = 2 + 2  # enqueue 2 items, cleanup 2 deletes
-    cost = cost_per_million(dict(mix), 1)
-    total = sum(cost.values())
-    lines.append(
-        "### Cost per million delivered messages (1 recipient, 10 KB; list prices us-east-1, "
-        "bench/aws-prices.json)"
-    )
+    # the cost model: a measured run through the local stack (bench/cost.py), and the
+    # handlers' cold import times (bench/coldstart.py)
+    run = cost.measure(20)
+    lines.extend(cost.report(run, cost.Template.load(), title="### Cost model (bench/cost.py)"))
     lines.append("")
-    lines.append("| service | $ per million |")
-    lines.append("|---|---|")
-    for svc_name, v in cost.items():
-        lines.append(f"| {svc_name} | {v:.2f} |")
-    lines.append(f"| **total** | **{total:.2f}** |")
+    lines.extend(coldstart.report())
     lines.append("")
-    lines.append(
-        f"Amazon SES: ${PRICES['ses_for_comparison']['outbound_per_1000_recipients_a_la_carte'] * 1000:.0f} "
-        "per million. Assumptions: DynamoDB ≈ 3 WRU per state write (1–3 KB group item + the "
-        "by_state index), Lambda 512 MB arm64 (ingress 80 ms, delivery 250 ms per group), "
-        "SQS event source ~0.2 requests per message, events written in batches of 100; "
-        "data transfer and storage not included."
-    )
     lines += egress_cost.markdown_section(PRICES)
     write_section(lines)
     print("\n".join(lines))

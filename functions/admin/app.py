@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import boto3
-from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -33,9 +33,10 @@ from mailqueue.admin import (
     build_admin,
 )
 from mailqueue.aws.clients import make_clients
+from mailqueue.xray import LazyTracer
 
 logger = Logger(service="mailqueue-admin")
-tracer = Tracer(service="mailqueue-admin")
+tracer = LazyTracer(service="mailqueue-admin")
 metrics = Metrics(namespace="mailqueue", service="admin")
 
 RESERVE_SECONDS = 15.0  # left to a job slice's last checkpoint and the next launch

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import (
     BatchProcessor,
@@ -15,9 +15,10 @@ from aws_lambda_powertools.utilities.batch import (
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from mailqueue.bounce import BounceService, BounceStats, parse_ref
+from mailqueue.xray import LazyTracer
 
 logger = Logger(service="bounce")
-tracer = Tracer(service="bounce")
+tracer = LazyTracer(service="bounce")
 metrics = Metrics(namespace="mailqueue", service="bounce")
 
 

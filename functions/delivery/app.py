@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import (
     BatchProcessor,
@@ -17,9 +17,10 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from mailqueue.delivery import DeliveryService
 from mailqueue.secrets import powertools_credentials
 from mailqueue.smtp import lambda_deadline
+from mailqueue.xray import LazyTracer
 
 logger = Logger(service="delivery")
-tracer = Tracer(service="delivery")
+tracer = LazyTracer(service="delivery")
 metrics = Metrics(namespace="mailqueue", service="delivery")
 
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from mailqueue.eventlog import EventWriterService
+from mailqueue.xray import LazyTracer
 
 logger = Logger(service="events")
-tracer = Tracer(service="events")
+tracer = LazyTracer(service="events")
 metrics = Metrics(namespace="mailqueue", service="events")
 
 

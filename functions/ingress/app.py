@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import boto3
-from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -25,9 +25,10 @@ from mailqueue.errors import PermanentStorageError, TransientStorageError
 from mailqueue.events import EventEmitter
 from mailqueue.ingress import Answer, IngressService, IngressSettings
 from mailqueue.ingress.ses import is_ses_event
+from mailqueue.xray import LazyTracer
 
 logger = Logger(service="mailqueue-ingress")
-tracer = Tracer(service="mailqueue-ingress")
+tracer = LazyTracer(service="mailqueue-ingress")
 metrics = Metrics(namespace="mailqueue", service="ingress")
 
 

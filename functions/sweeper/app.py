@@ -5,13 +5,14 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from mailqueue.sweeper import Sweeper
+from mailqueue.xray import LazyTracer
 
 logger = Logger(service="sweeper")
-tracer = Tracer(service="sweeper")
+tracer = LazyTracer(service="sweeper")
 metrics = Metrics(namespace="mailqueue", service="sweeper")
 
 

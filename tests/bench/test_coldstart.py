@@ -1,0 +1,64 @@
+"""Cold start: no handler imports the X-Ray SDK unless tracing is on, and `LazyTracer`
+builds Powertools' Tracer at the first traced invocation."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench import coldstart
+
+ROOT = Path(__file__).resolve().parents[2]
+PROBE = "import sys, app; print(sorted(m for m in sys.modules if m.startswith('aws_xray_sdk')))"
+
+
+@pytest.mark.parametrize("handler", coldstart.HANDLERS)
+def test_a_handler_imports_no_xray_when_tracing_is_off(handler: str) -> None:
+    env = {**os.environ, "AWS_LAMBDA_FUNCTION_NAME": handler, "POWERTOOLS_TRACE_DISABLED": "true"}
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE],
+        cwd=ROOT / "functions" / handler,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert out == "[]"
+
+
+TRACED = """
+import sys
+from mailqueue.xray import LazyTracer
+t = LazyTracer(service="probe")
+@t.capture_lambda_handler
+def handler(event, context):
+    return {"ok": event}
+print("before", any(m.startswith("aws_xray_sdk") for m in sys.modules))
+print("result", handler(1, None))
+print("after", any(m.startswith("aws_xray_sdk") for m in sys.modules), t.tracer is not None)
+"""
+
+
+@pytest.mark.parametrize(("disabled", "expect_xray"), [("false", True), ("true", False)])
+def test_lazy_tracer_builds_the_tracer_only_when_on(disabled: str, expect_xray: bool) -> None:
+    env = {
+        **os.environ,
+        "AWS_LAMBDA_FUNCTION_NAME": "probe",
+        "POWERTOOLS_TRACE_DISABLED": disabled,
+        "AWS_XRAY_CONTEXT_MISSING": "IGNORE_ERROR",
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", TRACED], env=env, capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    assert out[0] == "before False"
+    assert out[1] == "result {'ok': 1}"
+    assert out[2] == f"after {expect_xray} {expect_xray}"
+
+
+def test_import_profile_reads_importtime() -> None:
+    prof = coldstart.import_profile("events")
+    assert prof["app"] > 0 and "mailqueue.eventlog" in prof
