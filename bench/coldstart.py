@@ -48,12 +48,12 @@ def import_profile(handler: str, root: Path = ROOT) -> dict[str, int]:
     return result
 
 
-def measure(runs: int = 5) -> dict[str, dict[str, float]]:
+def measure(runs: int = 5, root: Path = ROOT) -> dict[str, dict[str, float]]:
     """handler -> {"median_ms", "min_ms", "max_ms", "xray": 0/1, "top": ...}."""
     out: dict[str, dict[str, float]] = {}
     for h in HANDLERS:
-        import_profile(h)  # writes the .pyc files
-        profiles = [import_profile(h) for _ in range(runs)]
+        import_profile(h, root)  # writes the .pyc files
+        profiles = [import_profile(h, root) for _ in range(runs)]
         totals = [p["app"] / 1000 for p in profiles]
         out[h] = {
             "median_ms": statistics.median(totals),
