@@ -52,7 +52,11 @@ ASSUMPTIONS = {
     "platform_log_bytes_per_invocation": 0,  # set from the REPORT line format below
     "cw_log_event_overhead_bytes": 26,  # CloudWatch Logs bills 26 B per event on top
     "api_requests_per_mail": 1,  # one mail per API call, under 512 KB
+    "smtp_ms_per_mail_relay": 30,  # SMTP exchange with an in-region relay, TLS amortised
 }
+#: AWS's answer time per request inside a region (typical published figures), added to the
+#: handler's own CPU time to get a Lambda duration (moto's answer time is not AWS's).
+LATENCY_MS = {"dynamodb": 6.0, "sqs": 8.0, "s3:PutObject": 20.0, "s3": 12.0}
 # Lambda's own lines per invocation (START / END / REPORT), at their usual lengths
 _PLATFORM_LINES = (
     "START RequestId: 8f5c2a9e-1b2c-4d3e-9f00-0123456789ab Version: $LATEST\n"
@@ -278,6 +282,7 @@ class Run:
     rru: Counter[str] = field(default_factory=Counter)  # function -> read units
     invocations: Counter[str] = field(default_factory=Counter)
     busy_s: Counter[str] = field(default_factory=Counter)
+    cpu_s: dict[str, float] = field(default_factory=dict)  # handler thread CPU time
     log_bytes: Counter[str] = field(default_factory=Counter)
     log_events: Counter[str] = field(default_factory=Counter)
     api_log_bytes: int = 0
@@ -365,13 +370,15 @@ class _Hooks:
                 builtin.BUILTIN_HANDLERS.remove(spec)
 
 
-def _wrap(name: str, handler: Callable[..., Any]) -> Callable[..., Any]:
+def _wrap(name: str, handler: Callable[..., Any], cpu: dict[str, float]) -> Callable[..., Any]:
     def run(event: Any, context: Any) -> Any:
         _local.function = name
+        t0 = time.thread_time()
         try:
             return handler(event, context)
         finally:
             _local.function = None
+            cpu[name] = cpu.get(name, 0.0) + time.thread_time() - t0
 
     return run
 
@@ -414,7 +421,7 @@ def measure(mails: int = 20, size: int = 10 * 1024, var_dir: Path | None = None)
     try:
         with hooks.installed(), LocalStack(options) as stack:
             for name, f in stack.functions.items():
-                f.handler = _wrap(name, f.handler)
+                f.handler = _wrap(name, f.handler, run.cpu_s)
             base = {n: (f.invocations, f.busy_seconds) for n, f in stack.functions.items()}
             logs0 = {n: _size(stack.log_dir / f"{n}.log") for n in stack.functions}
             api0 = _size(stack.log_dir / "api-access.log")
@@ -798,29 +805,39 @@ def model(run: Run, volume: int, tpl: Template, egress: str | None = "relay") ->
         "per_gb_second_arm64" if tpl.architecture == "arm64" else "per_gb_second_x86_64"
     ]
     inv_month: dict[str, float] = {}
+
+    def seconds(f: str) -> float:
+        """The function's Lambda time in the run: its handler's CPU time, AWS's answer
+        time for each request it made, SMTP to the relay (delivery, bounce)."""
+        wait = 0.0
+        for k, n in run.ops(f).items():
+            if k.endswith(":items"):
+                continue
+            svc = k.split(":", 1)[0]
+            wait += n * LATENCY_MS.get(k, LATENCY_MS.get(svc, 10.0)) / 1000
+        if f in ("delivery", "bounce"):
+            smtp = run.mails if f == "delivery" else 0
+            wait += smtp * ASSUMPTIONS["smtp_ms_per_mail_relay"] / 1000
+        return run.cpu_s.get(f, run.busy_s[f]) + wait + 0.0005 * run.invocations[f]
+
     for f in ("ingress", "delivery", "bounce"):
         inv_month[f] = run.invocations[f] * per
-        secs = (run.busy_s[f] + 0.0005 * run.invocations[f]) * per
         add(
             "Lambda",
-            f"{f}: GB-s ({tpl.memory_mb[f]} MB, measured time)",
-            secs * tpl.memory_mb[f] / 1024 * gbs_price,
+            f"{f}: GB-s ({tpl.memory_mb[f]} MB; CPU measured + AWS/SMTP latency)",
+            seconds(f) * per * tpl.memory_mb[f] / 1024 * gbs_price,
         )
     ev_inv = max(1, run.invocations["events"])
     ev_recs = max(1, len(run.records))
     inv_month["events"] = batches
     add(
         "Lambda",
-        f"events: GB-s ({tpl.memory_mb['events']} MB, measured time per record)",
-        run.busy_s["events"] / ev_recs * records_month * tpl.memory_mb["events"] / 1024 * gbs_price,
+        f"events: GB-s ({tpl.memory_mb['events']} MB, per record)",
+        seconds("events") / ev_recs * records_month * tpl.memory_mb["events"] / 1024 * gbs_price,
     )
     sweeps = sum(tpl.schedules.values())
     inv_month["sweeper"] = sweeps
-    sweep_s = (
-        run.busy_s["sweeper"] / max(1, run.invocations["sweeper"])
-        if run.invocations["sweeper"]
-        else 0.3
-    )
+    sweep_s = seconds("sweeper") / max(1, run.invocations["sweeper"])
     add(
         "Lambda",
         f"sweeper: schedules ({sweeps:,.0f} runs/month)",
@@ -986,11 +1003,11 @@ def report(run: Run, tpl: Template, title: str = "### Cost model") -> list[str]:
         + ", ".join(
             f"{f} {run.invocations[f] / run.mails:.2f}" for f in ("ingress", "delivery", "events")
         )
-        + "; handler time per mail: "
+        + "; handler CPU per mail: "
         + ", ".join(
-            f"{f} {run.busy_s[f] / run.mails * 1000:.0f} ms" for f in ("ingress", "delivery")
+            f"{f} {run.cpu_s.get(f, 0) / run.mails * 1000:.0f} ms" for f in ("ingress", "delivery")
         )
-        + f", events {run.busy_s['events'] / max(1, len(run.records)) * 1000:.1f} ms per record; "
+        + f", events {run.cpu_s.get('events', 0) / max(1, len(run.records)) * 1000:.1f} ms per record; "
         f"log bytes per mail: "
         + ", ".join(
             f"{f} {run.log_bytes[f] / run.mails:,.0f}" for f in ("ingress", "delivery", "events")
@@ -1042,8 +1059,10 @@ def report(run: Run, tpl: Template, title: str = "### Cost model") -> list[str]:
         + "; ".join(f"{k} = {v}" for k, v in ASSUMPTIONS.items())
         + f"; events batch {tpl.events_batch_size} records / {tpl.events_window_s} s window, "
         "the records of one batch spread evenly over the shards; Lambda time is the handler "
-        "time measured locally against moto (moto answers slower than DynamoDB for writes, so "
-        "this overstates it); the SQS event source's receive and delete counted once per "
+        "thread's CPU time measured in the run plus AWS's answer time per request "
+        f"({', '.join(f'{k} {v:.0f} ms' for k, v in LATENCY_MS.items())}) and SMTP to the "
+        "relay (moto's own answer time, slow and load-dependent here, is left out); "
+        "the SQS event source's receive and delete counted once per "
         "invocation at the batch fill of the run (one message per batch locally: an upper "
         "bound); X-Ray at Lambda's default sampling (1/s then 5 %) when tracing is on; "
         "storage of content (deleted after delivery) and of state items not included; "

@@ -80,6 +80,10 @@ DECLARED: dict[str, dict[tuple[str, str], str]] = {
         ("DkimKeysSsm", "ssm:GetParameter"): "the same, with DKIM keys in SSM (MQ_DKIM_KEY_STORE)",
     },
     "EventsFunction": {
+        ("Counters", "dynamodb:GetItem"): (
+            "a stream batch with more counter keys than one transaction stores a plan; "
+            "the next retry reads it to finish (mailqueue.counters)"
+        ),
         ("ReadStream", "dynamodb:DescribeStream"): "the stream event source mapping",
         ("ReadStream", "dynamodb:GetRecords"): "the stream event source mapping",
         ("ReadStream", "dynamodb:GetShardIterator"): "the stream event source mapping",

@@ -1,0 +1,72 @@
+"""Before/after of issue 18's cost changes, each step priced by the same model.
+
+    python -m bench.compare BEFORE.pkl [AFTER.pkl]
+
+BEFORE.pkl is a `cost.Run` measured on the revision before the changes (the old counters),
+AFTER.pkl one measured on this revision (measured now when not given). The template
+settings of each step are applied to the model: tracing, dashboard, the events filter.
+"""
+
+from __future__ import annotations
+
+import pickle
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from bench import cost
+
+
+def _total(run: cost.Run, tpl: cost.Template, volume: int) -> float:
+    return sum(x.per_month for x in cost.model(run, volume, tpl)) / volume * 1e6
+
+
+def table(before: cost.Run, after: cost.Run) -> list[str]:
+    now = cost.Template.load()
+    old = replace(now, tracing=True, dashboards=1, events_filters=[])
+    steps = [
+        (
+            "before (revision 9986081): a marker per stream record, X-Ray on, dashboard, "
+            "every stream record to the events function",
+            before,
+            old,
+        ),
+        ("counters: one checkpoint per stream batch", after, old),
+        (
+            "+ the events function sees only group and outbox records (stream filter)",
+            after,
+            replace(old, events_filters=now.events_filters),
+        ),
+        (
+            "+ X-Ray off by default (Tracing parameter)",
+            after,
+            replace(old, events_filters=now.events_filters, tracing=False),
+        ),
+        ("+ dashboard optional, off by default (= this revision)", after, now),
+    ]
+    lines = [
+        "| step | $/M at 1 M/month | at 10 M | at 100 M | requests per mail |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name, run, tpl in steps:
+        vals = [_total(run, tpl, v) for v in cost.VOLUMES]
+        req = sum(cost.path_requests(run, tpl, cost.VOLUMES[-1]).values())
+        lines.append(f"| {name} | " + " | ".join(f"{v:.2f}" for v in vals) + f" | {req:.2f} |")
+    return lines
+
+
+def main() -> None:
+    before = pickle.loads(Path(sys.argv[1]).read_bytes())
+    if len(sys.argv) > 2:
+        after = pickle.loads(Path(sys.argv[2]).read_bytes())
+    else:
+        after = cost.measure(20)
+        Path("var").mkdir(exist_ok=True)
+        Path("var/cost-after.pkl").write_bytes(pickle.dumps(after))
+    print("\n".join(table(before, after)))
+    print()
+    print("\n".join(cost.report(after, cost.Template.load())))
+
+
+if __name__ == "__main__":
+    main()
