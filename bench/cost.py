@@ -292,6 +292,7 @@ class Run:
     event_bytes: int = 0
     metrics: set[tuple[str, str, str]] = field(default_factory=set)
     counters_by_batch: dict[int, dict[str, float]] = field(default_factory=dict)
+    replayed_per_mail: float = 0.0  # records per mail the counters replay was fed
     wall_s: float = 0.0
 
     def ops(self, function: str | None = None) -> Counter[str]:
@@ -453,6 +454,8 @@ def measure(mails: int = 20, size: int = 10 * 1024, var_dir: Path | None = None)
             run.busy_s["sweeper"] = sw.busy_seconds - b0
             run.event_objects, run.event_bytes = _event_objects(stack, d.bucket)
             tpl = Template.load()
+            replayed = delivered_to_events(state_records(run.records), tpl.events_filters)
+            run.replayed_per_mail = len(replayed) / mails
             for batch in _batch_sizes(tpl):
                 run.counters_by_batch[batch] = replay_counters(
                     stack.clients.dynamodb,
@@ -734,7 +737,11 @@ def model(run: Run, volume: int, tpl: Template, egress: str | None = "relay") ->
     rec_per_mail = len(recs) / run.mails
     rate = volume * rec_per_mail / SECONDS_PER_MONTH
     batch = records_per_batch(tpl, rate)
-    ctr_items_per_rec = _interp(run.counters_by_batch, batch, "items")
+    # the replay's figures are per record it was fed (the run's own template's records);
+    # a batch of `batch` records here holds batch * ctr_rpm / rec_per_mail of those
+    ctr_rpm = getattr(run, "replayed_per_mail", 0.0) or rec_per_mail
+    batch = max(1.0, batch * ctr_rpm / rec_per_mail)
+    ctr_items_per_rec = _interp(run.counters_by_batch, batch, "items") * ctr_rpm / rec_per_mail
     counters_in_state_table = True
     echo = 0.0
     if counters_in_state_table and not tpl.events_filters:
@@ -775,16 +782,16 @@ def model(run: Run, volume: int, tpl: Template, egress: str | None = "relay") ->
     )
     # the upper bound (no netting within a batch): the run's mails are few and quick, so
     # in its batches most of a mail's deltas cancel; at volume they span batches
-    ctr_wru = _interp(run.counters_by_batch, batch, "wru_no_netting") * volume * rec_per_mail
+    ctr_wru = _interp(run.counters_by_batch, batch, "wru_no_netting") * volume * ctr_rpm
     ctr_reads = (
-        _interp(run.counters_by_batch, batch, "dynamodb:BatchGetItem")
+        _interp(run.counters_by_batch, batch, "dynamodb:Query")
         + _interp(run.counters_by_batch, batch, "dynamodb:GetItem")
     ) * 2
     add("DynamoDB", "queue-size counters (writes)", ctr_wru * wru)
     add(
         "DynamoDB",
         "queue-size counters (reads)",
-        ctr_reads * volume * rec_per_mail * ddb["read_request_unit_per_million"] / 1e6,
+        ctr_reads * volume * ctr_rpm * ddb["read_request_unit_per_million"] / 1e6,
     )
     # SQS: the functions' requests + the event sources' receive/delete per batch + idle polls
     sqs_p = p["sqs_standard"]["per_million_requests"] / 1e6
@@ -938,7 +945,9 @@ def path_requests(run: Run, tpl: Template, volume: int) -> dict[str, float]:
         "dynamodb:UpdateItem",
         "dynamodb:PutItem",
     ):
-        v = _interp(run.counters_by_batch, batch, k) * rpm
+        v = _interp(run.counters_by_batch, batch, k) * (
+            getattr(run, "replayed_per_mail", 0.0) or rpm
+        )
         if v:
             out[f"{k} (counters)"] += v
     out["s3:PutObject (event log)"] += rpm / batch
