@@ -12,8 +12,18 @@ REPORT_OUT ?= var/report
 ARGS ?=
 BENCH_ARGS ?=
 PIPELINE_DRIVER_MEMORY ?= 4g
-PIPELINE_JAVA_OPTS ?= -XX:+UseParallelGC
+# JVM options: big inputs get the server JIT and the parallel collector (what the benchmark
+# runs with); a local log below PIPELINE_SMALL_BYTES gets a short-lived JVM's options (C1
+# only, serial GC), which halves a small report's time: measured in docs/benchmarks.md.
+PIPELINE_JAVA_OPTS_BIG ?= -XX:+UseParallelGC
+PIPELINE_JAVA_OPTS_SMALL ?= -XX:TieredStopAtLevel=1 -XX:+UseSerialGC
+PIPELINE_SMALL_BYTES ?= 268435456
+PIPELINE_JAVA_OPTS ?=
 PIPELINE_BUILD := build/pipeline
+# Quiet by default: WARN and up, minus known-harmless warnings (pipeline/conf); no UI, no
+# progress bars. The job prints one line per step. SPARK_LOG=info for Spark's own log.
+PIPELINE_LOG4J := $(abspath pipeline/conf/log4j2.properties)
+PIPELINE_CONF := --conf spark.ui.enabled=false --conf spark.ui.showConsoleProgress=false
 
 # spark-submit finds Spark through the venv's python; the job binds to loopback only.
 PIPELINE_ENV := PYSPARK_PYTHON=$(abspath $(PY)) PYSPARK_DRIVER_PYTHON=$(abspath $(PY)) \
@@ -24,10 +34,20 @@ PIPELINE_ENV := PYSPARK_PYTHON=$(abspath $(PY)) PYSPARK_DRIVER_PYTHON=$(abspath 
 report: $(STAMP)
 	@case "$(EVENTS)" in *://*) ;; *) test -d "$(EVENTS)" || \
 		echo "note: $(EVENTS) does not exist yet (run the local stack first): empty report";; esac
-	$(PIPELINE_ENV) $(VENV)/bin/spark-submit --master 'local[*]' \
-		--driver-memory $(PIPELINE_DRIVER_MEMORY) --driver-java-options '$(PIPELINE_JAVA_OPTS)' \
+	@opts='$(PIPELINE_JAVA_OPTS)'; \
+	if [ -z "$$opts" ]; then \
+		case "$(EVENTS)" in *://*) size=$(PIPELINE_SMALL_BYTES);; \
+			*) size=$$(du -sb "$(EVENTS)" 2>/dev/null | cut -f1);; esac; \
+		if [ "$${size:-0}" -lt $(PIPELINE_SMALL_BYTES) ]; then opts='$(PIPELINE_JAVA_OPTS_SMALL)'; \
+		else opts='$(PIPELINE_JAVA_OPTS_BIG)'; fi; \
+	fi; \
+	log=-Dlog4j2.configurationFile=file:$(PIPELINE_LOG4J); \
+	if [ -n "$$SPARK_LOG" ]; then log=; fi; \
+	echo "spark-submit pipeline/main.py --events $(EVENTS) --out $(REPORT_OUT) $(ARGS)"; \
+	$(PIPELINE_ENV) $(VENV)/bin/spark-submit --master 'local[*]' $(PIPELINE_CONF) \
+		--driver-memory $(PIPELINE_DRIVER_MEMORY) --driver-java-options "$$opts $$log" \
 		pipeline/main.py --events $(EVENTS) --out $(REPORT_OUT) $(ARGS)
-	$(PIPELINE_ENV) $(PY) -m mq_pipeline.render $(REPORT_OUT)
+	@$(PIPELINE_ENV) $(PY) -m mq_pipeline.render $(REPORT_OUT)
 
 bench-pipeline: $(STAMP)
 	$(PIPELINE_ENV) $(PY) -m mq_pipeline.bench $(BENCH_ARGS)

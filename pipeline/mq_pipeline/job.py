@@ -39,7 +39,10 @@ from .consts import (
 from .schema import PARTITION_FIELDS, READ_SCHEMA
 from .transforms import UTC, TimeRange
 
-TABLES = ("volumes", "delivery", "attempts", "reasons", "sched_lag", "qshape")
+TABLES = (
+    "volumes", "delivery", "attempts", "reasons", "sched_lag", "qshape", "senders", "rejects",
+    "timeline",
+)
 REPORT_THREADS = 3  # report tables computed concurrently (Spark runs their jobs side by side)
 
 # The de-duplicated events are kept serialized (one byte array per block, spilled to disk
@@ -296,6 +299,11 @@ def run(spark: SparkSession, cfg: JobConfig) -> dict[str, Any]:
         "attempts": report.attempts_histogram(outcomes),
         "reasons": report.reasons(base, cfg.top_reasons),
         "sched_lag": report.sched_lag(base, lag_hist),
+        "senders": report.senders(base, cfg.top_reasons),
+        "rejects": report.rejects(base, cfg.top_reasons),
+        "timeline": report.timeline(
+            base, events, report.timeline_bucket(stats["first"], stats["last"])
+        ),
     }
     if at is not None:
         frames["qshape"] = report.qshape(outcomes, at)
@@ -368,7 +376,9 @@ def _write_csvs(
             "finalised", "delivery_rate", "attempted", "first_attempt_delivered",
             "first_attempt_rate", "deferred", "deferred_finalised", "deferred_delivered",
             "retry_yield", "deferrals", *pct, "ttd_max_s", "ttd_mean_s", "hard_bounce_rate",
-            "bounce_band",
+            "bounce_band", "delivered_of_sent", "mails", "bytes_received", "bytes_delivered",
+            "dsn_recipients", "dsn_delivered", "dsn_bounced", "dsn_deleted", "dsn_pending",
+            "dsn_bytes",
         ],
     )
 
@@ -404,6 +414,13 @@ def _write_csvs(
         row["total"] += r["recipients"]
     q = sorted(wide.values(), key=lambda r: (r["domain"] != "TOTAL", -r["total"], r["domain"]))
     emit("qshape", q[: len(top) + 1], ["domain", "total", *ql])
+
+    snd = sorted(rows["senders"], key=lambda r: r["rank"])
+    emit("senders", snd, ["rank", "sender", "mails", "recipients", "bytes", "rejected"])
+    rej = sorted(rows["rejects"], key=lambda r: r["rank"])
+    emit("rejects", rej, ["rank", "reason", "events", "share"])
+    tl = sorted(rows["timeline"], key=lambda r: (r["bucket_start"], r["event_type"]))
+    emit("timeline", tl, ["bucket_start", "bucket_s", "event_type", "events"])
     return counts
 
 
@@ -427,7 +444,8 @@ def _summary(
     pending_at = sum(r["recipients"] for r in rows["qshape"] if r["grain"] == "overall")
     keys = [
         "recipients", "delivered", "bounced", "hard_bounced", "deleted", "pending",
-        "finalised", "delivery_rate", "first_attempt_rate", "retry_yield", "deferred",
+        "finalised", "delivery_rate", "delivered_of_sent", "first_attempt_rate",
+        "retry_yield", "deferred", "mails", "bytes_received", "bytes_delivered",
         "hard_bounce_rate", "bounce_band", "ttd_max_s", "ttd_mean_s",
         *[f"ttd_p{round(p * 100)}_s" for p in PERCENTILES],
     ]
@@ -450,6 +468,13 @@ def _summary(
         },
         "events_by_type": by_type,
         "headline": {k: overall.get(k) for k in keys},
+        "dsn": {
+            k[len("dsn_") :]: overall.get(k, 0) or 0
+            for k in (
+                "dsn_recipients", "dsn_delivered", "dsn_bounced", "dsn_deleted",
+                "dsn_pending", "dsn_bytes",
+            )
+        },
         "sched_lag": {k: lag.get(k) for k in ("attempts", "p50_s", "p90_s", "p99_s", "max_s")},
         "qshape": {"at": _iso(at), "pending": pending_at},
         "percentiles": {
@@ -465,6 +490,7 @@ def _summary(
         "labels": {
             "qshape_buckets_min": qshape_labels(),
             "sched_lag_buckets": lag_bucket_labels(),
+            "timeline_bucket_s": report.timeline_bucket(stats["first"], stats["last"]),
         },
         "tables": {
             name: {

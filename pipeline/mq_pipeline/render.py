@@ -15,6 +15,7 @@ import json
 import math
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +88,15 @@ def fmt_s(v: float | None) -> str:
     if v < 7200:
         return f"{v / 60:.1f} min"
     return f"{v / 3600:.1f} h"
+
+
+def fmt_bytes(v: float | None) -> str:
+    if v is None:
+        return "–"
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(v) >= size:
+            return f"{v / size:.1f} {unit}"
+    return f"{v:,.0f} B"
 
 
 def nice_max(v: float) -> float:
@@ -164,86 +174,132 @@ def _y_axis(svg: Svg, x0: float, y0: float, h: float, vmax: float, label: Callab
         svg.text(x0 - 4, y + 4, label(v), "end", "#666")
 
 
-def chart_hourly_outcomes(volumes: list[dict[str, str]]) -> str:
-    """Stacked bars of events per hour by type (what happened when), Send as a line."""
-    hours: dict[tuple[str, int], dict[str, float]] = defaultdict(dict)
-    for r in volumes:
-        if r["grain"] == "hour":
-            hours[(r["day"], int(r["hour"]))][r["event_type"]] = num(r["events"]) or 0
-    if not hours:
+def _bucket_label(t: datetime, bucket_s: int, first: bool) -> str:
+    """Axis label of a bucket: the clock for minutes, the hour, or the date for days."""
+    if bucket_s >= 86400:
+        return t.strftime("%m-%d")
+    if bucket_s >= 3600:
+        return t.strftime("%m-%d %H:00" if first or t.hour == 0 else "%H:00")
+    return t.strftime("%H:%M")
+
+
+def chart_timeline(timeline: list[dict[str, str]]) -> str:
+    """Stacked bars of events per time bucket by type, Send as a line. The bucket width
+    follows the data's span (see report.timeline_bucket): minutes for an hour, hours for
+    a day, days for a month; buckets with nothing in them are drawn empty, not skipped."""
+    cells: dict[datetime, dict[str, float]] = defaultdict(dict)
+    bucket_s = 3600
+    for r in timeline:
+        t = datetime.fromisoformat(r["bucket_start"].replace("Z", "+00:00"))
+        bucket_s = int(r["bucket_s"])
+        cells[t][r["event_type"]] = num(r["events"]) or 0
+    if not cells:
         return "<p>No events in range.</p>"
-    keys = sorted(hours)
+    step = timedelta(seconds=bucket_s)
+    keys, k = [], min(cells)
+    while k <= max(cells) and len(keys) < 400:
+        keys.append(k)
+        k += step
     stack = ["Delivery", "DeliveryDelay", "Bounce", "Reject", "Operator"]
     h, x0, y0 = 240, 60, 250
-    svg = Svg(W, 300, "Events per hour by type")
-    vmax = nice_max(max(max(sum(v.get(t, 0) for t in stack), v.get("Send", 0))
-                        for v in hours.values()))
+    svg = Svg(W, 300, "Events over time by type")
+    vmax = nice_max(max(max(sum(cells[k].get(t, 0) for t in stack), cells[k].get("Send", 0))
+                        for k in keys if k in cells))
     _y_axis(svg, x0, y0, h - 20, vmax, fmt_n)
     bw = (W - x0 - 10) / len(keys)
+    every = max(1, -(-len(keys) // 12))  # at most ~12 labels
     pts = []
     for i, k in enumerate(keys):
+        v = cells.get(k, {})
         y: float = y0
         for t in stack:
-            v = hours[k].get(t, 0)
-            bh = (h - 20) * v / vmax
-            svg.rect(x0 + i * bw + 1, y - bh, bw - 2, bh, C[t], f"{k[0]} {k[1]:02d}h {t}: {v:,.0f}")
+            n = v.get(t, 0)
+            bh = (h - 20) * n / vmax
+            if bh > 0:
+                svg.rect(x0 + i * bw + 0.5, y - bh, max(bw - 1, 0.5), bh, C[t],
+                         f"{k:%Y-%m-%d %H:%M} {t}: {n:,.0f}")
             y -= bh
-        pts.append((x0 + (i + 0.5) * bw, y0 - (h - 20) * hours[k].get("Send", 0) / vmax))
-        if len(keys) <= 48 or i % max(1, len(keys) // 24) == 0:
-            svg.text(x0 + (i + 0.5) * bw, y0 + 14, f"{k[1]:02d}", "middle", "#666")
-    svg.path(pts, C["Send"], "Send (accepted) per hour")
+        pts.append((x0 + (i + 0.5) * bw, y0 - (h - 20) * v.get("Send", 0) / vmax))
+        if i % every == 0:
+            svg.text(x0 + (i + 0.5) * bw, y0 + 14, _bucket_label(k, bucket_s, i == 0),
+                     "middle", "#666")
+    svg.path(pts, C["Send"], "Send (accepted)")
     svg.legend([(t, C[t]) for t in [*stack, "Send"]], x0, 290)
     return svg.render()
 
 
+def bucket_words(bucket_s: int) -> str:
+    if bucket_s % 86400 == 0:
+        n = bucket_s // 86400
+        return "day" if n == 1 else f"{n} days"
+    if bucket_s % 3600 == 0:
+        n = bucket_s // 3600
+        return "hour" if n == 1 else f"{n} hours"
+    n = bucket_s // 60
+    return "minute" if n == 1 else f"{n} minutes"
+
+
 def chart_domain_rates(delivery: list[dict[str, str]], top: int = 15) -> str:
-    """Delivery rate and hard-bounce rate of the biggest domains, against SES bands."""
-    doms = [r for r in delivery if r["grain"] == "domain"]
-    doms.sort(key=lambda r: -(num(r["recipients"]) or 0))
+    """Delivery rate and hard-bounce rate of the biggest domains, against SES bands.
+
+    The hard-bounce axis runs to 12 % (past SES's 10 % pause line) or, if a domain is
+    worse, to a round value above its rate: a bar never leaves its axis."""
+    doms = [r for r in delivery if r["grain"] == "domain" and (num(r["recipients"]) or 0) > 0]
+    doms.sort(key=lambda r: (-(num(r["recipients"]) or 0), r["domain"]))
     doms = doms[:top]
     if not doms:
         return "<p>No domains.</p>"
-    row_h, x0, bar_w = 22, 170, 250
-    svg = Svg(W, 50 + row_h * len(doms), "Delivery rate of the top domains")
-    svg.text(x0, 14, "delivery rate (of finalised)", weight="bold")
-    x1 = x0 + bar_w + 110
-    svg.text(x1, 14, "hard-bounce rate (0–12 %)", weight="bold")
-    scale = 0.12
+    row_h, x0, bar_w, label_w = 22, 170, 220, 56
+    x1 = x0 + bar_w + label_w + 20
+    bar2 = W - x1 - label_w  # the hard-bounce bars end at least label_w before the edge
+    svg = Svg(W, 56 + row_h * len(doms), "Delivery rate of the top domains")
+    worst = max((num(r["hard_bounce_rate"]) or 0) for r in doms)
+    scale = min(1.0, max(0.12, nice_max(worst)))
+    svg.text(x0, 14, "delivered / finalised", weight="bold")
+    svg.text(x1, 14, f"hard bounces / sent (axis 0–{scale:.0%})", weight="bold")
+    bottom = 26 + row_h * len(doms)
+    svg.line(x1, 20, x1, bottom, "#999")
+    svg.line(x1 + bar2, 20, x1 + bar2, bottom, "#999")
     for k, (limit, name) in enumerate(BOUNCE_BANDS):
-        x = x1 + bar_w * 0.8 * limit / scale
-        svg.line(x, 20, x, 26 + row_h * len(doms), "#bbb", 1, "3,3")
-        svg.text(x, 36 + row_h * len(doms) + 10 * (k % 2), f"{name} {limit:.0%}", "middle",
-                 "#888", 9)
+        x = x1 + bar2 * limit / scale
+        svg.line(x, 20, x, bottom, "#bbb", 1, "3,3")
+        svg.text(x, bottom + 12 + 10 * (k % 2), f"{name} {limit:.0%}", "middle", "#888", 9)
     for i, r in enumerate(doms):
         y = 24 + i * row_h
         rate, hb = num(r["delivery_rate"]), num(r["hard_bounce_rate"]) or 0
         svg.text(x0 - 6, y + 13, f"{r['domain']} ({fmt_n(num(r['recipients']))})", "end")
         svg.rect(x0, y + 3, bar_w, row_h - 6, "#eee")
-        svg.rect(x0, y + 3, bar_w * (rate or 0), row_h - 6, C["delivered"],
-                 f"{r['domain']}: {fmt_pct(rate)} delivered")
+        svg.rect(x0, y + 3, bar_w * min(max(rate or 0, 0), 1), row_h - 6, C["delivered"],
+                 f"{r['domain']}: {fmt_pct(rate)} of finalised delivered")
         svg.text(x0 + bar_w + 4, y + 14, fmt_pct(rate, 1))
         colour = C["bounced"] if hb >= BOUNCE_BANDS[-1][0] else "#999"
-        svg.rect(x1, y + 3, bar_w * 0.8 * min(hb, scale) / scale, row_h - 6, colour,
+        w = bar2 * min(hb, scale) / scale
+        svg.rect(x1, y + 3, w, row_h - 6, colour,
                  f"{r['domain']}: {fmt_pct(hb)} hard bounces ({r['bounce_band']})")
-        svg.text(x1 + bar_w * 0.8 * min(hb, scale) / scale + 4, y + 14, fmt_pct(hb, 1))
+        svg.text(x1 + w + 4, y + 14, fmt_pct(hb, 1))
     return svg.render()
 
 
 def chart_ttd(delivery: list[dict[str, str]]) -> str:
-    """Time to deliver percentiles per acceptance hour, on a log scale (p50 is seconds,
-    p99 minutes: a linear axis would flatten one of them)."""
-    rows = sorted(
-        (r for r in delivery if r["grain"] == "hour"), key=lambda r: (r["day"], int(r["hour"]))
-    )
+    """Time to deliver percentiles per acceptance hour (per day for more than three days),
+    on a log scale (p50 is seconds, p99 minutes: a linear axis would flatten one of them).
+    With fewer than three points a line says nothing: the overall percentiles are drawn
+    as bars instead."""
     names = [f"p{round(p * 100)}" for p in PERCENTILES]
-    vals = [num(r[f"ttd_{n}_s"]) for r in rows for n in names]
-    vals_ok = [v for v in vals if v and v > 0]
-    if not vals_ok:
-        return "<p>No deliveries.</p>"
+    hours = [r for r in delivery if r["grain"] == "hour" and num(r["ttd_p50_s"])]
+    grain = "hour" if len(hours) <= 72 else "day"
+    rows = sorted(
+        (r for r in delivery if r["grain"] == grain and num(r["ttd_p50_s"])),
+        key=lambda r: (r["day"], int(r["hour"] or 0)),
+    )
+    if len(rows) < 3:
+        return _ttd_bars(delivery, names)
+    vals_ok = [v for r in rows for n in names if (v := num(r[f"ttd_{n}_s"])) and v > 0]
     lo = 10 ** math.floor(math.log10(min(vals_ok)))
     hi = 10 ** math.ceil(math.log10(max(vals_ok)))
+    hi = hi * 10 if hi <= lo else hi
     x0, y0, h = 60, 230, 210
-    svg = Svg(W, 270, "Time to deliver percentiles per hour")
+    svg = Svg(W, 270, f"Time to deliver percentiles per {grain}")
     span = math.log10(hi) - math.log10(lo)
 
     def ypos(v: float) -> float:
@@ -259,10 +315,33 @@ def chart_ttd(delivery: list[dict[str, str]]) -> str:
         pts = [(x0 + i * step, ypos(v)) for i, r in enumerate(rows)
                if (v := num(r[f"ttd_{n}_s"])) and v > 0]
         svg.path(pts, C[n], n)
+    every = max(1, -(-len(rows) // 12))
     for i, r in enumerate(rows):
-        if len(rows) <= 48 or i % max(1, len(rows) // 24) == 0:
-            svg.text(x0 + i * step, y0 + 14, f"{int(r['hour']):02d}", "middle", "#666")
+        if i % every == 0:
+            lab = r["day"][5:] if grain == "day" else f"{int(r['hour']):02d}:00"
+            if grain == "hour" and (i == 0 or r["hour"] == "0"):
+                lab = f"{r['day'][5:]} {lab}"
+            svg.text(x0 + i * step, y0 + 14, lab, "middle", "#666")
     svg.legend([(n, C[n]) for n in names], x0, 262)
+    return svg.render()
+
+
+def _ttd_bars(delivery: list[dict[str, str]], names: list[str]) -> str:
+    o = next((r for r in delivery if r["grain"] == "overall"), None)
+    items = [(n, num(o[f"ttd_{n}_s"])) for n in names] if o else []
+    items += [("max", num(o["ttd_max_s"]))] if o else []
+    items = [(n, v) for n, v in items if v is not None]
+    if not items:
+        return "<p>No deliveries.</p>"
+    vmax = max(v for _, v in items) or 1.0
+    row_h, x0, bar_w = 22, 60, 560
+    svg = Svg(W, 10 + row_h * len(items), "Time to deliver percentiles, whole range")
+    for i, (n, v) in enumerate(items):
+        y = 4 + i * row_h
+        svg.text(x0 - 6, y + 13, n, "end")
+        w = bar_w * v / vmax
+        svg.rect(x0, y + 2, w, row_h - 6, C.get(n, "#666"), f"{n}: {fmt_s(v)}")
+        svg.text(x0 + w + 4, y + 13, fmt_s(v))
     return svg.render()
 
 
@@ -387,28 +466,135 @@ def _tile(label: str, value: str, note: str = "") -> str:
     )
 
 
+def range_title(summary: dict[str, Any]) -> str:
+    """The range the report covers, never blank: the requested one (a whole UTC day is
+    shown as the date), or without --date/--from the first and last event's time."""
+    rng, inp = summary["range"], summary["input"]
+
+    def t(v: str | None) -> datetime | None:
+        return None if not v else datetime.fromisoformat(v.replace("Z", "+00:00"))
+
+    start, end = t(rng.get("from")), t(rng.get("to"))
+    if start and end and end - start == timedelta(days=1) and start.hour == 0 \
+            and start.minute == 0 and start.second == 0:
+        return f"{start:%Y-%m-%d} (UTC day)"
+    if start or end:
+        a = f"{start:%Y-%m-%d %H:%M}" if start else "start of log"
+        b = f"{end:%Y-%m-%d %H:%M}" if end else "end of log"
+        return f"{a} – {b} UTC"
+    first, last = t(inp.get("first_event")), t(inp.get("last_event"))
+    if first is None or last is None:
+        return "no events in the log"
+    b = f"{last:%H:%M:%S}" if first.date() == last.date() else f"{last:%Y-%m-%d %H:%M:%S}"
+    return f"{first:%Y-%m-%d %H:%M:%S} – {b} UTC (the whole log)"
+
+
+def _table(head: Sequence[str], rows: Sequence[Sequence[str]], right_from: int = 1) -> str:
+    """An HTML table; columns from `right_from` on are numbers (right-aligned)."""
+    def cells(tag: str, vals: Sequence[str]) -> str:
+        return "".join(
+            f"<{tag}{' class=r' if j >= right_from else ''}>{v}</{tag}>"
+            for j, v in enumerate(vals)
+        )
+    body = "".join(f"<tr>{cells('td', r)}</tr>" for r in rows)
+    return f"<table><tr>{cells('th', [esc(h) for h in head])}</tr>{body}</table>"
+
+
+def domain_table(delivery: list[dict[str, str]], top: int = 25) -> str:
+    """Per recipient domain, like pflogsumm's "Host/Domain Summary: Message Delivery"."""
+    doms = [r for r in delivery if r["grain"] == "domain" and (num(r["recipients"]) or 0) > 0]
+    doms.sort(key=lambda r: (-(num(r["recipients"]) or 0), r["domain"]))
+    if not doms:
+        return "<p>No recipients.</p>"
+    rows = [
+        [
+            esc(r["domain"]), fmt_n(num(r["recipients"])), fmt_n(num(r["delivered"])),
+            f"{fmt_n(num(r['deferred']))} ({fmt_n(num(r['deferrals']))})",
+            fmt_n(num(r["bounced"])), fmt_n(num(r["deleted"])), fmt_n(num(r["pending"])),
+            fmt_s(num(r["ttd_mean_s"])), fmt_s(num(r["ttd_max_s"])),
+            fmt_bytes(num(r["bytes_delivered"])), fmt_pct(num(r["delivered_of_sent"]), 1),
+        ]
+        for r in doms[:top]
+    ]
+    more = f"<p>{len(doms) - top} more domains in csv/delivery.csv.</p>" if len(doms) > top else ""
+    return _table(
+        ["domain", "sent", "delivered", "deferred (times)", "bounced", "deleted", "pending",
+         "avg delay", "max delay", "bytes delivered", "delivered / sent"],
+        rows,
+    ) + more
+
+
+def senders_table(senders: list[dict[str, str]]) -> str:
+    if not senders:
+        return "<p>No mail accepted or refused.</p>"
+    rows = [
+        [esc(r["sender"] or "<> (null sender: DSNs)"), fmt_n(num(r["mails"])),
+         fmt_n(num(r["recipients"])), fmt_bytes(num(r["bytes"])), fmt_n(num(r["rejected"]))]
+        for r in senders
+    ]
+    return _table(["sender", "mails", "recipients", "bytes", "refused"], rows)
+
+
+def rejects_table(rejects: list[dict[str, str]]) -> str:
+    if not rejects:
+        return "<p class=ok>No request was refused.</p>"
+    rows = [[esc(r["reason"] or "?"), fmt_n(num(r["events"])), fmt_pct(num(r["share"]), 1)]
+            for r in rejects]
+    return _table(["reason", "refused", "share"], rows)
+
+
+def dsn_block(dsn: dict[str, Any]) -> str:
+    n = dsn.get("recipients") or 0
+    if not n:
+        return "<p>No delivery status notifications were sent.</p>"
+    return _table(
+        ["DSNs (null sender)", "delivered", "bounced", "deleted", "pending", "bytes"],
+        [[fmt_n(n), fmt_n(dsn.get("delivered")), fmt_n(dsn.get("bounced")),
+          fmt_n(dsn.get("deleted")), fmt_n(dsn.get("pending")), fmt_bytes(dsn.get("bytes"))]],
+        right_from=0,
+    )
+
+
+CSV_NAMES = ("volumes", "delivery", "attempts", "reasons", "sched_lag", "qshape", "senders",
+             "rejects", "timeline")
+
+
 def render(out_dir: Path) -> str:
     """The report page for the outputs in `out_dir` (summary.json and csv/)."""
     summary: dict[str, Any] = json.loads((out_dir / "summary.json").read_text(encoding="utf-8"))
-    csvs = {n: read_csv(out_dir / "csv" / f"{n}.csv")
-            for n in ("volumes", "delivery", "attempts", "reasons", "sched_lag", "qshape")}
+    csvs = {n: read_csv(out_dir / "csv" / f"{n}.csv") for n in CSV_NAMES}
     h = summary["headline"]
     inp = summary["input"]
     lag = summary["sched_lag"]
-    rng = summary["range"]
     labels = summary["labels"]
+    dsn = summary.get("dsn") or {}
     tiles = "".join([
         _tile("events", fmt_n(inp["events"]),
               f"{fmt_n(inp['duplicates_removed'])} duplicates, {fmt_n(inp['late_events'])} late"),
-        _tile("recipients accepted", fmt_n(h["recipients"]), f"{fmt_n(h['pending'])} pending"),
-        _tile("delivery rate", fmt_pct(h["delivery_rate"]), "delivered / finalised"),
-        _tile("first-attempt rate", fmt_pct(h["first_attempt_rate"])),
-        _tile("retry yield", fmt_pct(h["retry_yield"]), "deferred, then delivered"),
-        _tile("hard-bounce rate", fmt_pct(h["hard_bounce_rate"]), f"band: {h['bounce_band']}"),
+        _tile("recipients sent", fmt_n(h["recipients"]),
+              f"{fmt_n(h.get('mails'))} mails, {fmt_n(h['pending'])} pending; DSNs apart"),
+        _tile("delivered / sent", fmt_pct(h.get("delivered_of_sent")),
+              f"{fmt_n(h['delivered'])} of {fmt_n(h['recipients'])} sent (pending included)"),
+        _tile("delivered / finalised", fmt_pct(h["delivery_rate"]),
+              f"{fmt_n(h['delivered'])} of {fmt_n(h['finalised'])} delivered, bounced "
+              "or deleted"),
+        _tile("first-attempt rate", fmt_pct(h["first_attempt_rate"]),
+              "delivered on attempt 1 / attempted"),
+        _tile("retry yield", fmt_pct(h["retry_yield"]),
+              "delivered / deferred and finalised"),
+        _tile("hard-bounce rate", fmt_pct(h["hard_bounce_rate"]),
+              f"hard bounces / sent; band: {h['bounce_band']}"),
+        _tile("bytes received / delivered",
+              f"{fmt_bytes(h.get('bytes_received'))} / {fmt_bytes(h.get('bytes_delivered'))}",
+              "per mail / per delivered recipient"),
         _tile("time to deliver p50 / p99", f"{fmt_s(h['ttd_p50_s'])} / {fmt_s(h['ttd_p99_s'])}",
               f"max {fmt_s(h['ttd_max_s'])}"),
         _tile("scheduling lag p50 / p99", f"{fmt_s(lag['p50_s'])} / {fmt_s(lag['p99_s'])}",
               f"max {fmt_s(lag['max_s'])}"),
+        _tile("DSNs sent", fmt_n(dsn.get("recipients") or 0),
+              f"{fmt_n(dsn.get('delivered') or 0)} delivered; not in the numbers above"),
+        _tile("refused at ingress", fmt_n(summary["events_by_type"].get("Reject", 0)),
+              "Reject events"),
     ])
     breaches = summary["breaches"]
     if breaches:
@@ -427,14 +613,25 @@ def render(out_dir: Path) -> str:
         )
     else:
         breach_html = "<p class=ok>No hard-bounce threshold breached.</p>"
+    bucket = bucket_words(int(labels.get("timeline_bucket_s") or 3600))
     sections = [
-        ("Hourly outcomes", "Events per hour of their own time, by type; the line is Send "
-         "(accepted).", chart_hourly_outcomes(csvs["volumes"])),
+        ("Events over time", f"Events per {bucket} of their own time, by type; the line is "
+         "Send (accepted).", chart_timeline(csvs["timeline"])),
+        ("Domains", "Per recipient domain, by acceptance (pflogsumm's delivery summary): sent "
+         "= recipients accepted; deferred = recipients deferred at least once (deferrals); "
+         "delay = acceptance to delivery of the delivered ones. DSNs not included.",
+         domain_table(csvs["delivery"])),
         ("Delivery rate of the top domains", "Left: delivered / finalised recipients. Right: "
-         "hard bounces / accepted, against the 2 / 5 / 10 % bands.",
+         "hard bounces / sent, against SES's 2 / 5 / 10 % bands.",
          chart_domain_rates(csvs["delivery"])),
-        ("Time to deliver", "Acceptance to Delivery event, per acceptance hour, percentile_approx "
+        ("Time to deliver", "Acceptance to Delivery event, percentile_approx "
          f"(accuracy {summary['percentiles']['accuracy']}).", chart_ttd(csvs["delivery"])),
+        ("Top senders", "Envelope senders by mails accepted; refused = requests rejected at "
+         "ingress.", senders_table(csvs["senders"])),
+        ("Top reject reasons", "Why ingress refused requests (Reject events).",
+         rejects_table(csvs["rejects"])),
+        ("Delivery status notifications", "Mail the queue sent with the null sender (bounce "
+         "and delay notices), counted here and not with the mail above.", dsn_block(dsn)),
         ("Top deferral reasons", "By enhanced status and normalised diagnostic text.",
          chart_reasons(csvs["reasons"], "deferral")),
         ("Top bounce reasons", "", chart_reasons(csvs["reasons"], "bounce")),
@@ -449,7 +646,7 @@ def render(out_dir: Path) -> str:
     body = "".join(
         f"<section><h2>{esc(t)}</h2><p class=d>{esc(d)}</p>{c}</section>" for t, d, c in sections
     )
-    title = f"mailqueue delivery report {rng['from'] or ''} – {rng['to'] or ''}"
+    title = f"mailqueue delivery report, {range_title(summary)}"
     return f"""<!doctype html>
 <html lang=en><head><meta charset=utf-8><title>{esc(title)}</title>
 <meta name=viewport content="width=device-width,initial-scale=1">

@@ -110,17 +110,21 @@ def event_base(events: DataFrame) -> DataFrame:
     """One pass over the events: per hour x domain x type (and, for deferrals and bounces,
     x status x raw diagnostic text) the events, rows read, late ones, first and last time,
     and the scheduling lag's count, sum, max and fixed buckets. The volumes, reasons,
-    scheduling lag and the run's input statistics all roll up from this table, so the
-    events are scanned and hashed once for all of them."""
+    scheduling lag, senders, rejects and the run's input statistics all roll up from this
+    table, so the events are scanned and hashed once for all of them. `sender` is set on
+    Send and Reject rows only, so it adds rows per sender for those two types alone."""
     lag = F.col("sched_lag_s")
     for_reasons = F.col("event_type").isin(*_REASON_TYPES)
     return (
         _with_time_keys(events, "ts")
         .withColumn("status", F.when(for_reasons, F.col("status")))
         .withColumn("diag", F.when(for_reasons, F.col("diag")))
-        .groupBy("_d", "_h", "domain", "event_type", "status", "diag")
+        .groupBy("_d", "_h", "domain", "event_type", "status", "diag", "sender")
         .agg(
             F.count(F.lit(1)).alias("events"),
+            # per mail (a Send row per destination: its first one counts the mail)
+            F.count(F.when(F.col("dest_pos") == 0, 1)).alias("mails"),
+            F.sum(F.when(F.col("dest_pos") == 0, F.col("size"))).alias("bytes"),
             F.sum("copies").alias("rows"),
             F.count(F.when(F.col("late"), 1)).alias("late"),
             F.min(F.unix_micros("ts")).alias("first_us"),
@@ -161,7 +165,10 @@ def delivery(
 ) -> DataFrame:
     """Outcome metrics per acceptance cohort at every grain.
 
+    Mail sent with the null sender (DSNs, `dsn`) is not in these counts: it has its own
+    `dsn_*` columns, so bounce notices do not inflate volumes or hide in the rates.
     delivery_rate = delivered / finalised (delivered + bounced + deleted);
+    delivered_of_sent = delivered / recipients accepted (pending ones included);
     first_attempt_rate = delivered on attempt 1 / recipients with at least one attempt;
     retry_yield = deferred-then-delivered / deferred recipients that are final;
     hard_bounce_rate = hard bounces / accepted recipients (SES's bounce rate basis).
@@ -173,27 +180,39 @@ def delivery(
     outcome was accepted on one UTC day (the daily job): the overall sketch would then be
     the day's, so it is copied instead of built (a quarter of the sketch work).
     """
+    dsn = F.col("dsn")
+    mail = ~dsn
     st = F.col("final_state")
-    delivered = st == "delivered"
-    deferred = F.col("deferrals") > 0
+    delivered = mail & (st == "delivered")
+    deferred = mail & (F.col("deferrals") > 0)
 
     def n(cond: Column) -> Column:
         return F.count(F.when(cond, 1))
 
     counts = {
-        "recipients": F.count(F.lit(1)),
+        "recipients": n(mail),
         "delivered": n(delivered),
-        "bounced": n(st == "bounced"),
-        "hard_bounced": n(F.col("hard_bounce")),
-        "deleted": n(st == "deleted"),
-        "pending": n(st == "pending"),
-        "attempted": n(F.col("attempts") >= 1),
+        "bounced": n(mail & (st == "bounced")),
+        "hard_bounced": n(mail & F.col("hard_bounce")),
+        "deleted": n(mail & (st == "deleted")),
+        "pending": n(mail & (st == "pending")),
+        "attempted": n(mail & (F.col("attempts") >= 1)),
         "first_attempt_delivered": n(delivered & (F.col("delivered_attempt") == 1)),
         "deferred": n(deferred),
         "deferred_finalised": n(deferred & (st != "pending")),
         "deferred_delivered": n(deferred & delivered),
-        "deferrals": F.sum("deferrals"),
+        "deferrals": F.coalesce(F.sum(F.when(mail, F.col("deferrals"))), F.lit(0)),
         "ttd_sum": F.sum(F.when(delivered, F.col("time_to_final_s"))),
+        "mails": n(mail & F.col("first_rcpt")),
+        "bytes_received": F.sum(F.when(mail & F.col("first_rcpt"), F.col("size"))),
+        "bytes_delivered": F.sum(F.when(delivered, F.col("size"))),
+        # delivery status notifications (null sender), counted apart from the mail above
+        "dsn_recipients": n(dsn),
+        "dsn_delivered": n(dsn & (st == "delivered")),
+        "dsn_bounced": n(dsn & (st == "bounced")),
+        "dsn_deleted": n(dsn & (st == "deleted")),
+        "dsn_pending": n(dsn & (st == "pending")),
+        "dsn_bytes": F.sum(F.when(dsn & F.col("first_rcpt"), F.col("size"))),
     }
     keyed = _with_time_keys(outcomes, "accepted_at")
     base = keyed.groupBy("_d", "_h", "domain").agg(*[c.alias(k) for k, c in counts.items()])
@@ -221,6 +240,7 @@ def delivery(
         g.withColumn("ttd_mean_s", _ratio("ttd_sum", "delivered"))
         .drop("ttd_sum")
         .withColumn("delivery_rate", _ratio("delivered", "finalised"))
+        .withColumn("delivered_of_sent", _ratio("delivered", "recipients"))
         .withColumn("first_attempt_rate", _ratio("first_attempt_delivered", "attempted"))
         .withColumn("retry_yield", _ratio("deferred_delivered", "deferred_finalised"))
         .withColumn("hard_bounce_rate", _ratio("hard_bounced", "recipients"))
@@ -230,8 +250,8 @@ def delivery(
 
 def attempts_histogram(outcomes: DataFrame) -> DataFrame:
     """Recipients by attempts made (capped at ATTEMPTS_CAP, meaning "CAP or more") and
-    final state, per day, domain and overall."""
-    df = _with_time_keys(outcomes, "accepted_at").withColumn(
+    final state, per day, domain and overall; DSNs (null sender) left out."""
+    df = _with_time_keys(outcomes.where(~F.col("dsn")), "accepted_at").withColumn(
         "attempts_bucket", F.least(F.col("attempts"), F.lit(ATTEMPTS_CAP))
     )
     return _grouped(
@@ -419,3 +439,79 @@ def breaches(delivery_rows: Sequence[dict[str, Any]], min_volume: int) -> list[d
     order = {"overall": 0, "day": 1, "domain": 2}
     out.sort(key=lambda b: (order[b["grain"]], -b["value"], str(b["key"])))
     return out
+
+
+def senders(base: DataFrame, top_n: int = 10) -> DataFrame:
+    """Top envelope senders (pflogsumm's "senders by message count"): mails accepted,
+    recipients, octets received, and requests refused (Reject events) per sender; the
+    null sender ("", DSNs) is one row like any other. Ranked by mails, then refusals."""
+    per = (
+        base.where(F.col("event_type").isin("Send", "Reject") & F.col("sender").isNotNull())
+        .groupBy("sender")
+        .agg(
+            F.sum("mails").alias("mails"),
+            F.sum(F.when(F.col("event_type") == "Send", F.col("events"))).alias("recipients"),
+            F.coalesce(F.sum("bytes"), F.lit(0)).alias("bytes"),
+            F.sum(F.when(F.col("event_type") == "Reject", F.col("events"))).alias("rejected"),
+        )
+        .fillna(0, ["recipients", "rejected"])
+    )
+    w = Window.orderBy(F.desc("mails"), F.desc("rejected"), "sender")
+    return per.withColumn("rank", F.row_number().over(w)).where(F.col("rank") <= top_n)
+
+
+def rejects(base: DataFrame, top_n: int = 10) -> DataFrame:
+    """Top reasons requests were refused at ingress (Reject events), with their share."""
+    per = (
+        base.where(F.col("event_type") == "Reject")
+        .withColumn("reason", F.coalesce(F.col("diag"), F.lit("")))
+        .groupBy("reason")
+        .agg(F.sum("events").alias("events"))
+    )
+    w = Window.orderBy(F.desc("events"), "reason")
+    ranked = per.withColumn("rank", F.row_number().over(w)).withColumn(
+        "share", F.col("events") / F.sum("events").over(Window.partitionBy())
+    )
+    return ranked.where(F.col("rank") <= top_n)
+
+
+# Timeline bucket widths (seconds) to choose from, and how many buckets a chart may have:
+# an hour of data is shown per minute, a day per hour, a month per day.
+TIMELINE_BUCKETS_S = (60, 300, 900, 3600, 21600, 86400)
+TIMELINE_MAX_BUCKETS = 60
+
+
+def timeline_bucket(first: datetime | None, last: datetime | None) -> int:
+    """The narrowest bucket that shows [first, last] in at most TIMELINE_MAX_BUCKETS."""
+    if first is None or last is None:
+        return 3600
+    span = (last - first).total_seconds()
+    for b in TIMELINE_BUCKETS_S:
+        if span / b < TIMELINE_MAX_BUCKETS:
+            return b
+    return TIMELINE_BUCKETS_S[-1]
+
+
+def timeline(base: DataFrame, events: DataFrame, bucket_s: int) -> DataFrame:
+    """Events per type per time bucket of `bucket_s` seconds (by their own time).
+
+    Hour-or-wider buckets roll up from `event_base`; narrower ones (short ranges, hence
+    small data) read the events once more."""
+    if bucket_s >= 3600:
+        start = F.floor(F.col("_h") * 3600 / F.lit(bucket_s)) * bucket_s
+        src = base.withColumn("_b", start)
+        agg = F.sum("events")
+    else:
+        start = F.floor(F.unix_micros(F.col("ts")) / F.lit(bucket_s * 1_000_000)) * bucket_s
+        src = events.where(F.col("ts").isNotNull()).withColumn("_b", start)
+        agg = F.count(F.lit(1))
+    return (
+        src.groupBy("_b", "event_type")
+        .agg(agg.alias("events"))
+        .select(
+            F.timestamp_seconds(F.col("_b")).alias("bucket_start"),
+            F.lit(bucket_s).alias("bucket_s"),
+            "event_type",
+            F.col("events").cast("long").alias("events"),
+        )
+    )

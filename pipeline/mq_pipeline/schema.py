@@ -99,6 +99,7 @@ ATTEMPT = StructType(
 OURS = StructType(
     [
         _s("eventId"),
+        StructField("size", LongType(), True),  # the message's octets
         StructField("attempt", ATTEMPT, True),
         StructField("operator", OPERATOR, True),
         StructField("reject", OUR_REJECT, True),
@@ -166,12 +167,13 @@ READ_SCHEMA = _ts_as_string(
         EVENT_SCHEMA,
         {
             "eventType": 1,
-            "mail": {"messageId": 1, "timestamp": 1, "destination": 1},
+            "mail": {"messageId": 1, "timestamp": 1, "source": 1, "destination": 1},
             "delivery": {"timestamp": 1, "recipients": 1},
             "bounce": {"timestamp": 1, "bounceType": 1, "bouncedRecipients": _RCPT},
             "deliveryDelay": {"timestamp": 1, "delayedRecipients": _RCPT},
             "mailqueue": {
                 "eventId": 1,
+                "size": 1,
                 "attempt": {"number": 1, "scheduledAt": 1, "startedAt": 1},
                 "operator": {"timestamp": 1, "action": 1, "recipients": 1},
                 "reject": {"timestamp": 1, "reason": 1, "recipient": 1},
@@ -201,6 +203,10 @@ NORMALISED_SCHEMA = StructType(
         StructField("attempt", IntegerType(), True),
         StructField("sched_lag_s", DoubleType(), True),  # attempt.startedAt - scheduledAt
         StructField("late", BooleanType(), True),  # written to a later hour than its time
+        # Send and Reject rows only (null on the others, which keeps the rows narrow):
+        _s("sender"),  # envelope sender; "" is the null sender (a DSN)
+        StructField("size", LongType(), True),  # message octets
+        StructField("dest_pos", IntegerType(), True),  # 0 on a mail's first destination
         StructField("copies", LongType(), True),  # how many times it was in the input
     ]
 )
@@ -218,5 +224,8 @@ OUTCOME_SCHEMA = StructType(
         StructField("delivered_attempt", IntegerType(), True),
         StructField("hard_bounce", BooleanType(), False),
         StructField("time_to_final_s", DoubleType(), True),
+        StructField("dsn", BooleanType(), True),  # sent with the null sender
+        StructField("size", LongType(), True),  # message octets
+        StructField("first_rcpt", BooleanType(), True),  # counts the message once
     ]
 )

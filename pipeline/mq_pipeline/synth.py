@@ -268,6 +268,9 @@ def _simulate(
                 break
         mid = f"{acc:011X}{bits(60):015X}"
         source = SOURCES[int(rand() * len(SOURCES))]
+        # octets, from the arrival time: no draw from the generator, so every other
+        # value of a seed stays what it was before sizes existed
+        size = 800 + (acc * 2_654_435_761) % 40_000
         nrcpt = 1 if rand() < 0.8 else 2 + int(rand() * 4)
         rcpts: list[tuple[str, int]] = []
         for _r in range(nrcpt):
@@ -290,12 +293,13 @@ def _simulate(
             emit(
                 acc,
                 f'{{"eventType":"Reject",{mail},"reject":{{"reason":"mailqueue:{reason}"}},'
-                f'"mailqueue":{{"eventId":"{bits(128):032x}","reject":{{"timestamp":"{acc_iso}",'
+                f'"mailqueue":{{"eventId":"{bits(128):032x}","size":{size},'
+                f'"reject":{{"timestamp":"{acc_iso}",'
                 f'"reason":"{reason}","field":{fld_json},"recipient":null}}}}}}',
             )
             continue
         emit(acc, f'{{"eventType":"Send",{mail},"send":{{}},'
-                  f'"mailqueue":{{"eventId":"{bits(128):032x}"}}}}')
+                  f'"mailqueue":{{"eventId":"{bits(128):032x}","size":{size}}}}}')
         mta = f"mq-worker-{shard % 4}"
         for addr, di in rcpts:
             prof = profiles[di]

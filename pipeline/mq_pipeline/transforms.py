@@ -185,11 +185,12 @@ def normalise(raw: DataFrame) -> DataFrame:
     dt, hr = F.col("dt"), F.col("hr").try_cast("int")
     late = (dt > ev_day) | ((dt == ev_day) & (hr > ev_hr.try_cast("int")))
     eid = ours.getField("eventId")
+    per_mail = (wire_type == "Send") | (wire_type == "Reject")
     rows = raw.where(eid.isNotNull() & wire_type.isNotNull()).select(
         eid.alias("_eid"),
         et.alias("event_type"),
         m.getField("messageId").alias("message_id"),
-        F.explode_outer(rcpts).alias("_rcpt"),
+        F.posexplode_outer(rcpts).alias("_pos", "_rcpt"),
         F.size(dest).cast("int").alias("n_dest"),
         m.getField("timestamp").try_cast("timestamp").alias("accepted_at"),
         ts.alias("ts"),
@@ -201,6 +202,9 @@ def normalise(raw: DataFrame) -> DataFrame:
         lag.cast("double").alias("sched_lag_s"),
         late.alias("late"),
         ts_str.alias("ts_raw"),
+        F.when(per_mail, m.getField("source")).alias("sender"),
+        F.when(per_mail, ours.getField("size")).alias("size"),
+        F.when(per_mail, F.col("_pos")).cast("int").alias("dest_pos"),
     )
     r = F.col("_rcpt")
     send = F.col("event_type") == "Send"
@@ -212,7 +216,7 @@ def normalise(raw: DataFrame) -> DataFrame:
         F.when(F.col("event_type") != "Reject", r).alias("rcpt"),
         F.lower(F.substring_index(r, "@", -1)).alias("domain"),
         "n_dest", "accepted_at", "ts", "status", "diag", "bounce_type", "action", "attempt",
-        "sched_lag_s", "late", "ts_raw",
+        "sched_lag_s", "late", "ts_raw", "sender", "size", "dest_pos",
     )
 
 
@@ -283,7 +287,7 @@ def _iso_ms(t: datetime) -> str:
 # emitted: copies of one event agree on them, so they can be grouping keys.
 _FIXED = (
     "event_type", "rcpt", "domain", "n_dest", "status", "diag", "bounce_type", "action",
-    "attempt",
+    "attempt", "sender",
 )
 
 
@@ -324,6 +328,8 @@ def outcomes(events: DataFrame, rng: TimeRange) -> DataFrame:
     "deleted" -> deleted; the earliest final event wins. A hard bounce is a Permanent
     bounce with a 5.x.x status (a 4.4.7 lifetime expiry is a bounce but not a hard one).
     `attempts` is the highest attempt number seen, `deferrals` the DeliveryDelay count.
+    `dsn` says the mail was sent with the null sender (a delivery status notification: the
+    report keeps it apart from the mail users sent); `first_rcpt` marks one row per mail.
     """
     et = F.col("event_type")
     ts = F.col("ts")
@@ -345,6 +351,12 @@ def outcomes(events: DataFrame, rng: TimeRange) -> DataFrame:
             F.coalesce(F.max("attempt"), F.lit(0)).cast("int").alias("attempts"),
             F.count(F.when(et == "DeliveryDelay", 1)).alias("deferrals"),
             F.min(F.when(et == "Delivery", F.col("attempt"))).alias("delivered_attempt"),
+            # from the mail's Send: sent with the null sender (a DSN), its size, and whether
+            # this is its first destination (so per-message sums count it once). Fixed-width
+            # aggregates only: a string max would force a sort-based aggregation.
+            F.max(F.when(et == "Send", (F.col("sender") == "").cast("int"))).alias("_dsn"),
+            F.max(F.when(et == "Send", F.col("size"))).alias("size"),
+            F.min(F.when(et == "Send", F.col("dest_pos"))).alias("_pos"),
         )
     )
     final_at = F.least("delivered_at", "bounced_at", "deleted_at")
@@ -373,4 +385,7 @@ def outcomes(events: DataFrame, rng: TimeRange) -> DataFrame:
             "hard_bounce"
         ),
         _seconds_between(F.col("accepted_at"), F.col("final_at")).alias("time_to_final_s"),
+        F.coalesce(F.col("_dsn") == 1, F.lit(False)).alias("dsn"),
+        "size",
+        F.coalesce(F.col("_pos") == 0, F.lit(False)).alias("first_rcpt"),
     )

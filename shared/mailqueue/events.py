@@ -175,7 +175,8 @@ class QueueEvent:
             "eventType": self.event_type,
             "mail": _mail_json(m, self.recipient, self.event_type),
         }
-        ours: dict[str, Any] = {"eventId": self.event_id}
+        # the message size in octets: SES has no field for it; the report's byte totals
+        ours: dict[str, Any] = {"eventId": self.event_id, "size": m.size}
         r = self.result
         rcpt = self.recipient or ""
         reporting = self.extra.get("reporting_mta") or "mailqueue.invalid"

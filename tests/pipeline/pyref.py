@@ -63,6 +63,8 @@ class Ev:
     sched_lag_s: float | None
     late: bool
     copies: int = 1
+    sender: str | None = None  # Send and Reject only
+    size: int | None = None
 
 
 def read_lines(events_root: Path) -> list[tuple[str, str, dict[str, Any]]]:
@@ -137,6 +139,8 @@ def to_events(dt: str, hr: str, d: dict[str, Any]) -> list[Ev]:
             attempt=att.get("number"),
             sched_lag_s=lag,
             late=f"{dt}{int(hr):02d}" > ts.strftime("%Y-%m-%d%H"),
+            sender=mail.get("source") if et in ("Send", "Reject") else None,
+            size=ours.get("size") if et in ("Send", "Reject") else None,
         )
         for r in rcpts
     ]
@@ -154,6 +158,8 @@ class Outcome:
     deferrals: int
     delivered_attempt: int | None
     hard_bounce: bool
+    dsn: bool = False  # the mail's Send has the null sender
+    size: int | None = None
 
     @property
     def ttf(self) -> float | None:
@@ -236,6 +242,8 @@ def compute(
                 deferrals=sum(1 for e in evs if e.event_type == "DeliveryDelay"),
                 delivered_attempt=min(d_att) if d_att else None,
                 hard_bounce=state == "bounced" and hard,
+                dsn=any(e.event_type == "Send" and e.sender == "" for e in evs),
+                size=next((e.size for e in evs if e.event_type == "Send"), None),
             )
         )
     last = max((e.ts for e in events), default=None)
@@ -274,7 +282,9 @@ def delivery(ref: Reference) -> dict[tuple[Any, ...], dict[str, Any]]:
         for k in grain_keys(o.accepted_at, o.domain, ("hour", "day", "domain", "overall")):
             groups[k].append(o)
     out = {}
-    for k, os_ in groups.items():
+    for k, all_ in groups.items():
+        os_ = [o for o in all_ if not o.dsn]  # DSNs are counted apart
+        dsn = [o for o in all_ if o.dsn]
         n = len(os_)
         deliv = [o for o in os_ if o.final_state == "delivered"]
         bounced = sum(o.final_state == "bounced" for o in os_)
@@ -309,6 +319,12 @@ def delivery(ref: Reference) -> dict[tuple[Any, ...], dict[str, Any]]:
             "ttd_max_s": ttd[-1] if ttd else None,
             "ttd_mean_s": sum(ttd) / len(ttd) if ttd else None,
             "_ttd": ttd,
+            "delivered_of_sent": len(deliv) / n if n else None,
+            "bytes_delivered": sum(o.size or 0 for o in deliv) if deliv else None,
+            "dsn_recipients": len(dsn),
+            "dsn_delivered": sum(o.final_state == "delivered" for o in dsn),
+            "dsn_bounced": sum(o.final_state == "bounced" for o in dsn),
+            "dsn_pending": sum(o.final_state == "pending" for o in dsn),
         }
     return out
 
@@ -316,6 +332,8 @@ def delivery(ref: Reference) -> dict[tuple[Any, ...], dict[str, Any]]:
 def attempts(ref: Reference) -> dict[tuple[Any, ...], int]:
     c: Counter[tuple[Any, ...]] = Counter()
     for o in ref.outcomes:
+        if o.dsn:
+            continue
         for k in grain_keys(o.accepted_at, o.domain, ("day", "domain", "overall")):
             c[(*k, min(o.attempts, ATTEMPTS_CAP), o.final_state)] += 1
     return dict(c)

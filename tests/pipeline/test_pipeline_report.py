@@ -25,12 +25,13 @@ T = datetime(2026, 5, 4, 10, 0, tzinfo=UTC)
 
 def outcome(rcpt: str, state: str, minutes: float | None, attempts: int = 1, deferrals: int = 0,
             delivered_attempt: int | None = None, hard: bool = False,
-            accepted: datetime = T) -> tuple[Any, ...]:
+            accepted: datetime = T, dsn: bool = False, size: int = 1000,
+            first: bool = True) -> tuple[Any, ...]:
     final_at = None if minutes is None else accepted + timedelta(minutes=minutes)
     return (
         "M-" + rcpt, rcpt, rcpt.rsplit("@", 1)[1], accepted, state, final_at, attempts,
         deferrals, delivered_attempt if state == "delivered" else None, hard,
-        None if minutes is None else minutes * 60.0,
+        None if minutes is None else minutes * 60.0, dsn, size, first,
     )
 
 
