@@ -118,7 +118,8 @@ def event_base(events: DataFrame) -> DataFrame:
     return (
         _with_time_keys(events, "ts")
         .withColumn("status", F.when(for_reasons, F.col("status")))
-        .withColumn("diag", F.when(for_reasons, F.col("diag")))
+        # a Reject's diag is its reason code (the rejects table)
+        .withColumn("diag", F.when(for_reasons | (F.col("event_type") == "Reject"), F.col("diag")))
         .groupBy("_d", "_h", "domain", "event_type", "status", "diag", "sender")
         .agg(
             F.count(F.lit(1)).alias("events"),
@@ -456,6 +457,7 @@ def senders(base: DataFrame, top_n: int = 10) -> DataFrame:
         )
         .fillna(0, ["recipients", "rejected"])
     )
+    # a few hundred aggregated rows: one window partition on purpose
     w = Window.orderBy(F.desc("mails"), F.desc("rejected"), "sender")
     return per.withColumn("rank", F.row_number().over(w)).where(F.col("rank") <= top_n)
 
@@ -509,7 +511,11 @@ def timeline(base: DataFrame, events: DataFrame, bucket_s: int) -> DataFrame:
         src.groupBy("_b", "event_type")
         .agg(agg.alias("events"))
         .select(
-            F.timestamp_seconds(F.col("_b")).alias("bucket_start"),
+            # a UTC ISO string (the session time zone is UTC): a collected timestamp
+            # would be shifted into the driver's local zone
+            F.date_format(F.timestamp_seconds(F.col("_b")), "yyyy-MM-dd'T'HH:mm:ss'Z'").alias(
+                "bucket_start"
+            ),
             F.lit(bucket_s).alias("bucket_s"),
             "event_type",
             F.col("events").cast("long").alias("events"),

@@ -206,7 +206,7 @@ NORMALISED_SCHEMA = StructType(
         # Send and Reject rows only (null on the others, which keeps the rows narrow):
         _s("sender"),  # envelope sender; "" is the null sender (a DSN)
         StructField("size", LongType(), True),  # message octets
-        StructField("dest_pos", IntegerType(), True),  # 0 on a mail's first destination
+        StructField("dest_pos", IntegerType(), True),  # Send: 0 on a mail's first destination
         StructField("copies", LongType(), True),  # how many times it was in the input
     ]
 )

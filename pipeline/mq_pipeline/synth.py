@@ -287,19 +287,20 @@ def _simulate(
             f'{chr(34) + source + chr(34) if source else ""}],"to":[{dests}]}},'
             f'"tags":{{"mailqueue:from-domain":["{src_dom}"]}}}}'
         )
+        mq = f'"mailqueue":{{"size":{size},'  # opens our object, with the mail's size
         if rand() < cfg.reject_rate:
             reason, fld = REJECT_REASONS[int(rand() * len(REJECT_REASONS))]
             fld_json = f'"{fld}"' if fld else "null"
             emit(
                 acc,
                 f'{{"eventType":"Reject",{mail},"reject":{{"reason":"mailqueue:{reason}"}},'
-                f'"mailqueue":{{"eventId":"{bits(128):032x}","size":{size},'
+                f'{mq}"eventId":"{bits(128):032x}",'
                 f'"reject":{{"timestamp":"{acc_iso}",'
                 f'"reason":"{reason}","field":{fld_json},"recipient":null}}}}}}',
             )
             continue
         emit(acc, f'{{"eventType":"Send",{mail},"send":{{}},'
-                  f'"mailqueue":{{"eventId":"{bits(128):032x}","size":{size}}}}}')
+                  f'{mq}"eventId":"{bits(128):032x}"}}}}')
         mta = f"mq-worker-{shard % 4}"
         for addr, di in rcpts:
             prof = profiles[di]
@@ -338,7 +339,7 @@ def _simulate(
                         f'"status":"{status}","diagnosticCode":"smtp; {code} {status} {text}"}}],'
                         f'"timestamp":"{fin_iso}","feedbackId":"{eid ^ 1:032x}",'
                         f'"reportingMTA":"dns; {mta}","remoteMtaIp":"{ip}"}},'
-                        f'"mailqueue":{{"eventId":"{eid:032x}","remoteMta":"{ip}",{att}}}}}',
+                        f'{mq}"eventId":"{eid:032x}","remoteMta":"{ip}",{att}}}}}',
                     )
                     break
                 if u < prof.p_perm + p_temp:
@@ -355,7 +356,7 @@ def _simulate(
                         f'"{ses_delay_type(c, status, text)}","expirationTime":"{iso(expires)}",'
                         f'"delayedRecipients":[{{"emailAddress":'
                         f'"{addr}","status":"{status}","diagnosticCode":"{diag}"}}],'
-                        f'"reportingMTA":"dns; {mta}"}},"mailqueue":{{"eventId":'
+                        f'"reportingMTA":"dns; {mta}"}},{mq}"eventId":'
                         f'"{bits(128):032x}","nextAttemptAt":"{iso(nxt)}","remoteMta":"{ip}",'
                         f'{att}}}}}',
                     )
@@ -368,10 +369,11 @@ def _simulate(
                             "deleted" if v < 0.3 else "bounced" if v < 0.45 else
                             "retried" if v < 0.7 else "held"
                         )
-                        emit(op_ts, _operator(bits(128), mail, addr, iso(op_ts), action, bits(20)))
+                        emit(op_ts, _operator(bits(128), mail, addr, iso(op_ts), action, bits(20),
+                                              mq))
                         if action == "bounced":  # the forced expiry's Bounce, as the queue
                             emit(op_ts, _expiry(bits(128), mail, addr, iso(op_ts), mta,
-                                                "message expired by operator"))
+                                                "message expired by operator", mq))
                         if action in ("deleted", "bounced"):
                             break
                         if action == "held":  # released some minutes later, then retried
@@ -379,7 +381,7 @@ def _simulate(
                             if rel >= horizon:
                                 break
                             emit(rel, _operator(bits(128), mail, addr, iso(rel), "released",
-                                                bits(20)))
+                                                bits(20), mq))
                             nxt = max(nxt, rel)
                         else:
                             nxt = op_ts
@@ -388,7 +390,7 @@ def _simulate(
                             emit(expires, _expiry(
                                 bits(128), mail, addr, iso(expires), mta,
                                 f"Message expired after {n} attempts, last error: "
-                                f"{status} {text}",
+                                f"{status} {text}", mq,
                             ))
                         break
                     sched = nxt
@@ -399,13 +401,13 @@ def _simulate(
                     f'"timestamp":"{fin_iso}","processingTimeMillis":{finished - acc},'
                     f'"recipients":["{addr}"],"smtpResponse":'
                     f'"250 2.0.0 Ok: queued as {bits(40):010X}","reportingMTA":"{mta}",'
-                    f'"remoteMtaIp":"{ip}"}},"mailqueue":{{"eventId":"{bits(128):032x}",'
+                    f'"remoteMtaIp":"{ip}"}},{mq}"eventId":"{bits(128):032x}",'
                     f'"remoteMta":"{ip}",{att}}}}}',
                 )
                 break
 
 
-def _expiry(eid: int, mail: str, addr: str, ts: str, mta: str, text: str) -> str:
+def _expiry(eid: int, mail: str, addr: str, ts: str, mta: str, text: str, mq: str) -> str:
     """A lifetime-expiry (4.4.7) Bounce: Transient/General, our own diagnostic type."""
     btype, bsub = ses_bounce_class("4.4.7")
     return (
@@ -413,13 +415,13 @@ def _expiry(eid: int, mail: str, addr: str, ts: str, mta: str, text: str) -> str
         f'"bounceSubType":"{bsub}","bouncedRecipients":[{{"emailAddress":"{addr}",'
         f'"action":"failed","status":"4.4.7","diagnosticCode":"x-mailqueue; 4.4.7 {text}"}}],'
         f'"timestamp":"{ts}","feedbackId":"{eid ^ 1:032x}","reportingMTA":"dns; {mta}"}},'
-        f'"mailqueue":{{"eventId":"{eid:032x}"}}}}'
+        f'{mq}"eventId":"{eid:032x}"}}}}'
     )
 
 
-def _operator(eid: int, mail: str, addr: str, ts: str, action: str, job: int) -> str:
+def _operator(eid: int, mail: str, addr: str, ts: str, action: str, job: int, mq: str) -> str:
     return (
-        f'{{"eventType":"mailqueue:Operator",{mail},"mailqueue":{{"eventId":"{eid:032x}",'
+        f'{{"eventType":"mailqueue:Operator",{mail},{mq}"eventId":"{eid:032x}",'
         f'"operator":{{"timestamp":"{ts}","action":"{action}","actor":"ops@mailqueue.example",'
         f'"job":"job-{job:05x}","recipients":["{addr}"]}}}}}}'
     )

@@ -204,7 +204,7 @@ def normalise(raw: DataFrame) -> DataFrame:
         ts_str.alias("ts_raw"),
         F.when(per_mail, m.getField("source")).alias("sender"),
         F.when(per_mail, ours.getField("size")).alias("size"),
-        F.when(per_mail, F.col("_pos")).cast("int").alias("dest_pos"),
+        F.when(wire_type == "Send", F.col("_pos")).cast("int").alias("dest_pos"),
     )
     r = F.col("_rcpt")
     send = F.col("event_type") == "Send"

@@ -242,3 +242,78 @@ def test_lag_bins_bound_the_relative_error(spark: SparkSession) -> None:
     for row in got.collect():
         v, r = row["v"], row["r"]
         assert abs(r - v) <= max(LAG_REL_ERROR * v, LAG_MIN_S) + 1e-12, (v, r)
+
+
+def test_dsns_are_counted_apart_and_rates_say_their_divisor(spark: SparkSession) -> None:
+    rows = [
+        outcome("a@x.example", "delivered", 1.0, delivered_attempt=1, size=1000),
+        outcome("b@x.example", "delivered", 2.0, delivered_attempt=1, size=3000),
+        outcome("c@x.example", "bounced", 3.0, hard=True, size=500),
+        outcome("d@x.example", "pending", None, size=700),
+        # a second recipient of b's mail: its size is not received twice
+        outcome("e@x.example", "delivered", 2.0, delivered_attempt=1, size=3000, first=False),
+        # DSNs: two delivered, one pending, none of them in the mail numbers
+        outcome("s1@x.example", "delivered", 0.5, delivered_attempt=1, dsn=True, size=2000),
+        outcome("s2@x.example", "delivered", 9.0, delivered_attempt=1, dsn=True, size=2000),
+        outcome("s3@x.example", "pending", None, deferrals=1, dsn=True, size=2000),
+    ]
+    o = one(rows_of(report.delivery(outcomes_df(spark, rows))), grain="overall")
+    assert (o["recipients"], o["delivered"], o["bounced"], o["pending"]) == (5, 3, 1, 1)
+    assert o["delivered_of_sent"] == pytest.approx(3 / 5)  # pending included
+    assert o["delivery_rate"] == pytest.approx(3 / 4)  # of finalised only
+    assert o["hard_bounce_rate"] == pytest.approx(1 / 5)
+    assert o["deferred"] == 0 and o["deferrals"] == 0  # s3's deferral is a DSN's
+    assert o["ttd_max_s"] == 120.0  # s2's 9 minutes are not in the mail's delays
+    assert (o["mails"], o["bytes_received"], o["bytes_delivered"]) == (4, 5200, 7000)
+    assert (o["dsn_recipients"], o["dsn_delivered"], o["dsn_pending"]) == (3, 2, 1)
+    assert o["dsn_bytes"] == 6000
+    att = rows_of(report.attempts_histogram(outcomes_df(spark, rows)))
+    assert sum(r["recipients"] for r in att if r["grain"] == "overall") == 5
+
+
+def test_top_senders_rejects_and_timeline(spark: SparkSession) -> None:
+    def send(i: int, sender: str, rcpts: list[str], size: int, minute: int) -> list[dict[str, Any]]:
+        return [
+            dict(event_id=f"s{i}/{r}", event_type="Send", message_id=f"M{i}", rcpt=r,
+                 ts=T + timedelta(minutes=minute), sender=sender, size=size, dest_pos=p)
+            for p, r in enumerate(rcpts)
+        ]
+
+    specs = [
+        *send(1, "app@a.example", ["x@d.example", "y@d.example"], 1000, 0),
+        *send(2, "app@a.example", ["z@e.example"], 500, 1),
+        *send(3, "", ["app@a.example"], 2000, 2),  # a DSN: the null sender
+        *send(4, "news@b.example", ["w@d.example"], 100, 59),
+        dict(event_id="r1", event_type="Reject", message_id="R1", rcpt=None, domain="d.example",
+             ts=T, sender="news@b.example", diag="invalid_recipient", size=5000),
+        dict(event_id="r2", event_type="Reject", message_id="R2", rcpt=None, domain="d.example",
+             ts=T, sender="news@b.example", diag="invalid_recipient"),
+        dict(event_id="r3", event_type="Reject", message_id="R3", rcpt=None, domain="d.example",
+             ts=T, sender="bad@c.example", diag="too_large"),
+        dict(event_id="d1", event_type="Delivery", message_id="M1", rcpt="x@d.example",
+             ts=T + timedelta(minutes=3)),
+    ]
+    events = _events(spark, specs)
+    base = report.event_base(events)
+    snd = {r["sender"]: r for r in rows_of(report.senders(base, top_n=3))}
+    assert set(snd) == {"app@a.example", "", "news@b.example"}  # top 3 of 4
+    a = snd["app@a.example"]
+    assert (a["rank"], a["mails"], a["recipients"], a["bytes"], a["rejected"]) == (1, 2, 3, 1500, 0)
+    n = snd["news@b.example"]
+    assert (n["mails"], n["rejected"], n["bytes"]) == (1, 2, 100)
+    assert (snd[""]["mails"], snd[""]["bytes"]) == (1, 2000)
+    rej = sorted((r["rank"], r["reason"], r["events"]) for r in rows_of(report.rejects(base)))
+    assert rej == [(1, "invalid_recipient", 2), (2, "too_large", 1)]
+
+    # an hour of data: one bucket per minute, from the events
+    assert report.timeline_bucket(T, T + timedelta(minutes=59)) == 60
+    tl = rows_of(report.timeline(base, events, 60))
+    sends = {(r["bucket_start"], r["events"]) for r in tl if r["event_type"] == "Send"}
+    assert sends == {("2026-05-04T10:00:00Z", 2), ("2026-05-04T10:01:00Z", 1),
+                     ("2026-05-04T10:02:00Z", 1), ("2026-05-04T10:59:00Z", 1)}
+    # a month: one bucket per day, rolled up from the hourly base
+    assert report.timeline_bucket(T, T + timedelta(days=30)) == 86400
+    day = rows_of(report.timeline(base, events, 86400))
+    assert {(r["event_type"], r["events"]) for r in day} == {
+        ("Send", 5), ("Reject", 3), ("Delivery", 1)}
+    assert {r["bucket_start"] for r in day} == {"2026-05-04T00:00:00Z"}

@@ -69,6 +69,10 @@ def test_normalise_flattens_every_event_type(spark: SparkSession) -> None:
     assert r["rcpt"] is None and r["n_dest"] == 3 and r["domain"] == "x.example"
     assert r["diag"] == "invalid recipient address"
     assert not any(x["late"] for x in rows)
+    # sender and size from the mail, on Send and Reject only; only a Send has a position
+    assert (s["sender"], s["size"], s["dest_pos"]) == ("app@sender.example", 1200, 0)
+    assert (r["sender"], r["size"], r["dest_pos"]) == ("app@sender.example", 1200, None)
+    assert (d["sender"], d["size"], dl["sender"]) == (None, None, None)
 
 
 def test_normalise_late_status_fallback_and_bad_rows(spark: SparkSession) -> None:

@@ -1,0 +1,169 @@
+"""The renderer's charts and tables on hand-made CSV rows (no Spark): an hour and a month of
+data give real charts, no bar leaves its axis, the title always names the range, and the
+tables show the numbers they are given."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from mq_pipeline import render
+
+W = render.W
+
+
+def _rects(svg: str) -> list[tuple[float, float, float, float]]:
+    return [
+        tuple(float(v) for v in m)  # type: ignore[misc]
+        for m in re.findall(
+            r'<rect x="([-\d.]+)" y="([-\d.]+)" width="([-\d.]+)" height="([-\d.]+)"', svg
+        )
+    ]
+
+
+def _texts_x(svg: str) -> list[float]:
+    return [float(x) for x in re.findall(r'<text x="([-\d.]+)"', svg)]
+
+
+def timeline_rows(start: datetime, n: int, bucket_s: int) -> list[dict[str, str]]:
+    rows = []
+    for i in range(n):
+        t = start + timedelta(seconds=i * bucket_s)
+        iso = t.strftime("%Y-%m-%dT%H:%M:%SZ")
+        rows.append(
+            {
+                "bucket_start": iso,
+                "bucket_s": str(bucket_s),
+                "event_type": "Send",
+                "events": str(10 + i),
+            }
+        )
+        rows.append(
+            {
+                "bucket_start": iso,
+                "bucket_s": str(bucket_s),
+                "event_type": "Delivery",
+                "events": str(9 + i),
+            }
+        )
+    return rows
+
+
+def test_an_hour_of_data_is_drawn_per_minute_with_gaps_kept() -> None:
+    t0 = datetime(2026, 5, 4, 10, 0, tzinfo=UTC)
+    rows = timeline_rows(t0, 60, 60)
+    rows = [r for r in rows if r["bucket_start"] != "2026-05-04T10:30:00Z"]  # a quiet minute
+    svg = render.chart_timeline(rows)
+    bars = _rects(svg)
+    # one Delivery bar per non-empty minute (+ the 6 legend squares)
+    assert len(bars) == 59 + 6
+    assert "10:00" in svg and "10:55" in svg  # clock labels, not hours only
+    assert all(x + w <= W and y >= 0 for x, y, w, _ in bars)
+
+
+def test_a_month_is_drawn_per_day_with_dates() -> None:
+    t0 = datetime(2026, 4, 5, tzinfo=UTC)
+    svg = render.chart_timeline(timeline_rows(t0, 30, 86400))
+    assert len(_rects(svg)) == 30 + 6
+    assert "04-05" in svg and "05-02" in svg
+    assert all(x + w <= W for x, _, w, _ in _rects(svg))
+
+
+def delivery_row(domain: str, recipients: int, rate: float, hard: float) -> dict[str, str]:
+    return {
+        "grain": "domain",
+        "day": "",
+        "hour": "",
+        "domain": domain,
+        "recipients": str(recipients),
+        "delivered": str(int(recipients * rate)),
+        "delivery_rate": str(rate),
+        "hard_bounce_rate": str(hard),
+        "bounce_band": "pause",
+        "deferred": "1",
+        "deferrals": "3",
+        "bounced": "2",
+        "deleted": "0",
+        "pending": "1",
+        "ttd_mean_s": "90",
+        "ttd_max_s": "600",
+        "bytes_delivered": "2500000",
+        "delivered_of_sent": str(rate * 0.9),
+    }
+
+
+def test_hard_bounce_bars_stay_on_their_axis() -> None:
+    rows = [
+        delivery_row("worst.example", 100, 0.2, 1.0),
+        delivery_row("ok.example", 90, 1.0, 0.0),
+        delivery_row("some.example", 80, 0.9, 0.05),
+    ]
+    svg = render.chart_domain_rates(rows)
+    assert all(x + w <= W for x, _, w, _ in _rects(svg)), _rects(svg)
+    assert all(x <= W - 40 for x in _texts_x(svg))  # room for "100.0 %" after a bar
+    assert "axis 0–100%" in svg  # the axis grew to hold 100 %
+    low = render.chart_domain_rates([delivery_row("a.example", 100, 0.99, 0.01)])
+    assert "axis 0–12%" in low  # the usual axis shows the 10 % pause line
+
+
+def test_time_to_deliver_with_one_point_is_bars_not_a_line() -> None:
+    overall = {
+        "grain": "overall",
+        "day": "",
+        "hour": "",
+        "domain": "",
+        "ttd_p50_s": "2",
+        "ttd_p90_s": "10",
+        "ttd_p95_s": "20",
+        "ttd_p99_s": "30",
+        "ttd_max_s": "31",
+    }
+    hour = {**overall, "grain": "hour", "day": "2026-05-04", "hour": "10"}
+    svg = render.chart_ttd([overall, hour])
+    assert "<path" not in svg and len(_rects(svg)) == 5 and "31.0 s" in svg
+
+
+def _summary(rng: dict[str, Any], first: str | None, last: str | None) -> dict[str, Any]:
+    return {"range": rng, "input": {"first_event": first, "last_event": last}}
+
+
+def test_the_title_always_names_the_range() -> None:
+    whole = _summary({"from": None, "to": None}, "2026-11-24T20:30:01.5Z", "2026-11-24T20:31:09Z")
+    assert render.range_title(whole) == "2026-11-24 20:30:01 – 20:31:09 UTC (the whole log)"
+    day = _summary({"from": "2026-05-04T00:00:00Z", "to": "2026-05-05T00:00:00Z"}, None, None)
+    assert render.range_title(day) == "2026-05-04 (UTC day)"
+    span = _summary({"from": "2026-05-01T00:00:00Z", "to": "2026-05-04T00:00:00Z"}, None, None)
+    assert render.range_title(span) == "2026-05-01 00:00 – 2026-05-04 00:00 UTC"
+    assert render.range_title(_summary({"from": None, "to": None}, None, None)) == (
+        "no events in the log"
+    )
+
+
+def test_domain_senders_rejects_and_dsn_tables_show_their_numbers() -> None:
+    dom = render.domain_table([delivery_row("d.example", 40, 0.5, 0.0)])
+    cells = re.findall(r"<td[^>]*>([^<]*)</td>", dom)
+    assert cells == [
+        "d.example",
+        "40",
+        "20",
+        "1 (3)",
+        "2",
+        "0",
+        "1",
+        "90.0 s",
+        "10.0 min",
+        "2.5 MB",
+        "45.0 %",
+    ]
+    snd = render.senders_table(
+        [{"sender": "", "mails": "3", "recipients": "3", "bytes": "999", "rejected": "0"}]
+    )
+    assert "&lt;&gt; (null sender: DSNs)" in snd and "999 B" in snd
+    rej = render.rejects_table([{"reason": "invalid_recipient", "events": "4", "share": "0.8"}])
+    assert "invalid_recipient" in rej and "80.0 %" in rej
+    assert "No request was refused" in render.rejects_table([])
+    dsn = render.dsn_block(
+        {"recipients": 3, "delivered": 2, "bounced": 0, "deleted": 0, "pending": 1, "bytes": 6000}
+    )
+    assert re.findall(r"<td[^>]*>([^<]*)</td>", dsn) == ["3", "2", "0", "0", "1", "6.0 kB"]
