@@ -19,7 +19,6 @@ Keys are read, never written, through a :data:`KeySource`: the secret
 
 from __future__ import annotations
 
-import base64
 import ipaddress
 import json
 import threading
@@ -338,9 +337,9 @@ def check_spf(
 
 
 def dkim_public_txt(key_json: str | bytes | Mapping[str, Any]) -> str:
-    """The DKIM TXT value (``v=DKIM1; k=rsa|ed25519; p=...``) for a stored private key."""
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import ed25519
+    """The DKIM TXT value (``v=DKIM1; k=rsa|ed25519; p=...``) for a stored private key (the
+    key contract's JSON), computed by the signer's own `mailqueue.dkim.public_txt`."""
+    from .dkim import DkimError, public_txt
 
     doc: Any = json.loads(key_json) if isinstance(key_json, str | bytes) else key_json
     if not isinstance(doc, Mapping):
@@ -348,23 +347,12 @@ def dkim_public_txt(key_json: str | bytes | Mapping[str, Any]) -> str:
     algorithm, private = doc.get("algorithm"), doc.get("private_key")
     if not isinstance(private, str):
         raise ValueError("DKIM key secret has no private_key")
-    if algorithm == "rsa-sha256":
-        key = serialization.load_pem_private_key(private.encode(), password=None)
-        der = key.public_key().public_bytes(
-            serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
-        )
-        return f"v=DKIM1; k=rsa; p={base64.b64encode(der).decode()}"
-    if algorithm == "ed25519-sha256":
-        seed = base64.b64decode(private, validate=True)
-        if len(seed) != 32:
-            raise ValueError("an ed25519 seed is 32 bytes")
-        raw = (
-            ed25519.Ed25519PrivateKey.from_private_bytes(seed)
-            .public_key()
-            .public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-        )
-        return f"v=DKIM1; k=ed25519; p={base64.b64encode(raw).decode()}"
-    raise ValueError(f"unknown DKIM algorithm {algorithm!r}")
+    if algorithm not in ("rsa-sha256", "ed25519-sha256"):
+        raise ValueError(f"unknown DKIM algorithm {algorithm!r}")
+    try:
+        return public_txt(algorithm, private)
+    except DkimError as e:
+        raise ValueError(str(e)) from e
 
 
 def _tags(record: str) -> dict[str, str]:
