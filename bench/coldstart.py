@@ -5,7 +5,9 @@ Lambda runs it, with the .pyc files already written (one warm-up run first, as a
 package ships them); the figure is the cumulative time of the `app` module, the median of
 `runs`. Lambda's own runtime start and the network are not in it: this is what our code
 and its imports cost at the start of a cold invocation. Tracing is off (the template's
-default), as it is in the functions' environment.
+default), as it is in the functions' environment. PYTHONDONTWRITEBYTECODE is dropped from
+the child's environment: with it set (as in some shells) no .pyc is ever written and every
+run would compile every module from source.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ def import_profile(handler: str, root: Path = ROOT) -> dict[str, int]:
     """One cold import: cumulative microseconds of each module imported at top level of
     the handler (``app`` itself included)."""
     env = {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
         "AWS_LAMBDA_FUNCTION_NAME": f"mailqueue-{handler}",
         "POWERTOOLS_TRACE_DISABLED": "true",
         "AWS_DEFAULT_REGION": "us-east-1",

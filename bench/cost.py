@@ -219,8 +219,8 @@ class Template:
             dashboards=dashboards,
             schedules=schedules,
             log_retention_days=retention,
-            events_batch_size=int(ev.get("BatchSize", 100)),
-            events_window_s=int(ev.get("MaximumBatchingWindowInSeconds", 0)),
+            events_batch_size=int(_param(ev.get("BatchSize", 100), params)),
+            events_window_s=int(_param(ev.get("MaximumBatchingWindowInSeconds", 0), params)),
             events_filters=filters,
             delivery_batch_size=int(
                 res["DeliveryEventSource"]["Properties"].get("BatchSize", 10)
@@ -229,6 +229,13 @@ class Template:
             ),
             indexes=ixs,
         )
+
+
+def _param(value: Any, params: dict[str, Any]) -> Any:
+    """A property's value, or the default of the parameter a `!Ref` names."""
+    if isinstance(value, dict) and set(value) == {"Ref"}:
+        return params[value["Ref"]]["Default"]
+    return value
 
 
 def _per_month(expr: str) -> float:

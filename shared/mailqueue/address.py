@@ -71,13 +71,16 @@ MAX_PATH = 256  # octets including "<" and ">", §4.5.3.1.3
 MAX_INPUT = 1000  # characters of input considered at all
 
 _ATEXT = "A-Za-z0-9!#$%&'*+/=?^_`{|}~\\-"  # in a character class: "-" escaped
-# RFC 3629 UTF8-non-ascii, less the C1 controls: U+00A0 and up, no surrogates
-_NON_ASCII = "\u00a0-\ud7ff\ue000-\U0010ffff"
-_DOT_STRING_UTF8 = re.compile(rf"[{_ATEXT}{_NON_ASCII}]+(?:\.[{_ATEXT}{_NON_ASCII}]+)*")
-_QUOTED_UTF8 = re.compile(rf'"((?:[\x20\x21\x23-\x5b\x5d-\x7e{_NON_ASCII}]|\\[\x20-\x7e])*)"')
+# RFC 3629 UTF8-non-ascii, less the C1 controls: U+00A0 and up, no surrogates, i.e.
+# U+00A0-U+D7FF and U+E000-U+10FFFF, written as a negated class: the same characters,
+# but re compiles it in well under 1 ms where the positive ranges cost ~20 ms of cold start
+_NON_ASCII = r"[^\x00-\x9f\ud800-\udfff]"
+_DOT_ATOM_CHAR = rf"(?:[{_ATEXT}]|{_NON_ASCII})"
+_DOT_STRING_UTF8 = re.compile(rf"{_DOT_ATOM_CHAR}+(?:\.{_DOT_ATOM_CHAR}+)*")
+_QUOTED_UTF8 = re.compile(rf'"((?:[\x20\x21\x23-\x5b\x5d-\x7e]|{_NON_ASCII}|\\[\x20-\x7e])*)"')
 _UNESCAPE = re.compile(r"\\(.)")
 _LDH_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
-_U_LABEL = re.compile(rf"[A-Za-z0-9{_NON_ASCII}-]{{1,63}}")
+_U_LABEL = re.compile(rf"(?:[A-Za-z0-9-]|{_NON_ASCII}){{1,63}}")
 _IDNA_DOTS = re.compile("[\u3002\uff0e\uff61]")  # label separators to IDNA 2003
 _OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
 _IPV4 = re.compile(rf"{_OCTET}(?:\.{_OCTET}){{3}}")

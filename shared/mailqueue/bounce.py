@@ -18,7 +18,6 @@ from typing import Any
 
 from .aws.backend import AwsStorage
 from .config import ConfigError, StorageSettings, settings_from_env
-from .delivery import PoisonMessage
 from .dsn import (
     DEFAULT_MAX_RETURNED,
     Action,
@@ -27,7 +26,7 @@ from .dsn import (
     build_dsn,
     dsn_wanted,
 )
-from .errors import Conflict, NotFound
+from .errors import Conflict, NotFound, PoisonMessage
 from .model import Envelope, Group, GroupState, MailRef, Recipient, utcnow
 
 log = logging.getLogger(__name__)

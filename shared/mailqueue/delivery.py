@@ -19,9 +19,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
-import dns.resolver
 from botocore.exceptions import BotoCoreError
 
 from .aws.backend import AwsStorage
@@ -37,7 +36,7 @@ from .dkim import (
     wire_form,
 )
 from .dkim import header_from_domain as dkim_from_domain
-from .errors import LeaseLost, MailqueueError, NotFound
+from .errors import LeaseLost, MailqueueError, NotFound, PoisonMessage
 from .model import Claim, MailRef, Result, utcnow
 from .mtasts import Mode, MtaSts, explain
 from .policy import RetryPolicy, backoff, delay_warning_due, expired
@@ -54,15 +53,14 @@ from .shaping import Permit, Shaper, check_transaction_limits, load_rules, recla
 from .smtp import ConnectionPool, DeliveryOutcome, SmtpClient, Timeouts
 from .trace import HOPCOUNT_LIMIT, HeaderPeek, count_received, peek_header
 
+if TYPE_CHECKING:
+    import dns.resolver
+
 log = logging.getLogger(__name__)
 
 
 class KeepMessage(MailqueueError):
     """The record must stay on the queue (its visibility is already set as intended)."""
-
-
-class PoisonMessage(MailqueueError):
-    """The record cannot be understood; it fails until SQS moves it to the DLQ."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +147,8 @@ class DeliverySettings:
         )
 
     def resolver(self) -> dns.resolver.Resolver:
+        import dns.resolver  # here, not at import: ~40 ms of cold start (cf. routing)
+
         if not self.dns_nameservers:
             r = dns.resolver.Resolver()
         else:

@@ -44,8 +44,6 @@ from email.parser import HeaderParser
 from email.policy import SMTPUTF8
 from typing import Any, Literal
 
-import dkim as dkimpy
-
 from .errors import MailqueueError
 
 Algorithm = Literal["rsa-sha256", "ed25519-sha256"]
@@ -342,6 +340,10 @@ def sign_one(
 ) -> bytes:
     """One DKIM-Signature field (CRLF-terminated) over a CRLF message: relaxed header
     canonicalisation, ``body`` for the body (relaxed unless the mail is large)."""
+    # imported here, not at module level: dkimpy pulls in dnspython's resolver and PyNaCl,
+    # which ingress (header parsing, config) and unsigned deliveries never use (cold start)
+    import dkim as dkimpy
+
     try:
         d = dkimpy.DKIM(message, signature_algorithm=algorithm.encode(), linesep=b"\r\n")
     except dkimpy.MessageFormatError as e:

@@ -45,3 +45,7 @@ class LeaseLost(MailqueueError):
 
 class Conflict(MailqueueError):
     """The state does not allow this transition (an idempotency key reused for other content)."""
+
+
+class PoisonMessage(MailqueueError):
+    """The record cannot be understood; it fails until SQS moves it to the DLQ."""

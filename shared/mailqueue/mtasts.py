@@ -31,10 +31,12 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import dns.exception
-import dns.resolver
+
+if TYPE_CHECKING:  # only annotations here: the caller passes the resolver
+    import dns.resolver
 
 from .model import Result, utcnow
 from .policy import local_result

@@ -51,12 +51,16 @@ import random
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import dns.exception
-import dns.name
-import dns.rdatatype
-import dns.resolver
+
+if TYPE_CHECKING:
+    import dns.resolver
+
+# dns.name and dns.resolver are imported where a lookup is made, not here: routing's
+# types and config checks are imported by every handler, the resolver (~40 ms of cold
+# import) only used where a next hop is resolved (direct mode).
 
 from mailqueue.model import Result
 from mailqueue.policy import dns_null_mx, dns_nxdomain, dns_temporary, local_result
@@ -547,6 +551,8 @@ def resolve_next_hops(
                 local_result("5.7.1", f"delivery to [{literal}] refused: {why} (egress guard)")
             )
         return [Hop(host=literal, address=literal, port=port, tls=tls, ca_file=ca_file)]
+    import dns.name
+
     try:
         name = dns.name.from_text(domain.strip().rstrip(".") + ".").to_text()
     except (dns.exception.DNSException, UnicodeError) as exc:
@@ -598,6 +604,8 @@ class _Resolve:
         self.guard = guard
 
     def _query(self, name: str, rdtype: str) -> dns.resolver.Answer:
+        import dns.resolver
+
         try:
             return self.resolver.resolve(
                 name, rdtype, search=False, raise_on_no_answer=False, lifetime=self.lifetime
@@ -613,6 +621,8 @@ class _Resolve:
 
     def mx_hosts(self, name: str, rng: random.Random) -> tuple[list[tuple[int, str]], bool]:
         """MX targets by preference (ties shuffled), or the name itself (implicit: True)."""
+        import dns.resolver
+
         domain = name.rstrip(".")
         try:
             answer = self._query(name, "MX")
@@ -694,6 +704,8 @@ class _Resolve:
     def _host_addresses(self, host: str) -> tuple[list[str], Result | None]:
         """Addresses of one host, and the temporary error if a lookup failed."""
         found: list[str] = []
+        import dns.resolver
+
         temporary: Result | None = None
         for family in self.families:
             rdtype = "A" if family == 4 else "AAAA"

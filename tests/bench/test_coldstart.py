@@ -1,5 +1,7 @@
-"""Cold start: no handler imports the X-Ray SDK unless tracing is on, and `LazyTracer`
-builds Powertools' Tracer at the first traced invocation."""
+"""Cold start: no handler imports the X-Ray SDK unless tracing is on, `LazyTracer`
+builds Powertools' Tracer at the first traced invocation, and no handler imports at
+module level a heavy module that only some paths use (DKIM signing and its crypto, the
+DNS resolver, Spark). Timing goals live in `make bench` (bench/coldstart.py), not here."""
 
 from __future__ import annotations
 
@@ -28,6 +30,36 @@ def test_a_handler_imports_no_xray_when_tracing_is_off(handler: str) -> None:
         check=True,
     ).stdout.strip()
     assert out == "[]"
+
+
+# imported by some path at first use, never by `import app`
+HEAVY = ("dkim", "nacl", "cryptography", "aws_xray_sdk", "pyspark", "dns.resolver", "dns.name")
+# per handler, our own modules it must not pull in (bounce needs one exception class of
+# delivery's, not the SMTP client, routing, MTA-STS and DKIM behind it)
+NOT_IMPORTED: dict[str, tuple[str, ...]] = {
+    "bounce": ("mailqueue.delivery", "mailqueue.smtp", "mailqueue.routing", "mailqueue.dkim"),
+    "events": ("mailqueue.aws.backend",),
+}
+MODULES = "import sys, app; print('\\n'.join(sorted(sys.modules)))"
+
+
+@pytest.mark.parametrize("handler", coldstart.HANDLERS)
+def test_a_handler_imports_no_heavy_module_it_does_not_need(handler: str) -> None:
+    env = {**os.environ, "AWS_LAMBDA_FUNCTION_NAME": handler, "POWERTOOLS_TRACE_DISABLED": "true"}
+    loaded = set(
+        subprocess.run(
+            [sys.executable, "-c", MODULES],
+            cwd=ROOT / "functions" / handler,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+    )
+    assert "app" in loaded and "boto3" in loaded  # the probe saw a real import
+    heavy = sorted(m for m in loaded if any(m == h or m.startswith(h + ".") for h in HEAVY))
+    assert heavy == []
+    assert sorted(loaded & set(NOT_IMPORTED.get(handler, ()))) == []
 
 
 TRACED = """

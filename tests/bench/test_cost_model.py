@@ -62,6 +62,9 @@ def test_the_template_as_the_model_reads_it() -> None:
     assert tpl.schedules["sweeper"] == pytest.approx(730 * 12 + 30, rel=0.01)
     on = cost.Template.load(tracing=True)
     assert on.tracing is True
+    # the events source's batch size and window are template parameters (!Ref), read at
+    # their defaults: the window chosen from the model (docs/benchmarks.md)
+    assert (tpl.events_batch_size, tpl.events_window_s) == (100, 60)
 
     # the events function sees group items and outbox events, not the counters' writes
     def rec(pk: str, sk: str) -> dict[str, Any]:

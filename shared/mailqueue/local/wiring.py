@@ -147,10 +147,22 @@ def from_template(
             w.env[k] = value
         for ev_name, ev in (props.get("Events") or {}).items():
             _event(w, name, lid, ev_name, ev, physical)
+    defaults = {k: v.get("Default") for k, v in (template.get("Parameters") or {}).items()}
     for lid, res in resources.items():
         if res.get("Type") == "AWS::Lambda::EventSourceMapping":
-            _mapping(w, lid, res.get("Properties") or {}, names, resources, physical)
+            props = _with_defaults(res.get("Properties") or {}, defaults)
+            _mapping(w, lid, props, names, resources, physical)
     return w
+
+
+def _with_defaults(p: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """Top-level `!Ref <parameter>` values replaced by the parameter's default (the events
+    source's batch size and window are parameters)."""
+    out = dict(p)
+    for k, v in p.items():
+        if isinstance(v, dict) and set(v) == {"Ref"} and defaults.get(v["Ref"]) is not None:
+            out[k] = defaults[v["Ref"]]
+    return out
 
 
 def _event(
