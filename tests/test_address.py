@@ -23,13 +23,8 @@ from mailqueue.validate import validate_address
 
 VALID = [
     # address, local (meaning), wire, key, smtputf8
-    (
-        "john.smith@example.org",
-        "john.smith",
-        "john.smith@example.org",
-        "john.smith@example.org",
-        False,
-    ),
+    ("john.smith@example.org", "john.smith", "john.smith@example.org",
+     "john.smith@example.org", False),
     ('"john"@Example.ORG', "john", "john@Example.ORG", "john@example.org", False),
     ('"a<b>c"@example.net', "a<b>c", '"a<b>c"@example.net', "a<b>c@example.net", False),
     ('"a\\b"@example.net', "ab", "ab@example.net", "ab@example.net", False),
@@ -37,25 +32,16 @@ VALID = [
     ('"a\\\\b"@example.net', "a\\b", '"a\\\\b"@example.net', "a\\b@example.net", False),
     ('"x@y z"@example.net', "x@y z", '"x@y z"@example.net', "x@y z@example.net", False),
     ('"a..b"@example.net', "a..b", '"a..b"@example.net', "a..b@example.net", False),
-    (
-        "!#$%&'*+/=?^_`{|}~-@example.net",
-        "!#$%&'*+/=?^_`{|}~-",
-        "!#$%&'*+/=?^_`{|}~-@example.net",
-        "!#$%&'*+/=?^_`{|}~-@example.net",
-        False,
-    ),
+    ("!#$%&'*+/=?^_`{|}~-@example.net", "!#$%&'*+/=?^_`{|}~-",
+     "!#$%&'*+/=?^_`{|}~-@example.net", "!#$%&'*+/=?^_`{|}~-@example.net", False),
     ("u@[192.0.2.1]", "u", "u@[192.0.2.1]", "u@[192.0.2.1]", False),
     ("u@[IPv6:2001:DB8::1]", "u", "u@[IPv6:2001:DB8::1]", "u@[ipv6:2001:db8::1]", False),
-    (
-        "u@[ipv6:::ffff:192.0.2.1]",
-        "u",
-        "u@[ipv6:::ffff:192.0.2.1]",
-        "u@[ipv6:::ffff:c000:201]",
-        False,
-    ),
+    ("u@[ipv6:::ffff:192.0.2.1]", "u", "u@[ipv6:::ffff:192.0.2.1]",
+     "u@[ipv6:::ffff:c000:201]", False),
     ("jörg@bücher.example", "jörg", "jörg@bücher.example", "jörg@xn--bcher-kva.example", True),
     ('"jö rg"@example.net', "jö rg", '"jö rg"@example.net', "jö rg@example.net", True),
-    ("a@xn--bcher-kva.example", "a", "a@xn--bcher-kva.example", "a@xn--bcher-kva.example", False),
+    ("a@xn--bcher-kva.example", "a", "a@xn--bcher-kva.example", "a@xn--bcher-kva.example",
+     False),
     ("a@BÜCHER.example", "a", "a@BÜCHER.example", "a@xn--bcher-kva.example", True),
 ]
 
@@ -157,7 +143,9 @@ LET_DIG = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
 
 atoms = st.text(ATEXT, min_size=1, max_size=8)
 dot_strings = st.lists(atoms, min_size=1, max_size=4).map(".".join)
-qcontent = st.one_of(st.sampled_from(QTEXT), st.sampled_from(PRINTABLE).map(lambda c: "\\" + c))
+qcontent = st.one_of(
+    st.sampled_from(QTEXT), st.sampled_from(PRINTABLE).map(lambda c: "\\" + c)
+)
 quoted_strings = st.lists(qcontent, min_size=1, max_size=20).map(lambda x: '"' + "".join(x) + '"')
 sub_domains = st.builds(
     lambda a, mid, b: a + (mid + b if b else ""),
@@ -168,7 +156,9 @@ sub_domains = st.builds(
 domains = st.lists(sub_domains, min_size=2, max_size=4).map(".".join)
 octets = st.integers(0, 255).map(str)
 ipv4 = st.lists(octets, min_size=4, max_size=4).map(".".join)
-hex4 = st.integers(0, 0xFFFF).flatmap(lambda n: st.sampled_from([f"{n:x}", f"{n:X}", f"{n:04x}"]))
+hex4 = st.integers(0, 0xFFFF).flatmap(
+    lambda n: st.sampled_from([f"{n:x}", f"{n:X}", f"{n:04x}"])
+)
 
 
 @st.composite
@@ -229,10 +219,7 @@ def test_every_abnf_mailbox_is_accepted_and_round_trips(addr: str) -> None:
         return
     again = parse(box.wire)
     assert (again.local, again.domain, again.key, again.wire) == (
-        box.local,
-        box.domain,
-        box.key,
-        box.wire,
+        box.local, box.domain, box.key, box.wire
     )
     assert parse_path(f"<{box.wire}> NOTIFY=NEVER") == (box, "NOTIFY=NEVER")
     assert box.smtputf8 == (not addr.isascii())
@@ -245,7 +232,9 @@ _DOT = rf"{_A}+(?:\.{_A}+)*"
 _QS = r'"(?:[\x20\x21\x23-\x5b\x5d-\x7e]|\\[\x20-\x7e])+"'
 _SUB = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
 _OCT = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
-_ORACLE = re.compile(rf"(?:{_DOT}|{_QS})@(?:{_SUB}(?:\.{_SUB})+|\[{_OCT}(?:\.{_OCT}){{3}}\])")
+_ORACLE = re.compile(
+    rf"(?:{_DOT}|{_QS})@(?:{_SUB}(?:\.{_SUB})+|\[{_OCT}(?:\.{_OCT}){{3}}\])"
+)
 _ALPHABET = st.sampled_from(list(ATEXT + '".@[]\\<> ') + ["\x7f", ":", "-"])
 
 
