@@ -94,3 +94,19 @@ def test_lazy_tracer_builds_the_tracer_only_when_on(disabled: str, expect_xray: 
 def test_import_profile_reads_importtime() -> None:
     prof = coldstart.import_profile("events")
     assert prof["app"] > 0 and "mailqueue.eventlog" in prof
+
+
+def test_import_cpu_ms_times_a_real_import() -> None:
+    # a handler's import does real work (boto3, Powertools): well above a bare interpreter's
+    # process time for nothing, and a number, not a placeholder
+    assert coldstart.import_cpu_ms("events") > 10 * coldstart.import_cpu_ms("events", module="gc")
+
+
+def test_the_bench_never_inherits_dontwritebytecode(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With it inherited no .pyc is written and every run compiles from source."""
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    cache = ROOT / "shared" / "mailqueue" / "__pycache__"
+    for pyc in cache.glob("sweeper.*.pyc"):
+        pyc.unlink()
+    prof = coldstart.import_profile("sweeper")
+    assert prof["app"] > 0 and any(cache.glob("sweeper.*.pyc"))
