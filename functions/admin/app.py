@@ -148,6 +148,24 @@ def make_router(api: AdminApi, metrics: Metrics | None = None) -> APIGatewayHttp
     def doctor() -> Response[str]:
         return _response(api.doctor(query()))
 
+    @router.get("/v1/queue/suppressions")
+    def suppressions() -> Response[str]:
+        return _response(api.suppression("list", None, query(), None, actor()))
+
+    @router.post("/v1/queue/suppressions")
+    def suppress() -> Response[str]:
+        body = router.current_event.decoded_body
+        return counted(api.suppression("add", None, query(), body, actor()), "suppress")
+
+    @router.get("/v1/queue/suppressions/<address>")
+    def suppression(address: str) -> Response[str]:
+        return _response(api.suppression("get", address, query(), None, actor()))
+
+    @router.delete("/v1/queue/suppressions/<address>")
+    def unsuppress(address: str) -> Response[str]:
+        reply = api.suppression("remove", address, query(), None, actor())
+        return counted(reply, "unsuppress")
+
     @router.not_found
     def not_found(_: Exception) -> Response[str]:
         return _response(

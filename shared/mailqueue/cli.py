@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol, TextIO
 
-from . import cli_doctor
+from . import cli_doctor, cli_suppress
 from .config import ConfigError, StorageSettings, settings_from_env
 from .errors import MailqueueError
 from .model import Result
@@ -664,6 +664,7 @@ COMMANDS: dict[str, Callable[[Client, argparse.Namespace, TextIO, TextIO], int]]
     "job": cmd_job,
     "send": cmd_send,
     "doctor": cli_doctor.cmd_doctor,
+    "suppression": cli_suppress.cmd_suppression,
     **dict.fromkeys(ACTIONS, cmd_action),
 }
 
@@ -767,6 +768,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--tag", action="append", metavar="NAME=VALUE", help="a message tag (repeatable)"
     )
     cli_doctor.add_parser(sub, common)
+    cli_suppress.add_parser(sub, common)
     return parser
 
 

@@ -37,7 +37,7 @@ from .dkim import (
 )
 from .dkim import header_from_domain as dkim_from_domain
 from .errors import LeaseLost, MailqueueError, NotFound, PoisonMessage
-from .model import Claim, MailRef, Result, utcnow
+from .model import Claim, Group, MailRef, Result, utcnow
 from .mtasts import Mode, MtaSts, explain
 from .policy import RetryPolicy, backoff, delay_warning_due, expired
 from .routing import (
@@ -51,6 +51,13 @@ from .routing import (
 )
 from .shaping import Permit, Shaper, check_transaction_limits, load_rules, reclassified
 from .smtp import ConnectionPool, DeliveryOutcome, SmtpClient, Timeouts
+from .suppression import (
+    DEFAULT_STATUSES,
+    DEFAULT_TTL_DAYS,
+    SuppressionStore,
+    from_bounces,
+    parse_statuses,
+)
 from .trace import HOPCOUNT_LIMIT, HeaderPeek, count_received, peek_header
 
 if TYPE_CHECKING:
@@ -100,6 +107,10 @@ class DeliverySettings:
     shaping_rules: str = ""  # path, or the JSON itself
     backoff_rules: str = ""  # path, or the JSON itself
     shaping_inline_wait_seconds: float = 2.0  # waits up to this are slept, longer re-armed
+    # suppression list (suppression.py): a remote 5xx with one of these statuses puts the
+    # recipient on the list for suppression_ttl_days; "" turns the additions off
+    suppression_statuses: str = DEFAULT_STATUSES
+    suppression_ttl_days: int = DEFAULT_TTL_DAYS
 
     def __post_init__(self) -> None:
         if not self.hostname or " " in self.hostname:
@@ -108,6 +119,8 @@ class DeliverySettings:
             raise ConfigError("hopcount_limit must be within 1..1000")
         if self.lease_seconds < 30:
             raise ConfigError("lease_seconds must be at least 30")
+        if not 1 <= self.suppression_ttl_days <= 3650:
+            raise ConfigError("suppression_ttl_days must be within 1..3650")
         if self.egress_mode not in ("relay", "direct"):
             raise ConfigError("egress_mode must be 'relay' or 'direct'")
         try:
@@ -115,6 +128,7 @@ class DeliverySettings:
             self.retry_policy()
             self.egress_guard()
             self.dkim_config()
+            parse_statuses(self.suppression_statuses)
             if self.shaping:
                 load_rules(self.shaping_rules, self.backoff_rules)
         except (ValueError, MailqueueError) as e:
@@ -230,6 +244,12 @@ class DeliveryService:
                 clock=clock,
                 refuse=self.guard.refusal if self.guard is not None else None,
             )
+        self.suppress_statuses = parse_statuses(settings.suppression_statuses)
+        self.suppression: SuppressionStore | None = None
+        if self.suppress_statuses:
+            from .aws.suppression_store import DynamoSuppressionStore
+
+            self.suppression = DynamoSuppressionStore(storage.c.dynamodb, storage.s.table)
         self.shaper: Shaper | None = None
         if settings.shaping:
             from .aws.shaping_store import DynamoShapingStore
@@ -555,6 +575,7 @@ class Invocation:
             if perm:
                 st.drop(claim, perm, tls=tls)
                 self.stats.bounced += len(perm)
+                self._suppress(group, {pending[rid].address: r for rid, r in perm.items()})
             if temp:
                 assert delay is not None
                 warn = delay_warning_due(
@@ -573,6 +594,29 @@ class Invocation:
             self.stats.lost_claims += 1
             return "lease_lost"
         return "bounced" if perm and not ok else ("partial" if perm else "delivered")
+
+    def _suppress(self, group: Group, bounced: dict[str, Result]) -> None:
+        """Hard bounces go on the suppression list (after the bounce is recorded: a
+        failure here loses an entry, never a result or a DSN)."""
+        store = self.svc.suppression
+        if store is None:
+            return
+        entries = from_bounces(
+            bounced,
+            self.svc.suppress_statuses,
+            now=self.svc.clock().timestamp(),
+            ttl_seconds=self.svc.settings.suppression_ttl_days * 86400.0,
+            source=group.mail_id,
+        )
+        if not entries:
+            return
+        try:
+            store.put_many(entries)
+        except MailqueueError:
+            log.warning("could not add to the suppression list", extra={"count": len(entries)})
+            return
+        self.stats.extra["Suppressed"] = self.stats.extra.get("Suppressed", 0) + len(entries)
+        log.info("suppressed", extra={"mail_id": group.mail_id, "count": len(entries)})
 
 
 def key_clients(storage: StorageSettings) -> dict[str, Any]:

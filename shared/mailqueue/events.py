@@ -232,6 +232,8 @@ class QueueEvent:
                 "field": self.extra.get("field"),
                 "recipient": self.recipient,
             }
+            if self.extra.get("suppressed_at"):  # recipient_suppressed: since when
+                ours["reject"]["suppressedAt"] = self.extra["suppressed_at"]
         elif self.event_type == OPERATOR_EVENT:
             ours["operator"] = {
                 "timestamp": ts,

@@ -16,6 +16,8 @@ Routes (all under IAM auth):
   GET    /v1/queue/jobs/{job_id}              job progress
   POST   /v1/queue/jobs/{job_id}/cancel       stop a job at its next checkpoint
   GET    /v1/queue/doctor                     DNS checks for direct delivery (mailqueue.doctor)
+  GET|POST /v1/queue/suppressions, GET|DELETE /v1/queue/suppressions/{address}
+                                              the suppression list (admin/suppressions.py)
 """
 
 from __future__ import annotations
@@ -35,9 +37,11 @@ from ..errors import (
     PermanentStorageError,
     TransientStorageError,
 )
+from ..suppression import SuppressionStore
 from .filters import FILTER_KEYS, parse_filter, parse_int
 from .jobs import JobLauncher
 from .service import Action, Busy, OpContext, QueueAdmin, group_view
+from .suppressions import SuppressionApi
 
 log = logging.getLogger(__name__)
 
@@ -91,10 +95,38 @@ class AdminApi:
         service: QueueAdmin,
         launcher: JobLauncher,
         doctor: Callable[[], dict[str, Any]] | None = None,
+        suppressions: SuppressionStore | None = None,
     ) -> None:
         self.service = service
         self.launcher = launcher
         self._doctor = doctor  # None: MQ_* settings at request time (cli_doctor)
+        self._suppressions = suppressions  # None: on the queue's own table
+
+    def suppressions(self) -> SuppressionApi:
+        store = self._suppressions
+        if store is None:
+            from ..aws.suppression_store import DynamoSuppressionStore
+
+            st: Any = self.service.storage
+            store = self._suppressions = DynamoSuppressionStore(st.c.dynamodb, st.s.table)
+        return SuppressionApi(store, self.service.clock)
+
+    def suppression(
+        self, op: str, address: str | None, params: Mapping[str, str | None], body: Any, actor: str
+    ) -> Reply:
+        """list | get | add | remove on the suppression list."""
+
+        def run() -> Reply:
+            api = self.suppressions()
+            if op == "list":
+                return Reply(200, api.list(params))
+            _only(params, frozenset())
+            if op == "add":
+                return Reply(200, api.add(_json_object(body), actor))
+            assert address is not None
+            return Reply(200, api.get(address) if op == "get" else api.remove(address))
+
+        return self._guard(run)
 
     def _guard(self, fn: Callable[[], Reply]) -> Reply:
         try:
@@ -297,6 +329,26 @@ _ROUTES: tuple[tuple[str, re.Pattern[str], _Route], ...] = (
         lambda a, m, q, b, u: a.cancel_job(m["job_id"], u),
     ),
     ("GET", re.compile(r"/v1/queue/doctor"), lambda a, m, q, b, u: a.doctor(q)),
+    (
+        "GET",
+        re.compile(r"/v1/queue/suppressions"),
+        lambda a, m, q, b, u: a.suppression("list", None, q, b, u),
+    ),
+    (
+        "POST",
+        re.compile(r"/v1/queue/suppressions"),
+        lambda a, m, q, b, u: a.suppression("add", None, q, b, u),
+    ),
+    (
+        "GET",
+        re.compile(r"/v1/queue/suppressions/(?P<address>[^/]+)"),
+        lambda a, m, q, b, u: a.suppression("get", m["address"], q, b, u),
+    ),
+    (
+        "DELETE",
+        re.compile(r"/v1/queue/suppressions/(?P<address>[^/]+)"),
+        lambda a, m, q, b, u: a.suppression("remove", m["address"], q, b, u),
+    ),
 )
 
 

@@ -12,6 +12,7 @@ import boto3
 
 from ..aws.backend import AwsStorage
 from ..aws.clients import AwsClients
+from ..aws.suppression_store import DynamoSuppressionStore
 from ..events import EventEmitter
 from .objects import RawStore, S3RawStore, presigning_client
 from .outbox import TableOutboxEmitter
@@ -58,4 +59,9 @@ def build_service(
         uploads=S3RawStore(clients.s3, settings.storage.bucket, presigner=presigner),
         inbound=S3RawStore(clients.s3, settings.inbound_bucket),
         emitter=emitter or TableOutboxEmitter(settings.outbox_table, clients.dynamodb),
+        suppression=(
+            DynamoSuppressionStore(clients.dynamodb, settings.storage.table)
+            if settings.suppression != "off"
+            else None
+        ),
     )

@@ -30,6 +30,7 @@ from ..model import (
     new_mail_id,
     utcnow,
 )
+from ..suppression import RecipientSuppressed, SuppressionStore, normalise, suppressed
 from ..trace import address_literal, line_ending, principal_tag, received_field, top_received_by
 from ..transitions import TAG_VALUE_RE, merge_duplicates
 from ..validate import validate_address, validate_content, validate_sender
@@ -132,8 +133,10 @@ class IngressService:
         emitter: EventEmitter,
         *,
         clock: Callable[[], datetime] = utcnow,
+        suppression: SuppressionStore | None = None,
     ) -> None:
         self.s = settings
+        self.suppression = suppression
         self.senders = settings.senders()
         self.dkim = settings.dkim()
         self.storage = storage
@@ -209,6 +212,7 @@ class IngressService:
                 )
             )
             guard_parse(lambda: self._check_envelope(sub.envelope, principal))
+            self._check_suppressed(sub.envelope, now)
             sub = replace(sub, envelope=self._tagged(sub.envelope, principal))
             if sub.upload_id is not None:
                 # an upload is sent once: its id is the idempotency key unless one was given
@@ -371,6 +375,19 @@ class IngressService:
                     "sender",
                 )
 
+    def _check_suppressed(self, env: Envelope, now: datetime) -> None:
+        """A recipient on the suppression list refuses the whole submission (before any
+        write): one BatchGetItem for up to 100 distinct recipients."""
+        if self.suppression is None or not env.recipients or env.null_sender:
+            return  # a DSN is never refused for this (its sender must still learn)
+        found = suppressed(self.suppression, [r.address for r in env.recipients], now.timestamp())
+        if not found:
+            return
+        for i, r in enumerate(env.recipients):
+            entry = found.get(normalise(r.address))
+            if entry is not None:
+                raise RecipientSuppressed(r.address, entry, i)
+
     def _check_dkim(self, env: Envelope, content: bytes) -> None:
         """DkimUnsignedPolicy=refuse: a mail that delivery would not sign is refused now,
         while the client can still be told (delivery never refuses for this)."""
@@ -479,11 +496,13 @@ class IngressService:
             mail=MailInfo(
                 message_id=mail_id, source=sender, timestamp=now, destination=rcpts, size=size
             ),
-            recipient=None,
+            recipient=e.address if isinstance(e, RecipientSuppressed) else None,
             timestamp=now,
             discriminator=e.code,
             extra={"reason": e.code, "field": e.field},
         )
+        if isinstance(e, RecipientSuppressed):  # when (and why) the recipient was suppressed
+            event.extra["suppressed_at"] = e.entry.to_json()["added_at"]
         log.info("refused", extra={"error": e.code, "field": e.field})
         try:
             self.emitter.emit([event])

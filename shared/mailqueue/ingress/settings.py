@@ -11,6 +11,7 @@ from ..authz import SenderPolicy
 from ..config import ConfigError, StorageSettings, settings_from_env
 from ..dkim import DkimConfig, DkimError
 from ..routing import RoutingConfigError, RoutingTable, check_receiving_routes
+from ..suppression import SUPPRESSION_POLICIES
 from ..trace import TRACE_RESERVE
 
 VERDICT_POLICIES = ("reject", "accept")
@@ -65,6 +66,9 @@ class IngressSettings:
     dkim_domains: str = "{}"
     dkim_unsigned_policy: str = "send"
     dkim_host_domain: str = ""  # signs null-sender mail; empty: the hostname
+    # the suppression list (mailqueue.suppression): "refuse" a submission naming a
+    # suppressed recipient (422 recipient_suppressed), or "off" (no check, no read)
+    suppression: str = "refuse"
 
     def __post_init__(self) -> None:
         for name in (
@@ -93,6 +97,8 @@ class IngressSettings:
             value = getattr(self, name)
             if value and not value.endswith("/"):
                 raise ConfigError(f"{name} must end with '/'")
+        if self.suppression not in SUPPRESSION_POLICIES:
+            raise ConfigError(f"suppression must be one of {', '.join(SUPPRESSION_POLICIES)}")
         if not self.upload_prefix:
             raise ConfigError("upload_prefix must not be empty")
         if self.upload_prefix == self.storage.content_prefix:
