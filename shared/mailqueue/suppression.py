@@ -108,7 +108,7 @@ def from_bounces(
             addr = normalise(address)
         except InvalidInput:
             continue
-        reason = f"{r.code} {r.status} {r.text}".strip()[:MAX_REASON]
+        reason = f"{r.code} {r.text}".strip()[:MAX_REASON]  # the reply (text has the status)
         out[addr] = Entry(addr, reason, now, now + ttl_seconds, source, r.status, "delivery")
     return list(out.values())
 
