@@ -132,3 +132,19 @@ def test_cli_local_add_and_show(admin: Admin, monkeypatch: pytest.MonkeyPatch) -
     code, out, _ = run("--local", "suppression", "show", "A@x.example", "--json")
     doc = json.loads(out)
     assert doc["address"] == "a@x.example" and doc["actor"].startswith("cli:")
+
+
+def test_pages_hold_at_most_limit_and_cover_every_entry_once(admin: Admin) -> None:
+    now = time.time()
+    addresses = [f"p{n}@x.example" for n in range(23)]  # spread over the 16 buckets
+    store(admin).put_many([Entry(a, "r", now, now + 100) for a in addresses])
+    seen: list[str] = []
+    query = {"limit": "3"}
+    while True:
+        status, page, _ = call(admin, "GET", "/v1/queue/suppressions", query=query)
+        assert status == 200 and len(page["items"]) <= 3
+        seen += [x["address"] for x in page["items"]]
+        if not page["cursor"]:
+            break
+        query = {"limit": "3", "cursor": page["cursor"]}
+    assert sorted(seen) == sorted(addresses)

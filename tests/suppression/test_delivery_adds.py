@@ -8,7 +8,8 @@ from mailqueue.aws.suppression_store import DynamoSuppressionStore
 
 from tests.support import factories as f
 from tests.support.rigs import RigFactory, relay_to
-from tests.support.smtp_peers import Behaviour, smtp_sink
+from tests.support.dns_peer import dns_server
+from tests.support.smtp_peers import Behaviour, refused_port, smtp_sink
 
 REPLIES = {
     "gone@x.example": "550 5.1.1 no such user",
@@ -48,3 +49,15 @@ def test_statuses_are_configurable_and_empty_turns_additions_off(rig: RigFactory
         store.delete("policy@x.example")
         off.poll()
     assert store.get_many(["gone@x.example", "policy@x.example"]) == {}
+
+
+def test_our_own_verdicts_never_suppress(rig: RigFactory) -> None:
+    """A null MX is bounced 5.1.10 by us (code 0), not by the recipient's server: the
+    mailbox itself was never refused, so even with 5.1.10 configured nothing is added."""
+    with dns_server({"nullmx.example": {"MX": ["0 ."]}}) as dns:
+        r = rig(resolver=dns.resolver(), mx_port=refused_port(), suppression_statuses="5.1.10")
+        q = r.aws.storage().enqueue(f.envelope("a@nullmx.example"), f.content())
+        r.poll()
+    assert r.group(q.mail_id, "nullmx.example").recipients[0].last_result.status == "5.1.10"
+    store = DynamoSuppressionStore(r.aws.clients.dynamodb, r.aws.resources.table)
+    assert store.get_many(["a@nullmx.example"]) == {}

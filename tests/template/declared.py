@@ -78,6 +78,13 @@ DECLARED: dict[str, dict[tuple[str, str], str]] = {
             "the e2e stack configures no DKIM domains"
         ),
         ("DkimKeysSsm", "ssm:GetParameter"): "the same, with DKIM keys in SSM (MQ_DKIM_KEY_STORE)",
+        ("State", "dynamodb:BatchGetItem"): (
+            "GET /v1/queue/suppressions/{address} reads the entry (tests/suppression/); the "
+            "e2e makes no suppression-list requests"
+        ),
+        ("State", "dynamodb:DeleteItem"): (
+            "DELETE /v1/queue/suppressions/{address} removes an entry (tests/suppression/)"
+        ),
     },
     "EventsFunction": {
         ("Counters", "dynamodb:GetItem"): (
