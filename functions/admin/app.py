@@ -148,6 +148,20 @@ def make_router(api: AdminApi, metrics: Metrics | None = None) -> APIGatewayHttp
     def doctor() -> Response[str]:
         return _response(api.doctor(query()))
 
+    @router.get("/v1/queue/suspensions")
+    def suspensions() -> Response[str]:
+        return _response(api.suspension("list", {}, query(), None, actor()))
+
+    @router.post("/v1/queue/suspensions")
+    def suspend() -> Response[str]:
+        body = router.current_event.decoded_body
+        return counted(api.suspension("suspend", {}, query(), body, actor()), "suspend")
+
+    @router.delete("/v1/queue/suspensions/<scope>/<target>")
+    def resume(scope: str, target: str) -> Response[str]:
+        path = {"scope": scope, "target": target}
+        return counted(api.suspension("resume", path, query(), None, actor()), "resume")
+
     @router.get("/v1/queue/suppressions")
     def suppressions() -> Response[str]:
         return _response(api.suppression("list", None, query(), None, actor()))

@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol, TextIO
 
-from . import cli_doctor, cli_suppress
+from . import cli_doctor, cli_suppress, cli_suspend
 from .config import ConfigError, StorageSettings, settings_from_env
 from .errors import MailqueueError
 from .model import Result
@@ -665,6 +665,7 @@ COMMANDS: dict[str, Callable[[Client, argparse.Namespace, TextIO, TextIO], int]]
     "send": cmd_send,
     "doctor": cli_doctor.cmd_doctor,
     "suppression": cli_suppress.cmd_suppression,
+    **cli_suspend.COMMANDS,
     **dict.fromkeys(ACTIONS, cmd_action),
 }
 
@@ -769,6 +770,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cli_doctor.add_parser(sub, common)
     cli_suppress.add_parser(sub, common)
+    cli_suspend.add_parsers(sub, common)
     return parser
 
 

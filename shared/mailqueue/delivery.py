@@ -58,6 +58,7 @@ from .suppression import (
     from_bounces,
     parse_statuses,
 )
+from .suspensions import SuspensionCache
 from .trace import HOPCOUNT_LIMIT, HeaderPeek, count_received, peek_header
 
 if TYPE_CHECKING:
@@ -111,6 +112,10 @@ class DeliverySettings:
     # recipient on the list for suppression_ttl_days; "" turns the additions off
     suppression_statuses: str = DEFAULT_STATUSES
     suppression_ttl_days: int = DEFAULT_TTL_DAYS
+    # operator suspensions (suspensions.py): read every this often per container; a held
+    # group comes back after at most suspension_recheck_seconds (so a resume takes effect)
+    suspension_refresh_seconds: float = 30.0
+    suspension_recheck_seconds: int = 300
 
     def __post_init__(self) -> None:
         if not self.hostname or " " in self.hostname:
@@ -119,6 +124,10 @@ class DeliverySettings:
             raise ConfigError("hopcount_limit must be within 1..1000")
         if self.lease_seconds < 30:
             raise ConfigError("lease_seconds must be at least 30")
+        if not 0 <= self.suspension_refresh_seconds <= 3600:
+            raise ConfigError("suspension_refresh_seconds must be within 0..3600")
+        if not 1 <= self.suspension_recheck_seconds <= 43200:
+            raise ConfigError("suspension_recheck_seconds must be within 1..43200")
         if not 1 <= self.suppression_ttl_days <= 3650:
             raise ConfigError("suppression_ttl_days must be within 1..3650")
         if self.egress_mode not in ("relay", "direct"):
@@ -250,6 +259,13 @@ class DeliveryService:
             from .aws.suppression_store import DynamoSuppressionStore
 
             self.suppression = DynamoSuppressionStore(storage.c.dynamodb, storage.s.table)
+        from .aws.suspension_store import DynamoSuspensionStore
+
+        self.suspensions = SuspensionCache(
+            DynamoSuspensionStore(storage.c.dynamodb, storage.s.table),
+            settings.suspension_refresh_seconds,
+            clock=lambda: self.clock().timestamp(),
+        )
         self.shaper: Shaper | None = None
         if settings.shaping:
             from .aws.shaping_store import DynamoShapingStore
@@ -355,6 +371,9 @@ class Invocation:
             self.stats.handed_back += 1
             raise KeepMessage("not enough time left; handed back")
 
+        held = self._held(claim, None)
+        if held is not None:
+            return held
         hops = self._route(group.key.split("#", 1)[0])
         if isinstance(hops, Result):
             return self._record(claim, {r.rid: hops for r in group.pending()}, None)
@@ -402,6 +421,9 @@ class Invocation:
             return None
         site = shaper.site_for(domain, lambda: [h.host for h in hops])
         claim.site = site
+        held = self._held(claim, site)
+        if held is not None:
+            return held
         while True:
             got = shaper.admit(site, self._holder, 1)
             if isinstance(got, Permit):
@@ -426,6 +448,28 @@ class Invocation:
         if claim.receipt_handle:
             raise KeepMessage(f"site {site} {got.reason}: back in {wait}s")
         return "throttled"
+
+    def _held(self, claim: Claim, site: str | None) -> str | None:
+        """An operator suspension of the group's domain, sender domain or site: re-armed
+        for its remaining time (at most suspension_recheck_seconds), not an attempt."""
+        group = claim.group
+        s = self.svc.suspensions.find(
+            domain=group.key.split("#", 1)[0],
+            sender_domain=group.sender.rpartition("@")[2],
+            site=site,
+        )
+        if s is None:
+            return None
+        self.stats.groups -= 1  # claimed, but not an attempt
+        key = f"Suspended_{s.scope}"
+        self.stats.extra[key] = self.stats.extra.get(key, 0) + 1
+        left = s.until - self.svc.clock().timestamp()
+        wait = max(1, min(math.ceil(left), self.svc.settings.suspension_recheck_seconds))
+        self.svc.storage.postpone(claim, wait)
+        log.info("suspended by an operator", extra={"scope": s.scope, "wait": wait})
+        if claim.receipt_handle:
+            raise KeepMessage(f"{s.scope} suspended: back in {wait}s")
+        return "suspended"
 
     def _backoff(
         self, claim: Claim, results: dict[str, Result], outcome: DeliveryOutcome

@@ -16,7 +16,14 @@ from tests.admin.http import answer, context, v2_event
 from tests.support.aws import AwsEnv
 
 SUBMITTER = "arn:aws:sts::123456789012:assumed-role/shop-app/i-0abc"
-SAMPLE = {"mail_id": "01JZZZZZZZZZZZZZZZZZZZZZZZ", "action": "hold", "job_id": "J1"}
+SAMPLE = {
+    "scope": "domain",
+    "target": "example.net",
+    "mail_id": "01JZZZZZZZZZZZZZZZZZZZZZZZ",
+    "action": "hold",
+    "job_id": "J1",
+    "address": "bob@example.net",
+}
 
 
 def _routes() -> list[tuple[str, str]]:

@@ -7,8 +7,8 @@ import time
 from mailqueue.aws.suppression_store import DynamoSuppressionStore
 
 from tests.support import factories as f
-from tests.support.rigs import RigFactory, relay_to
 from tests.support.dns_peer import dns_server
+from tests.support.rigs import RigFactory, relay_to
 from tests.support.smtp_peers import Behaviour, refused_port, smtp_sink
 
 REPLIES = {

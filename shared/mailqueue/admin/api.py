@@ -18,6 +18,8 @@ Routes (all under IAM auth):
   GET    /v1/queue/doctor                     DNS checks for direct delivery (mailqueue.doctor)
   GET|POST /v1/queue/suppressions, GET|DELETE /v1/queue/suppressions/{address}
                                               the suppression list (admin/suppressions.py)
+  GET|POST /v1/queue/suspensions, DELETE /v1/queue/suspensions/{scope}/{target}
+                                              operator suspensions (admin/suspensions.py)
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from .filters import FILTER_KEYS, parse_filter, parse_int
 from .jobs import JobLauncher
 from .service import Action, Busy, OpContext, QueueAdmin, group_view
 from .suppressions import SuppressionApi
+from .suspensions import SuspensionApi
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +113,32 @@ class AdminApi:
             st: Any = self.service.storage
             store = self._suppressions = DynamoSuppressionStore(st.c.dynamodb, st.s.table)
         return SuppressionApi(store, self.service.clock)
+
+    def suspension(
+        self,
+        op: str,
+        path: Mapping[str, str],
+        params: Mapping[str, str | None],
+        body: Any,
+        actor: str,
+    ) -> Reply:
+        """list | suspend | resume."""
+
+        def run() -> Reply:
+            from ..aws.suspension_store import DynamoSuspensionStore
+
+            st: Any = self.service.storage
+            api = SuspensionApi(
+                DynamoSuspensionStore(st.c.dynamodb, st.s.table), self.service.clock
+            )
+            if op == "list":
+                return Reply(200, api.list(params))
+            _only(params, frozenset())
+            if op == "suspend":
+                return Reply(200, api.suspend(_json_object(body), actor))
+            return Reply(200, api.resume(path["scope"], path["target"]))
+
+        return self._guard(run)
 
     def suppression(
         self, op: str, address: str | None, params: Mapping[str, str | None], body: Any, actor: str
@@ -329,6 +358,21 @@ _ROUTES: tuple[tuple[str, re.Pattern[str], _Route], ...] = (
         lambda a, m, q, b, u: a.cancel_job(m["job_id"], u),
     ),
     ("GET", re.compile(r"/v1/queue/doctor"), lambda a, m, q, b, u: a.doctor(q)),
+    (
+        "GET",
+        re.compile(r"/v1/queue/suspensions"),
+        lambda a, m, q, b, u: a.suspension("list", m, q, b, u),
+    ),
+    (
+        "POST",
+        re.compile(r"/v1/queue/suspensions"),
+        lambda a, m, q, b, u: a.suspension("suspend", m, q, b, u),
+    ),
+    (
+        "DELETE",
+        re.compile(r"/v1/queue/suspensions/(?P<scope>[^/]+)/(?P<target>[^/]+)"),
+        lambda a, m, q, b, u: a.suspension("resume", m, q, b, u),
+    ),
     (
         "GET",
         re.compile(r"/v1/queue/suppressions"),
