@@ -81,9 +81,11 @@ def test_fuzzed_submissions_get_4xx_or_202_and_202_only_when_stored_whole(
         "seconds": round(results.seconds, 1),
         "slowest_seconds": round(max((o.seconds for o in results.outcomes), default=0), 2),
     }
+    print("\nfuzz:", json.dumps(report), flush=True)  # first: a bad report path loses nothing
     if os.environ.get("FUZZ_REPORT"):
-        Path(os.environ["FUZZ_REPORT"]).write_text(json.dumps(report, indent=2) + "\n")
-    print("\nfuzz:", json.dumps(report))
+        out = Path(os.environ["FUZZ_REPORT"])
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(report, indent=2) + "\n")
 
     def show(outs: list[Outcome]) -> str:
         return "\n".join(
