@@ -81,7 +81,10 @@ def run(clients: Clients, peers: Peers, sc: Scenario, crash_at: int) -> Outcome:
         assert sorted(dsn_recipients(dsns[0].content)) == sorted(sc.bounced), where
         assert dsns[0].rcpt_tos == ["alice@example.org"], where
     assert w.content_objects() == [], f"{where}: content left behind"
-    assert [it for it in w.items() if "tomb" not in it] == [], f"{where}: state left behind"
+    # a mail's own items are gone (tombstones aside); what outlives a mail by design, such
+    # as the suppression entry a 5.1.1 leaves, is not its state
+    mail_items = [it for it in w.items() if it["pk"]["S"].startswith("M#")]
+    assert [it for it in mail_items if "tomb" not in it] == [], f"{where}: state left behind"
     return Outcome(len(inj.seen), sum(n - 1 for n in got.values() if n > 1))
 
 
