@@ -90,8 +90,10 @@ def run() -> cost.Run:
 
 def test_a_measured_run_counts_each_functions_requests(run: cost.Run) -> None:
     per_mail = {f: {k: n / run.mails for k, n in run.ops(f).items()} for f in run.requests}
-    # accepted: content, state (mail + group item in one batch), trigger
+    # accepted: the suppression-list check (one BatchGetItem for up to 100 recipients),
+    # content, state (mail + group item in one batch), trigger
     assert per_mail["ingress"] == {
+        "dynamodb:BatchGetItem": 1,
         "s3:PutObject": 1,
         "dynamodb:BatchWriteItem": 1,
         "dynamodb:BatchWriteItem:items": 2,
@@ -103,6 +105,10 @@ def test_a_measured_run_counts_each_functions_requests(run: cost.Run) -> None:
     secrets = run.ops("delivery").get("secretsmanager:GetSecretValue", 0)
     assert secrets <= run.invocations["delivery"]
     per_mail["delivery"].pop("secretsmanager:GetSecretValue", None)
+    # operator suspensions: one Query, cached 30 s per container (not per mail)
+    suspensions = run.ops("delivery").get("dynamodb:Query", 0)
+    assert suspensions <= run.invocations["delivery"]
+    per_mail["delivery"].pop("dynamodb:Query", None)
     assert per_mail["delivery"] == {
         "dynamodb:UpdateItem": 2,
         "s3:GetObject": 1,
