@@ -47,6 +47,7 @@ from .routing import (
     NextHopError,
     RoutingTable,
     check_receiving_routes,
+    make_resolver,
     resolve_next_hops,
 )
 from .shaping import Permit, Shaper, check_transaction_limits, load_rules, reclassified
@@ -170,19 +171,7 @@ class DeliverySettings:
         )
 
     def resolver(self) -> dns.resolver.Resolver:
-        import dns.resolver  # here, not at import: ~40 ms of cold start (cf. routing)
-
-        if not self.dns_nameservers:
-            r = dns.resolver.Resolver()
-        else:
-            r = dns.resolver.Resolver(configure=False)
-            servers = [s.strip() for s in self.dns_nameservers.split(",") if s.strip()]
-            r.nameservers = [s.rsplit(":", 1)[0] for s in servers]
-            ports = {int(s.rsplit(":", 1)[1]) for s in servers if ":" in s}
-            if len(ports) > 1:
-                raise ConfigError("all dns_nameservers must share one port")
-            if ports:
-                r.port = ports.pop()
+        r = make_resolver(self.dns_nameservers)
         r.lifetime = self.dns_timeout_seconds
         return r
 

@@ -31,6 +31,7 @@ import dns.resolver
 import dns.reversename
 
 from .config import ConfigError, settings_from_env
+from .routing import make_resolver
 
 __all__ = [
     "DoctorInput",
@@ -134,15 +135,7 @@ class DoctorSettings:
         )
 
     def resolver(self) -> dns.resolver.Resolver:
-        if not self.dns_nameservers:
-            r = dns.resolver.Resolver()
-        else:
-            r = dns.resolver.Resolver(configure=False)
-            servers = [s.strip() for s in self.dns_nameservers.split(",") if s.strip()]
-            r.nameservers = [s.rsplit(":", 1)[0] for s in servers]
-            ports = {int(s.rsplit(":", 1)[1]) for s in servers if ":" in s}
-            if ports:
-                r.port = ports.pop()
+        r = make_resolver(self.dns_nameservers)
         r.lifetime = self.dns_timeout_seconds
         return r
 
