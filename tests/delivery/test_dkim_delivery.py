@@ -40,13 +40,18 @@ def peer() -> Iterator[SmtpPeer]:
 
 
 def dkim_rig(
-    rig: RigFactory, ring: Keyring, peer: SmtpPeer, domains: Any = None, **kw: Any
+    rig: RigFactory,
+    ring: Keyring,
+    peer: Any,
+    domains: Any = None,
+    routes: dict[str, Any] | None = None,
+    **kw: Any,
 ) -> DeliveryRig:
     keys = powertools_key_source(
         secrets_client=ring.secrets_client(), ssm_client=ring.ssm_client(), max_age=0
     )
     return rig(
-        routes=relay_to(peer.port),
+        routes=routes or relay_to(peer.port),
         dkim_domains=json.dumps(DOMAINS if domains is None else domains),
         dkim_key_prefix=PREFIX,
         dkim_key_store=ring.store,
