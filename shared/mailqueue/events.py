@@ -195,7 +195,8 @@ class QueueEvent:
                 **({"remoteMtaIp": ip} if ip else {}),
             }
         elif self.event_type == "Bounce":
-            btype, bsub = bounce_class(r)
+            # a class decided by its producer (ingress: the suppression list), else the reply's
+            btype, bsub = self.extra.get("bounce_class") or bounce_class(r)
             rec: dict[str, Any] = {"emailAddress": rcpt, "action": "failed"}
             if r is not None:
                 rec["status"] = r.status
@@ -209,6 +210,8 @@ class QueueEvent:
                 "reportingMTA": f"dns; {reporting}",
                 **({"remoteMtaIp": ip} if ip else {}),
             }
+            if self.extra.get("suppressed_at"):  # bounced by the suppression list: since when
+                ours["suppressedAt"] = self.extra["suppressed_at"]
         elif self.event_type == "DeliveryDelay":
             drec: dict[str, Any] = {"emailAddress": rcpt}
             if r is not None:

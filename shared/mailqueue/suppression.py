@@ -28,7 +28,7 @@ from .model import Result
 
 DEFAULT_STATUSES = "5.1.1,5.1.10"
 DEFAULT_TTL_DAYS = 365
-SUPPRESSION_POLICIES = ("refuse", "off")
+SUPPRESSION_POLICIES = ("refuse", "bounce", "off")
 _STATUS_RE = re.compile(r"^5\.\d{1,3}\.\d{1,3}$")
 MAX_REASON = 500
 

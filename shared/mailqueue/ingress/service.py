@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from ..dkim import header_from_domain, header_section
+from ..dsn import Action, DsnRecipient, DsnRequest, build_dsn, dsn_wanted
 from ..errors import Conflict, InvalidInput, NotFound
 from ..events import EventEmitter, MailInfo, QueueEvent
 from ..model import (
@@ -24,13 +25,20 @@ from ..model import (
     Group,
     QueuedMail,
     Recipient,
+    Result,
     from_iso,
     group_key_for,
     mail_id_for_key,
     new_mail_id,
     utcnow,
 )
-from ..suppression import RecipientSuppressed, SuppressionStore, normalise, suppressed
+from ..suppression import (
+    Entry,
+    RecipientSuppressed,
+    SuppressionStore,
+    normalise,
+    suppressed,
+)
 from ..trace import address_literal, line_ending, principal_tag, received_field, top_received_by
 from ..transitions import TAG_VALUE_RE, merge_duplicates
 from ..validate import validate_address, validate_content, validate_sender
@@ -212,8 +220,12 @@ class IngressService:
                 )
             )
             guard_parse(lambda: self._check_envelope(sub.envelope, principal))
-            self._check_suppressed(sub.envelope, now)
+            bounced = self._check_suppressed(sub.envelope, now)
             sub = replace(sub, envelope=self._tagged(sub.envelope, principal))
+            original = sub.envelope
+            if bounced:  # SuppressionPolicy=bounce: the others go on, these bounce below
+                kept = tuple(r for i, r in enumerate(original.recipients) if i not in bounced)
+                sub = replace(sub, envelope=replace(original, recipients=kept))
             if sub.upload_id is not None:
                 # an upload is sent once: its id is the idempotency key unless one was given
                 key = key or self._key(principal, f"upload:{sub.upload_id}")
@@ -226,16 +238,20 @@ class IngressService:
             size = len(content)
             guard_parse(lambda: self._check_dkim(sub.envelope, content))
             # every rule enqueue applies, before its first write (the S3 put)
-            guard_parse(lambda: self.storage.validate(sub.envelope, content))
-            queued = self._enqueue_traced(
-                sub.envelope,
-                content,
-                self._http_trace(principal, client_ip, sub.envelope, key),
-                key,
-                sub.not_before,
-            )
-            if queued.duplicate:
-                queued = self._stored_answer(queued, sub.envelope)
+            guard_parse(lambda: self.storage.validate(original, content))
+            if sub.envelope.recipients:
+                queued = self._enqueue_traced(
+                    sub.envelope,
+                    content,
+                    self._http_trace(principal, client_ip, sub.envelope, key),
+                    key,
+                    sub.not_before,
+                )
+                if queued.duplicate:
+                    queued = self._stored_answer(queued, sub.envelope)
+            else:  # every recipient is suppressed: nothing to queue but their bounces
+                queued = QueuedMail(self._mail_id(key) if key else new_mail_id(), (), ())
+            notices = self._bounce_suppressed(original, bounced, content, queued.mail_id, now, key)
         except InvalidInput as e:
             self._reject_request(e, doc, key, now, size)
             return _refusal(e)
@@ -246,7 +262,10 @@ class IngressService:
             return _refusal(err)
         if sub.upload_id is not None:
             self.uploads.delete(self.upload_key(principal, sub.upload_id))
-        return self._accepted(queued)
+        answer = self._accepted(queued)
+        if notices:
+            answer.body["suppressed"] = notices
+        return answer
 
     def _tagged(self, envelope: Envelope, principal: str) -> Envelope:
         """The submitter's tags plus ours: `mailqueue:principal`, the calling IAM principal
@@ -375,18 +394,110 @@ class IngressService:
                     "sender",
                 )
 
-    def _check_suppressed(self, env: Envelope, now: datetime) -> None:
-        """A recipient on the suppression list refuses the whole submission (before any
-        write): one BatchGetItem for up to 100 distinct recipients."""
+    def _check_suppressed(self, env: Envelope, now: datetime) -> dict[int, Entry]:
+        """The recipients on the suppression list (one BatchGetItem for up to 100
+        distinct ones), by position. Policy "refuse": the first refuses the whole
+        submission, before any write; "bounce": they are returned, to bounce."""
         if self.suppression is None or not env.recipients or env.null_sender:
-            return  # a DSN is never refused for this (its sender must still learn)
+            return {}  # a DSN is never refused for this (its sender must still learn)
         found = suppressed(self.suppression, [r.address for r in env.recipients], now.timestamp())
-        if not found:
-            return
+        out: dict[int, Entry] = {}
         for i, r in enumerate(env.recipients):
             entry = found.get(normalise(r.address))
             if entry is not None:
-                raise RecipientSuppressed(r.address, entry, i)
+                if self.s.suppression != "bounce":
+                    raise RecipientSuppressed(r.address, entry, i)
+                out[i] = entry
+        return out
+
+    def _bounce_suppressed(
+        self,
+        env: Envelope,
+        bounced: Mapping[int, Entry],
+        content: bytes,
+        mail_id: str,
+        now: datetime,
+        key: str | None,
+    ) -> list[dict[str, Any]]:
+        """Policy "bounce": each suppressed recipient bounces now, as with Amazon SES: a
+        Bounce event (Permanent / OnAccountSuppressionList) and, where its NOTIFY asks,
+        one DSN for them all to the sender. Their notices go into the 202's body.
+
+        A retried keyed submission emits the same eventIds (de-duplicated downstream)
+        and finds its DSN queued under the same derived key.
+        """
+        if not bounced:
+            return []
+        notices: list[dict[str, Any]] = []
+        events: list[QueueEvent] = []
+        reports: list[DsnRecipient] = []
+        info = MailInfo(
+            message_id=mail_id,
+            source=env.sender,
+            timestamp=now,
+            destination=tuple(r.address for r in env.recipients),
+            size=len(content),
+            tags={k: (v,) for k, v in env.tags},
+        )
+        for i, entry in sorted(bounced.items()):
+            r = env.recipients[i]
+            since = entry.to_json()["added_at"]
+            result = Result(0, entry.status or "5.1.1", f"recipient suppressed since {since}")
+            events.append(
+                QueueEvent(
+                    event_type="Bounce",
+                    mail=info,
+                    recipient=r.address,
+                    timestamp=now,
+                    discriminator="suppressed",
+                    result=result,
+                    extra={
+                        "bounce_class": ("Permanent", "OnAccountSuppressionList"),
+                        "reporting_mta": self.s.hostname,
+                        "suppressed_at": since,
+                    },
+                )
+            )
+            notices.append({"address": r.address, "status": result.status, "since": since})
+            if dsn_wanted(env.sender, r.notify, Action.FAILED, delay_by_config=False):
+                reports.append(
+                    DsnRecipient(r.address, Action.FAILED, result.status, r.orcpt, result, now)
+                )
+        try:
+            self.emitter.emit(events)
+        except Exception:  # the mail is queued; its answer is the 202, whatever this is
+            log.exception("could not emit the suppression Bounce events")
+        if reports:
+            self._queue_dsn(env, reports, content, mail_id, now, key)
+        log.info("suppressed recipients bounced", extra={"mail_id": mail_id, "n": len(notices)})
+        return notices
+
+    def _queue_dsn(
+        self,
+        env: Envelope,
+        reports: Sequence[DsnRecipient],
+        content: bytes,
+        mail_id: str,
+        now: datetime,
+        key: str | None,
+    ) -> None:
+        request = DsnRequest.for_envelope(
+            env,
+            reports,
+            reporting_mta=self.s.hostname,
+            postmaster_domain=self.s.hostname,
+            arrival_date=now,
+            content=content,
+        )
+        dsn_key = f"dsn:{mail_id}:suppressed"
+        digest = hashlib.sha256(dsn_key.encode()).hexdigest()[:24]
+        dsn = build_dsn(request, now=now, message_id=f"<dsn.{digest}@{self.s.hostname}>")
+        try:
+            self.storage.enqueue(dsn.envelope, dsn.content, idempotency_key=dsn_key)
+        except Conflict:
+            # a retry of this keyed submission: its DSN (built at the first try's time,
+            # so other octets) is queued already and must not go out twice
+            log.info("suppression dsn already queued", extra={"mail_id": mail_id})
 
     def _check_dkim(self, env: Envelope, content: bytes) -> None:
         """DkimUnsignedPolicy=refuse: a mail that delivery would not sign is refused now,

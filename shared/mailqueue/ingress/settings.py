@@ -67,7 +67,9 @@ class IngressSettings:
     dkim_unsigned_policy: str = "send"
     dkim_host_domain: str = ""  # signs null-sender mail; empty: the hostname
     # the suppression list (mailqueue.suppression): "refuse" a submission naming a
-    # suppressed recipient (422 recipient_suppressed), or "off" (no check, no read)
+    # suppressed recipient (422 recipient_suppressed); "bounce" it like Amazon SES: the
+    # others are queued, each suppressed one bounces at once (Bounce event with subtype
+    # OnAccountSuppressionList, a DSN to the sender as NOTIFY asks); "off" (no check)
     suppression: str = "refuse"
 
     def __post_init__(self) -> None:
