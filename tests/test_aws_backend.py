@@ -21,7 +21,7 @@ TEMP = Result(451, "4.3.0", "later", "mx.example.net")
 
 
 def test_enqueue_one_recipient_10kb_takes_three_requests(aws: AwsEnv) -> None:
-    st = aws.storage()
+    st = aws.storage(inline_content_max_bytes=0)  # content in S3
     aws.counter.reset()
     st.enqueue(f.envelope(), f.content(10 * 1024))
     assert aws.counter.snapshot() == {
@@ -33,7 +33,7 @@ def test_enqueue_one_recipient_10kb_takes_three_requests(aws: AwsEnv) -> None:
 
 
 def test_enqueue_100_recipients_over_10_domains(aws: AwsEnv) -> None:
-    st = aws.storage()
+    st = aws.storage(inline_content_max_bytes=0)
     aws.counter.reset()
     q = st.enqueue(f.envelope(*f.spread(100, 10)), f.content(10 * 1024))
     calls = aws.counter.snapshot()
@@ -46,7 +46,7 @@ def test_enqueue_100_recipients_over_10_domains(aws: AwsEnv) -> None:
 
 
 def test_claim_to_cleanup_request_count(aws: AwsEnv, capsys: pytest.CaptureFixture[str]) -> None:
-    st = aws.storage()
+    st = aws.storage(inline_content_max_bytes=0)
     q = st.enqueue(f.envelope(), f.content(10 * 1024))
     aws.counter.reset()
     c = st.send_start(MailRef(q.mail_id, q.groups[0]), utcnow(), lease_seconds=60)

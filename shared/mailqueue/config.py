@@ -76,6 +76,11 @@ class StorageSettings:
     idempotency_ttl_seconds: int = 7 * 86400  # how long a key outlives its mail (tombstone)
     max_delay_seconds: int = 900  # SQS DelaySeconds cap; a shorter cap only adds re-arms
     max_unrecorded_claims: int = 5  # claims with no result recorded before a group is held
+    # Content whose zlib form is at most this many bytes is stored in the mail item
+    # (DynamoDB, 3 AZs before the write returns) instead of S3: up to 4 KB its put and
+    # delete (2 WRU per KB at $0.625/M) cost less than one S3 PUT ($5/M) and GETs
+    # (docs/benchmarks.md, "Content in the mail item"). 0: always S3.
+    inline_content_max_bytes: int = 4096
 
     def __post_init__(self) -> None:
         for name in ("table", "bucket", "delivery_queue_url", "bounce_queue_url"):
@@ -89,5 +94,7 @@ class StorageSettings:
             raise ConfigError("lease_seconds must be at least 10")
         if self.max_size <= 0 or self.max_recipients <= 0:
             raise ConfigError("max_size and max_recipients must be positive")
+        if not 0 <= self.inline_content_max_bytes <= 65536:
+            raise ConfigError("inline_content_max_bytes must be within 0..65536")
         if not self.content_prefix.endswith("/"):
             raise ConfigError("content_prefix must end with '/'")

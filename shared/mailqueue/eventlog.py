@@ -16,7 +16,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from email.parser import BytesHeaderParser
@@ -129,7 +129,13 @@ def derive_events(
             processing = {"processing_ms": _ms_between(mail.timestamp, when)}
             out.append(
                 QueueEvent(
-                    "Delivery", mail, r.address, when, str(r.attempts), result, attempt,
+                    "Delivery",
+                    mail,
+                    r.address,
+                    when,
+                    str(r.attempts),
+                    result,
+                    attempt,
                     {**common, **processing},
                 )
             )
@@ -140,8 +146,13 @@ def derive_events(
         elif r.attempts > b.attempts and r.state == RecipientState.QUEUED:
             out.append(
                 QueueEvent(
-                    "DeliveryDelay", mail, r.address, r.last_attempt_at or when,
-                    str(r.attempts), result, attempt,
+                    "DeliveryDelay",
+                    mail,
+                    r.address,
+                    r.last_attempt_at or when,
+                    str(r.attempts),
+                    result,
+                    attempt,
                     {**common, "next_attempt_at": new.get("next_at"), "expiration_time": expires},
                 )
             )
@@ -151,7 +162,11 @@ def derive_events(
             at = from_iso(op.get("at")) or utcnow()
             out.append(
                 QueueEvent(
-                    OPERATOR_EVENT, mail, r.address, at, f"{action}@{op.get('at')}",
+                    OPERATOR_EVENT,
+                    mail,
+                    r.address,
+                    at,
+                    f"{action}@{op.get('at')}",
                     extra={"action": action, "actor": op.get("actor"), "job": op.get("job")},
                 )
             )
@@ -211,9 +226,11 @@ class OutboxEvent(QueueEvent):
         raw = json.loads(str(item["event"]))
         ts = from_iso(raw.get("mail", {}).get("timestamp")) or utcnow()
         ours = raw.get("mailqueue") or {}
-        for obj in (ours.get("reject"), ours.get("operator"), *(raw.get(k) for k in (
-            "delivery", "bounce", "deliveryDelay"
-        ))):
+        for obj in (
+            ours.get("reject"),
+            ours.get("operator"),
+            *(raw.get(k) for k in ("delivery", "bounce", "deliveryDelay")),
+        ):
             if isinstance(obj, dict) and obj.get("timestamp"):
                 ts = from_iso(obj["timestamp"]) or ts
         mail = MailInfo(
@@ -338,11 +355,19 @@ class EventWriterSettings:
 
 
 class EventWriterService:
-    def __init__(self, settings: EventWriterSettings, s3: Any, counters: Any = None) -> None:
+    def __init__(
+        self,
+        settings: EventWriterSettings,
+        s3: Any,
+        counters: Any = None,
+        inline_content: Callable[[str], bytes | None] | None = None,
+    ) -> None:
         self.settings = settings
         self.s3 = s3
         self.writer = S3EventWriter(s3, settings.bucket, settings.prefix)
         self.counters = counters
+        # reads content kept in the mail item (backend.INLINE_PREFIX keys), None if gone
+        self.inline_content = inline_content
 
     @classmethod
     def from_env(cls) -> EventWriterService:
@@ -354,7 +379,12 @@ class EventWriterService:
             EventWriterSettings, bucket=ss.bucket, region=ss.region, endpoint_url=ss.endpoint_url
         )
         clients = make_clients(region=ss.region, endpoint_url=ss.endpoint_url)
-        return cls(settings, clients.s3, _counter_store(ss, clients))
+        return cls(
+            settings,
+            clients.s3,
+            _counter_store(ss, clients),
+            inline_content=inline_reader(clients.dynamodb, ss.table),
+        )
 
     def handle(self, records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         events = stream_events(records, ctx=self.settings.context)
@@ -371,6 +401,18 @@ class EventWriterService:
         key = event.extra.get("content_key") if event.event_type == "Send" else None
         if not key:
             return event
+        if str(key).startswith(INLINE_PREFIX):  # content in the mail item (issue 18)
+            if self.inline_content is None:
+                return event
+            try:
+                data = self.inline_content(str(key))
+            except PermanentStorageError:  # no permission: no headers
+                return event
+            if data is None:  # cleaned already
+                return event
+            headers, truncated = parse_header_block(data[: HEADERS_MAX + 1024])
+            mail = replace(event.mail, headers=headers, headers_truncated=truncated)
+            return replace(event, mail=mail)
         try:
             with translate("s3:GetObject"):
                 body = self.s3.get_object(
@@ -381,6 +423,18 @@ class EventWriterService:
         headers, truncated = parse_header_block(body)
         mail = replace(event.mail, headers=headers, headers_truncated=truncated)
         return replace(event, mail=mail)
+
+
+INLINE_PREFIX = "ddb:"  # = aws.backend.INLINE_PREFIX (not imported: cold start)
+
+
+def inline_reader(dynamodb: Any, table: str) -> Callable[[str], bytes | None]:
+    def read(key: str) -> bytes | None:
+        from .aws.backend import read_inline
+
+        return read_inline(dynamodb, table, key)
+
+    return read
 
 
 def _counter_store(ss: Any, clients: Any) -> Any:

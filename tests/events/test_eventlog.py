@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from mailqueue.eventlog import EventWriterService, EventWriterSettings, iter_jsonl
+from mailqueue.eventlog import EventWriterService, EventWriterSettings, inline_reader, iter_jsonl
 from mailqueue.model import Claim, MailRef, Result, utcnow
 
 from functions.events import app as events_app
@@ -29,7 +29,9 @@ def _events(aws: AwsEnv) -> list[dict]:  # type: ignore[type-arg]
 
 def _service(aws: AwsEnv) -> EventWriterService:
     return EventWriterService(
-        EventWriterSettings(bucket=aws.resources.bucket, hostname="mq.test"), aws.clients.s3
+        EventWriterSettings(bucket=aws.resources.bucket, hostname="mq.test"),
+        aws.clients.s3,
+        inline_content=inline_reader(aws.clients.dynamodb, aws.resources.table),
     )
 
 

@@ -19,6 +19,7 @@ from mailqueue.eventlog import (
     EventWriterService,
     EventWriterSettings,
     batch_id,
+    inline_reader,
     iter_jsonl,
     parse_header_block,
 )
@@ -63,6 +64,7 @@ def service(aws: AwsEnv) -> EventWriterService:
             max_queue_lifetime_seconds=3600,
         ),
         aws.clients.s3,
+        inline_content=inline_reader(aws.clients.dynamodb, aws.resources.table),
     )
 
 

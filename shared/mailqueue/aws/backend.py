@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import io
 import json
 import logging
 import re
 import secrets
 import time
+import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -79,6 +81,54 @@ _DSN_RACE_RETRIES = 4  # a transition retried when the bounce path cleared a fla
 
 _ser = TypeSerializer()
 _deser = TypeDeserializer()
+
+# ---- content in the mail item (issue 18) ------------------------------------------------
+# A small mail's content, zlib-compressed, is an attribute of its mail item (`M#<id>`/`M`),
+# written in the same request as its groups and deleted with them: no S3 PUT, GET or
+# DELETE. The mail item is never rewritten between enqueue and cleanup (only replaced by
+# a keyed mail's tombstone, which drops the content), so the content costs its bytes once
+# on the put and once on the delete. Groups point at it with this content key.
+INLINE_PREFIX = "ddb:"
+_BODY = "body"  # the M item's attribute: zlib(content), DynamoDB binary
+
+
+def is_inline(content_key: str | None) -> bool:
+    """Whether a content key names content kept in the mail item, not an S3 object."""
+    return bool(content_key) and str(content_key).startswith(INLINE_PREFIX)
+
+
+def inline_key(mail_id: str) -> str:
+    return f"{INLINE_PREFIX}M#{mail_id}"
+
+
+def inline_body(item: dict[str, Any] | None) -> bytes | None:
+    """The content held by a mail item (DynamoDB JSON or plain), or None."""
+    if not item or _BODY not in item:
+        return None
+    raw = item[_BODY]
+    if isinstance(raw, dict):  # DynamoDB JSON {"B": ...}
+        raw = raw.get("B")
+    data = getattr(raw, "value", raw)  # boto3's Binary
+    if isinstance(data, str):
+        data = base64.b64decode(data)
+    return zlib.decompress(bytes(data))
+
+
+def read_inline(dynamodb: Any, table: str, content_key: str) -> bytes | None:
+    """The content behind an inline content key (one consistent GetItem), None if gone."""
+    pk = content_key[len(INLINE_PREFIX) :]
+    with translate("dynamodb:GetItem"):
+        got = dynamodb.get_item(
+            TableName=table,
+            Key={"pk": {"S": pk}, "sk": {"S": "M"}},
+            ConsistentRead=True,
+            ProjectionExpression="#b",
+            ExpressionAttributeNames={"#b": _BODY},
+        )
+    return inline_body(got.get("Item"))
+
+
+# ---- end content helpers ------------------------------------------------------------------
 
 
 def _ms(ts: datetime) -> int:
@@ -284,6 +334,21 @@ class AwsStorage:
         )
         recipients, groups, due, answer = plan.recipients, plan.groups, plan.due, plan.answer
         sha = hashlib.sha256(content).hexdigest()
+        packed = self._packed(content)
+        if packed is not None:
+            return self._enqueue_inline(
+                mail_id,
+                sha,
+                packed,
+                len(content),
+                answer,
+                envelope,
+                recipients,
+                groups,
+                now,
+                due,
+                keyed=idempotency_key is not None,
+            )
         key = self.content_key(mail_id)
 
         if idempotency_key is not None:
@@ -298,10 +363,7 @@ class AwsStorage:
                 )
             if "Item" in got:
                 stored = _from_ddb(got["Item"])
-                if stored.get("sha256") != sha:
-                    raise Conflict("idempotency key reused with different content")
-                if stored.get("env_sha", envelope_digest(envelope)) != envelope_digest(envelope):
-                    raise Conflict("idempotency key reused with a different envelope")
+                _check_same(stored, sha, envelope)
                 if stored.get("tomb"):
                     return replace(answer, duplicate=True)
 
@@ -335,6 +397,92 @@ class AwsStorage:
         self._send_triggers([MailRef(mail_id, g) for g in groups], int((due - now).total_seconds()))
         return answer
 
+    # ---- content in the mail item (issue 18): enqueue ------------------------------------
+    def _packed(self, content: bytes) -> bytes | None:
+        """zlib(content) when it is small enough to live in the mail item, else None."""
+        limit = self.s.inline_content_max_bytes
+        if limit <= 0 or len(content) > 64 * limit:  # not worth compressing to find out
+            return None
+        packed = zlib.compress(content, 6)
+        return packed if len(packed) <= limit else None
+
+    def _enqueue_inline(
+        self,
+        mail_id: str,
+        sha: str,
+        packed: bytes,
+        size: int,
+        answer: QueuedMail,
+        envelope: Envelope,
+        recipients: tuple[Recipient, ...],
+        groups: dict[str, list[Recipient]],
+        now: datetime,
+        due: datetime,
+        *,
+        keyed: bool,
+    ) -> QueuedMail:
+        """Content in the mail item, written with (unkeyed) or before (keyed) the groups.
+
+        Unkeyed: one BatchWriteItem of the mail item (content included) and the groups;
+        the id is fresh, nobody else writes it. Keyed: the mail item first, only if absent
+        (what S3's If-None-Match did): a retry, a concurrent twin or a tombstone finds the
+        stored item in the refusal and is answered from it, as before; and the content is
+        durable before any group names it.
+        """
+        key = inline_key(mail_id)
+        items = self._items_for(
+            mail_id, sha, envelope, recipients, groups, now, due, key, size, body=packed
+        )
+        rest = items
+        if keyed:
+            try:
+                with translate("dynamodb:PutItem"):
+                    try:
+                        self.c.dynamodb.put_item(
+                            TableName=self.s.table,
+                            Item=items[0],
+                            ConditionExpression="attribute_not_exists(pk)",
+                            ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                        )
+                    except ClientError as e:
+                        if error_code(e) == "ConditionalCheckFailedException":
+                            raise _Refused(e.response.get("Item")) from e
+                        raise
+            except _Refused as r:
+                stored = _from_ddb(r.item) if r.item else self._mail_item(mail_id)
+                if stored is None:  # gone again meanwhile (TTL): answer as a retry would
+                    raise TransientStorageError("mail item changed during enqueue") from None
+                _check_same(stored, sha, envelope)
+                if stored.get("tomb"):
+                    return replace(answer, duplicate=True)
+                return self._resume_enqueue(
+                    mail_id,
+                    sha,
+                    answer,
+                    envelope,
+                    recipients,
+                    groups,
+                    now,
+                    due,
+                    key=str(stored.get("content_key") or key),
+                    size=int(stored.get("size", size)),
+                )
+            rest = items[1:]
+        self._batch_write([{"PutRequest": {"Item": it}} for it in rest])
+        self._send_triggers([MailRef(mail_id, g) for g in groups], int((due - now).total_seconds()))
+        return answer
+
+    def _mail_item(self, mail_id: str) -> dict[str, Any] | None:
+        with translate("dynamodb:GetItem"):
+            got = self.c.dynamodb.get_item(
+                TableName=self.s.table,
+                Key={"pk": {"S": _pk(mail_id)}, "sk": {"S": "M"}},
+                ConsistentRead=True,
+            )
+        return _from_ddb(got["Item"]) if "Item" in got else None
+
+    # ---- end content in the mail item: enqueue --------------------------------------------
+
     def _items_for(
         self,
         mail_id: str,
@@ -346,6 +494,7 @@ class AwsStorage:
         due: datetime,
         key: str,
         size: int,
+        body: bytes | None = None,
     ) -> list[dict[str, Any]]:
         common: dict[str, Any] = {
             "pk": _pk(mail_id),
@@ -367,6 +516,8 @@ class AwsStorage:
             "groups": list(groups),
             "rcpt_count": len(recipients),
         }
+        if body is not None:
+            mail[_BODY] = body  # content in the mail item (see INLINE_PREFIX)
         out = [mail]
         for gkey, rs in groups.items():
             out.append(
@@ -393,12 +544,22 @@ class AwsStorage:
         groups: dict[str, list[Recipient]],
         now: datetime,
         due: datetime,
+        *,
+        key: str | None = None,
+        size: int | None = None,
     ) -> QueuedMail:
-        """A retried enqueue (same idempotency key): finish what the first call left."""
-        with translate("s3:HeadObject"):
-            head = self.c.s3.head_object(Bucket=self.s.bucket, Key=self.content_key(mail_id))
-        if head.get("Metadata", {}).get("sha256") != sha:
-            raise Conflict("idempotency key reused with different content")
+        """A retried enqueue (same idempotency key): finish what the first call left.
+
+        `key`/`size`: where the first call stored the content and its size (a mail item
+        that holds or names it); without them, the S3 object's metadata tells.
+        """
+        if key is None or size is None:
+            key = self.content_key(mail_id)
+            with translate("s3:HeadObject"):
+                head = self.c.s3.head_object(Bucket=self.s.bucket, Key=key)
+            if head.get("Metadata", {}).get("sha256") != sha:
+                raise Conflict("idempotency key reused with different content")
+            size = int(head.get("ContentLength", 0))
         existing = {it["sk"]: it for it in self._query_mail(mail_id)}
         mail_item = existing.get("M")
         if mail_item is not None:
@@ -420,8 +581,8 @@ class AwsStorage:
             groups,
             now,
             due,
-            self.content_key(mail_id),
-            int(head.get("ContentLength", 0)),
+            key,
+            size,
         )
         missing = [it for it in items if it["sk"]["S"] not in existing]
         if missing:
@@ -467,6 +628,8 @@ class AwsStorage:
         if not items:
             raise NotFound(mail_id)
         mail = next((it for it in items if it["sk"] == "M"), None)
+        if mail is not None:
+            mail = {k: v for k, v in mail.items() if k != _BODY}  # content: read_content
         groups = [self._group_from_item(it) for it in items if it["sk"].startswith("G#")]
         return mail, groups
 
@@ -774,6 +937,11 @@ class AwsStorage:
         return ClaimRefused("finished")
 
     def read_inflight(self, claim: Claim) -> InflightMail:
+        if is_inline(claim.group.content_key):  # content in the mail item (issue 18)
+            data = read_inline(self.c.dynamodb, self.s.table, claim.group.content_key)
+            if data is None:
+                raise NotFound(claim.group.content_key)
+            return InflightMail(group=claim.group, content=io.BytesIO(data), size=len(data))
         with translate("s3:GetObject"):
             try:
                 obj = self.c.s3.get_object(Bucket=self.s.bucket, Key=claim.group.content_key)
@@ -975,8 +1143,9 @@ class AwsStorage:
         (most mail) needs no read: its only group just finished under our lease.
         """
         if group is not None and group.groups_in_mail == 1 and not mail_id.startswith("K"):
-            with translate("s3:DeleteObject"):
-                self.c.s3.delete_object(Bucket=self.s.bucket, Key=group.content_key)
+            if not is_inline(group.content_key):  # inline content goes with the mail item
+                with translate("s3:DeleteObject"):
+                    self.c.s3.delete_object(Bucket=self.s.bucket, Key=group.content_key)
             self._batch_write(
                 [
                     {"DeleteRequest": {"Key": {"pk": {"S": _pk(mail_id)}, "sk": {"S": sk}}}}
@@ -1191,8 +1360,9 @@ class AwsStorage:
         if any(g.state != GroupState.DONE for g in groups):
             return False
         key = next((it.get("content_key") for it in items if it.get("content_key")), None)
-        with translate("s3:DeleteObject"):
-            self.c.s3.delete_object(Bucket=self.s.bucket, Key=key or self.content_key(mail_id))
+        if not is_inline(key):  # inline content is deleted (or tombstoned) with the mail item
+            with translate("s3:DeleteObject"):
+                self.c.s3.delete_object(Bucket=self.s.bucket, Key=key or self.content_key(mail_id))
         if items:
             requests: list[dict[str, Any]] = []
             for it in items:
@@ -1223,6 +1393,9 @@ class AwsStorage:
         }
 
     def content_exists(self, mail_id: str) -> bool:
+        item = self._mail_item(mail_id)
+        if item is not None and is_inline(item.get("content_key")):
+            return _BODY in item
         with translate("s3:HeadObject"):
             try:
                 self.c.s3.head_object(Bucket=self.s.bucket, Key=self.content_key(mail_id))
@@ -1233,9 +1406,23 @@ class AwsStorage:
         return True
 
     def read_content(self, mail_id: str) -> BinaryIO:
+        """The content, wherever it is: the mail item (small mails) or S3.
+
+        One consistent GetItem of the mail item first (the bounce path and `show` read
+        rarely; the item says where the content is), then S3 if it is not inline.
+        """
+        item = self._mail_item(mail_id)
+        key = str(item.get("content_key") or "") if item is not None else ""
+        if is_inline(key):
+            data = inline_body(item)
+            if data is None:
+                raise NotFound(mail_id)
+            return io.BytesIO(data)
         with translate("s3:GetObject"):
             try:
-                obj = self.c.s3.get_object(Bucket=self.s.bucket, Key=self.content_key(mail_id))
+                obj = self.c.s3.get_object(
+                    Bucket=self.s.bucket, Key=key or self.content_key(mail_id)
+                )
             except ClientError as e:
                 if error_code(e) in ("NoSuchKey", "404"):
                     raise NotFound(mail_id) from e
@@ -1273,6 +1460,14 @@ def _transition_dsn_request(
         "ExpressionAttributeValues": {":kind": {"S": kind}},
         "ReturnValues": "ALL_NEW",
     }
+
+
+def _check_same(stored: dict[str, Any], sha: str, envelope: Envelope) -> None:
+    """A stored mail item under the same idempotency key: the same content and envelope."""
+    if stored.get("sha256") != sha:
+        raise Conflict("idempotency key reused with different content")
+    if stored.get("env_sha", envelope_digest(envelope)) != envelope_digest(envelope):
+        raise Conflict("idempotency key reused with a different envelope")
 
 
 def _resting(r: Recipient) -> Recipient:
