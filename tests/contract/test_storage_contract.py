@@ -46,11 +46,14 @@ class Backend:
         return list(groups)
 
 
-@pytest.fixture(params=["aws", "fs"])
+@pytest.fixture(params=["aws", "aws-s3", "fs"])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    if request.param == "aws":
+    if request.param == "aws":  # small mails' content in the mail item (the default)
         aws: AwsEnv = request.getfixturevalue("aws")
         yield Backend(aws.storage(), "aws")
+    elif request.param == "aws-s3":  # every content in S3
+        aws = request.getfixturevalue("aws")
+        yield Backend(aws.storage(inline_content_max_bytes=0), "aws")
     else:
         yield Backend(FsStorage(tmp_path / "queue"), "fs")  # type: ignore[arg-type]
 
@@ -316,8 +319,9 @@ def test_oversized_content_is_refused(backend: Backend, tmp_path: Path) -> None:
     assert small.list_queue().items == ()
 
 
+@pytest.mark.parametrize("content", ["small", "incompressible"])
 def test_find_pending_cleanup_finds_a_finished_mail_whose_cleanup_was_cut_short(
-    backend: Backend, request: pytest.FixtureRequest
+    backend: Backend, request: pytest.FixtureRequest, content: str
 ) -> None:
     from tests.support.faults import InjectedCrash, short_circuit
 
@@ -325,13 +329,20 @@ def test_find_pending_cleanup_finds_a_finished_mail_whose_cleanup_was_cut_short(
         pytest.skip("the crash is injected at the botocore layer")
     aws: AwsEnv = request.getfixturevalue("aws")
 
-    q = backend.storage.enqueue(f.envelope(), f.content())
+    body = f.content() if content == "small" else f.incompressible()
+    q = backend.storage.enqueue(f.envelope(), body)
     c = claim(backend, q.mail_id, q.groups[0])
 
     def die(params: dict[str, object]) -> None:
         raise InjectedCrash("died before cleanup")
 
-    with short_circuit(aws.clients.s3, "DeleteObject", die), pytest.raises(InjectedCrash):
+    # the cleanup's first request: the S3 delete, or (content in the mail item) the
+    # BatchWriteItem that deletes the items
+    with (
+        short_circuit(aws.clients.s3, "DeleteObject", die),
+        short_circuit(aws.clients.dynamodb, "BatchWriteItem", die),
+        pytest.raises(InjectedCrash),
+    ):
         backend.storage.send_done(c, ["r0"], OK)
     assert backend.content_exists(q.mail_id)
     pending = list(backend.storage.find_pending_cleanup(utcnow() + timedelta(minutes=10)))

@@ -27,6 +27,8 @@ class Scenario:
     delivered: frozenset[str]
     bounced: frozenset[str]
     temporary_first: bool
+    # "small": content in the mail item; "incompressible": content in S3
+    content: str = "small"
 
 
 SCENARIOS = [
@@ -47,6 +49,14 @@ SCENARIOS = [
         frozenset({"bad@x.example"}),
         True,
     ),
+    Scenario(  # the same with its content in S3 (too large for the mail item)
+        "mixed3-s3",
+        ("ok@x.example", "bad@x.example", "later@y.example"),
+        frozenset({"ok@x.example", "later@y.example"}),
+        frozenset({"bad@x.example"}),
+        True,
+        content="incompressible",
+    ),
 ]
 
 
@@ -65,7 +75,8 @@ def run(clients: Clients, peers: Peers, sc: Scenario, crash_at: int) -> Outcome:
         inj,
         failing_port=peers.failing.port if sc.temporary_first else None,
     )
-    w.enqueue(f.envelope(*sc.recipients), f.content(), key=f"{sc.name}-{crash_at}")
+    body = f.content() if sc.content == "small" else f.incompressible()
+    w.enqueue(f.envelope(*sc.recipients), body, key=f"{sc.name}-{crash_at}")
     w.run_until_quiet()
     msgs = peers.ok.messages[starts[0] :] + peers.failing.messages[starts[1] :]
     originals = [m for m in msgs if m.mail_from not in ("", "<>")]

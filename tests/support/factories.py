@@ -16,6 +16,16 @@ def content(size: int = 1024, subject: str = "hello") -> bytes:
     return head + body
 
 
+def incompressible(size: int = 10 * 1024, subject: str = "noise") -> bytes:
+    """A mail of random octets in 76-octet lines: zlib cannot shrink it, so the AWS
+    backend keeps it in S3 (small mails' content lives in the mail item)."""
+    import os
+
+    raw = bytes(b for b in os.urandom(size * 2) if b not in (0, 10, 13))[:size]
+    head = f"Subject: {subject}\r\n\r\n".encode()
+    return head + b"".join(raw[i : i + 76] + b"\r\n" for i in range(0, len(raw), 76))
+
+
 def envelope(
     *addresses: str,
     sender: str = "alice@example.org",

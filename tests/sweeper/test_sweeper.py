@@ -6,6 +6,7 @@ import json
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from mailqueue.aws.backend import AwsStorage
 from mailqueue.model import Claim, GroupState, MailRef, RecipientState, Result, utcnow
 from mailqueue.sweeper import Sweeper, SweeperSettings
@@ -101,12 +102,15 @@ def test_held_mail_is_untouched(aws: AwsEnv) -> None:
     assert drain(aws, aws.resources.delivery_queue_url) == []
 
 
-def test_finished_mail_whose_cleanup_died_is_cleaned(aws: AwsEnv) -> None:
+@pytest.mark.parametrize("content", ["small", "incompressible"])
+def test_finished_mail_whose_cleanup_died_is_cleaned(aws: AwsEnv, content: str) -> None:
     from tests.support.faults import InjectedCrash, short_circuit
 
     clock = FakeClock()
     st, sw = make(aws, clock)
-    q = st.enqueue(f.envelope(), f.content())
+    # small: the content is in the mail item; incompressible: in S3
+    body = f.content() if content == "small" else f.incompressible()
+    q = st.enqueue(f.envelope(), body)
     c = st.send_start(MailRef(q.mail_id, q.groups[0]), clock(), lease_seconds=60)
     assert isinstance(c, Claim)
 
@@ -114,7 +118,10 @@ def test_finished_mail_whose_cleanup_died_is_cleaned(aws: AwsEnv) -> None:
         raise InjectedCrash("died")
 
     try:
-        with short_circuit(aws.clients.s3, "DeleteObject", die):
+        with (  # the cleanup's first request, whichever it is
+            short_circuit(aws.clients.s3, "DeleteObject", die),
+            short_circuit(aws.clients.dynamodb, "BatchWriteItem", die),
+        ):
             st.send_done(c, ["r0"], Result(250, "2.0.0", "ok"))
     except InjectedCrash:
         pass
