@@ -20,6 +20,19 @@ from tests.support.lambda_context import LambdaContext
 DSN_PRINCIPAL = "arn:aws:sts::123456789012:assumed-role/mailqueue-bounce/bounce"
 
 
+def stored_once(aws: AwsEnv, mail_id: str, new_objects: set[str]) -> bytes:
+    """The mail's content, stored exactly once: in its mail item (small mails) and no S3
+    object, or as the one S3 object `content/<id>` and not in the item. Returns it."""
+    got = aws.clients.dynamodb.get_item(
+        TableName=aws.resources.table,
+        Key={"pk": {"S": f"M#{mail_id}"}, "sk": {"S": "M"}},
+        ConsistentRead=True,
+    )
+    inline = "body" in got.get("Item", {})
+    assert new_objects == (set() if inline else {f"content/{mail_id}"}), new_objects
+    return bytes(aws.storage().read_content(mail_id).read())
+
+
 @dataclass
 class Trace:
     """Everything the queue stores: content keys, table keys, queued triggers."""

@@ -8,7 +8,7 @@ import pytest
 from mailqueue.errors import NotFound
 from mailqueue.model import mail_id_for_key
 
-from tests.ingress.conftest import Ingress, deliver_all
+from tests.ingress.conftest import Ingress, deliver_all, stored_once
 from tests.support import events as ev
 from tests.support import factories as f
 
@@ -45,15 +45,12 @@ def test_sample_receipt_is_queued_from_the_stored_raw_mail(ingress: Ingress) -> 
     assert ingress(event) == {"disposition": "CONTINUE"}
     mail_id = _mail_id(ingress, event)
     s3, ddb, sqs = ingress.trace().new_since(before)
-    assert s3 == {f"content/{mail_id}"}
+    content = stored_once(ingress.aws, mail_id, s3)
     assert ddb == {(f"M#{mail_id}", "M"), (f"M#{mail_id}", "G#example.com")}
     assert sqs == 1
     mail, groups = ingress.aws.storage().get_mail(mail_id)
     assert mail is not None and mail["sender"] == "alice@sender.example.org"
     assert [r.address for r in groups[0].recipients] == ["support@example.com"]
-    content = ingress.aws.clients.s3.get_object(
-        Bucket=ingress.aws.resources.bucket, Key=f"content/{mail_id}"
-    )["Body"].read()
     assert content.endswith(RAW) and content[: -len(RAW)].startswith(b"Received: from ")
     assert _raw_keys(ingress) == set()  # stored once: the raw object is gone
     assert ingress.rejects() == []
@@ -142,7 +139,7 @@ def test_an_ses_retry_stores_nothing_twice(ingress_factory: Any) -> None:
             assert ing(event) == {"disposition": "CONTINUE"}
         s3, ddb, _ = ing.trace().new_since(before)
         mail_id = _mail_id(ing, event)
-        assert s3 == {f"content/{mail_id}"}
+        stored_once(ing.aws, mail_id, s3)
         assert len(ddb) == 2
         assert "dynamodb:BatchWriteItem" not in calls.calls
         assert ing.trace().new_since(after_first)[:2] == (set(), set())

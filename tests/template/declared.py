@@ -50,6 +50,11 @@ DECLARED: dict[str, dict[tuple[str, str], str]] = {
         ),
     },
     "BounceFunction": {
+        ("State", "dynamodb:PutItem"): (
+            "a DSN whose content fits the mail item (zlib ≤ 4 KB: RET=HDRS, or a small "
+            "original) is enqueued keyed with a conditional PutItem; the e2e's one DSN "
+            "returns a 10 KB incompressible original in full, so it goes to S3"
+        ),
         ("PollReports", "sqs:ReceiveMessage"): ESM_SQS,
         ("PollReports", "sqs:DeleteMessage"): ESM_SQS,
         ("PollReports", "sqs:GetQueueAttributes"): ESM_SQS,

@@ -38,6 +38,7 @@ from mailqueue.local.runtime import LocalContext, SqsPoller
 from mailqueue.model import Envelope, MailRef, Recipient, utcnow
 from mailqueue.sweeper import SweeperSettings
 
+from tests.support import factories as f
 from tests.support.aws import REGION, AwsEnv, reset_moto, session
 from tests.support.events import http_request, http_send, http_upload, send_body, ses_receipt
 from tests.support.smtp_peers import Behaviour, SmtpPeer, smtp_sink
@@ -55,6 +56,9 @@ FUNCTIONS = {
 }
 SENDER = "orders@shop.example.org"
 MAIL = b"From: Shop <orders@shop.example.org>\r\nSubject: order\r\n\r\nThank you.\r\n"
+# 10 KB that zlib cannot shrink: its content goes to S3 (the small ones live in the mail
+# item), so the run calls both homes' requests (the least-privilege check below)
+BIG = MAIL + f.incompressible(10 * 1024).split(b"\r\n\r\n", 1)[1]
 #: What the local run needs besides the stack's environment (the Lambda service provides
 #: region and credentials; the endpoint is moto's).
 LOCAL_ENV = {
@@ -394,8 +398,8 @@ def run(stack: Stack) -> Run:
     body = send_body(
         sender=SENDER,
         recipients=["good@example.net", "bad@example.net"],
-        content=base64.b64encode(MAIL).decode(),
-        ret="HDRS",
+        content=base64.b64encode(BIG).decode(),
+        ret="FULL",  # the DSN returns BIG: it is large, in S3 too
         envid="order-1",
     )
     with fx.active("IngressFunction") as (ingress, ctx):
@@ -408,7 +412,7 @@ def run(stack: Stack) -> Run:
         status, up = _http(ingress.handler(http_upload(), ctx))
         assert status == 201, up
         put = urllib.request.Request(
-            up["url"], data=MAIL, method="PUT", headers={"Content-Type": "message/rfc822"}
+            up["url"], data=BIG, method="PUT", headers={"Content-Type": "message/rfc822"}
         )
         with urllib.request.urlopen(put, timeout=10) as resp:
             assert resp.status == 200
@@ -484,6 +488,9 @@ def test_end_to_end_on_the_stack(stack: Stack, run: Run) -> None:
     assert (("crash@example.org",), SENDER) in got  # recovered by the sweeper
     dsns = [m for m in stack.sink.messages if m.mail_from in ("", "<>") and m.rcpt_tos == [SENDER]]
     assert len(dsns) == 1 and b"bad@example.net" in dsns[0].content
+    assert len(dsns[0].content) > len(BIG)  # RET=FULL: the S3-held content returned
+    (good,) = [m for m in stack.sink.messages if m.rcpt_tos == ["good@example.net"]]
+    assert BIG.split(b"\r\n\r\n", 1)[1] in good.content  # delivered from S3, whole
     assert all(
         r == "later@example.org" or "later@example.org" not in m.rcpt_tos
         for m in stack.sink.messages
