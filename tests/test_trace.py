@@ -155,9 +155,7 @@ def ingress_factory(aws: AwsEnv) -> Any:
 
 
 def _stored(ingress: Ingress, mail_id: str) -> bytes:
-    body: bytes = ingress.aws.clients.s3.get_object(
-        Bucket=ingress.aws.resources.bucket, Key=f"content/{mail_id}"
-    )["Body"].read()
+    body: bytes = ingress.aws.storage().read_content(mail_id).read()  # item or S3
     return body
 
 

@@ -117,7 +117,7 @@ def send_all(api_url: str, token: str, cases: Iterable[Case]) -> Results:
 
 @dataclass(frozen=True)
 class Stored:
-    content: frozenset[str]  # mail ids with a content object
+    content: frozenset[str]  # mail ids with content (an S3 object, or in the mail item)
     items: frozenset[tuple[str, str]]  # (mail id, "M" | group key)
     triggers: int  # messages in the delivery queue(s): visible, in flight, delayed
 
@@ -138,12 +138,16 @@ def stored_state(ready: dict[str, Any]) -> Stored:
         content.update(o["Key"].removeprefix("content/") for o in page.get("Contents", []))
     items: set[tuple[str, str]] = set()
     for page in ddb.get_paginator("scan").paginate(
-        TableName=ready["table"], ProjectionExpression="pk, sk"
+        TableName=ready["table"],
+        ProjectionExpression="pk, sk, #b",
+        ExpressionAttributeNames={"#b": "body"},
     ):
         for it in page["Items"]:
             pk, sk = it["pk"]["S"], it["sk"]["S"]
             if pk.startswith("M#"):
                 items.add((pk[2:], "M" if sk == "M" else sk.removeprefix("G#")))
+                if sk == "M" and "body" in it:  # a small mail's content, in its mail item
+                    content.add(pk[2:])
     triggers = 0
     for url in sqs.list_queues().get("QueueUrls", []):
         if "delivery" not in url.rsplit("/", 1)[-1]:
