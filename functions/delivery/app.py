@@ -35,7 +35,7 @@ def handle(event: dict[str, Any], context: LambdaContext, service: DeliveryServi
     with service.invocation(lambda_deadline(context, reserve=5.0)) as inv:
 
         def record_handler(record: SQSRecord) -> str:
-            return inv.handle(record.body, record.receipt_handle)
+            return inv.handle(record.body, record.receipt_handle, record.event_source_arn)
 
         response = process_partial_response(
             event=event, record_handler=record_handler, processor=processor, context=context

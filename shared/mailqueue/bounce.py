@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -27,7 +27,7 @@ from .dsn import (
     dsn_wanted,
 )
 from .errors import Conflict, NotFound, PoisonMessage
-from .model import Envelope, Group, GroupState, MailRef, Recipient, utcnow
+from .model import PRIORITY_TAG, Envelope, Group, GroupState, MailRef, Recipient, utcnow
 
 log = logging.getLogger(__name__)
 
@@ -182,8 +182,11 @@ class BounceService:
         stamps = [t for _, r in items for t in (r.final_at, r.last_attempt_at) if t is not None]
         when = max(stamps) if stamps else group.arrival
         dsn = build_dsn(request, now=when, message_id=_message_id(key, self.settings))
+        # a DSN takes its mail's delivery path: a bulk campaign's bounces stay off the
+        # transactional queue
+        envelope = replace(dsn.envelope, tags=((PRIORITY_TAG, group.priority.value),))
         try:
-            queued = self.storage.enqueue(dsn.envelope, dsn.content, idempotency_key=key)
+            queued = self.storage.enqueue(envelope, dsn.content, idempotency_key=key)
         except Conflict:
             # the key names exactly these recipients of this mail and kind: a DSN for them
             # is already queued, so this one must not go out a second time

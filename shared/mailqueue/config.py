@@ -81,6 +81,9 @@ class StorageSettings:
     # delete (2 WRU per KB at $0.625/M) cost less than one S3 PUT ($5/M) and GETs
     # (docs/benchmarks.md, "Content in the mail item"). 0: always S3.
     inline_content_max_bytes: int = 4096
+    # the bulk delivery path (template: BulkDeliveryQueue); "" = bulk mail shares the
+    # delivery queue (one path, as before priorities)
+    bulk_delivery_queue_url: str = ""
 
     def __post_init__(self) -> None:
         for name in ("table", "bucket", "delivery_queue_url", "bounce_queue_url"):
@@ -98,3 +101,25 @@ class StorageSettings:
             raise ConfigError("inline_content_max_bytes must be within 0..65536")
         if not self.content_prefix.endswith("/"):
             raise ConfigError("content_prefix must end with '/'")
+        if self.bulk_delivery_queue_url and self.bulk_delivery_queue_url in (
+            self.delivery_queue_url,
+            self.bounce_queue_url,
+        ):
+            raise ConfigError("bulk_delivery_queue_url must be a queue of its own")
+
+    def queue_url(self, priority: str) -> str:
+        """The delivery queue of a priority (`mailqueue.model.Priority`)."""
+        if priority == "bulk" and self.bulk_delivery_queue_url:
+            return self.bulk_delivery_queue_url
+        return self.delivery_queue_url
+
+    def queue_for_source(self, source_arn: str | None) -> str | None:
+        """The delivery queue an SQS record came from (its eventSourceARN names the queue;
+        the URL ends with the same name), so its receipt handle is used on that queue."""
+        if not source_arn:
+            return None
+        name = source_arn.rsplit(":", 1)[-1]
+        for url in (self.delivery_queue_url, self.bulk_delivery_queue_url):
+            if url and url.rstrip("/").rsplit("/", 1)[-1] == name:
+                return url
+        return None

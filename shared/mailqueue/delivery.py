@@ -321,11 +321,13 @@ class Invocation:
         self._shaping_requests = svc.shaper.store.requests if svc.shaper else 0
 
     # -------------------------------------------------------------- per record
-    def handle(self, body: str, receipt_handle: str | None) -> str:
-        """Process one trigger; returns what happened (for logs and tests)."""
+    def handle(self, body: str, receipt_handle: str | None, source: str | None = None) -> str:
+        """Process one trigger; returns what happened (for logs and tests). `source`: the
+        record's eventSourceARN (transactional or bulk queue: where its receipt is valid)."""
         ref = parse_trigger(body)
         st = self.svc.storage
         now = self.svc.clock()
+        queue = st.s.queue_for_source(source)
         claim = st.send_start(
             ref, now, lease_seconds=self.svc.settings.lease_seconds, receipt_handle=receipt_handle
         )
@@ -335,12 +337,13 @@ class Invocation:
                 self.stats.rearmed += 1
                 if receipt_handle:
                     wait = int((claim.next_attempt_at - now).total_seconds()) + 1
-                    st.rearm(receipt_handle, wait)
+                    st.rearm(receipt_handle, wait, queue_url=queue)
                     raise KeepMessage(f"not due for {wait}s")
                 return "not_due"
             self.stats.lost_claims += 1
             log.info("claim skipped", extra={"mail_id": ref.mail_id, "reason": claim.reason})
             return f"skipped:{claim.reason}"
+        claim.receipt_queue = queue
         self.stats.groups += 1
         return self._attempt(claim)
 

@@ -22,6 +22,7 @@ __all__ = [
     "GroupState",
     "MailRef",
     "Notify",
+    "Priority",
     "Recipient",
     "RecipientState",
     "Result",
@@ -108,6 +109,29 @@ class GroupState(enum.StrEnum):
     HELD = "held"  # parked by an operator
     DSN = "dsn"  # all recipients final, a DSN still has to be built from the content
     DONE = "done"  # all recipients final, nothing needs the content any more
+
+
+class Priority(enum.StrEnum):
+    """Which delivery path a mail takes: transactional mail has its own queue and
+    consumers, so a bulk backlog never delays it (both share the same site limits)."""
+
+    TRANSACTIONAL = "transactional"
+    BULK = "bulk"
+
+
+# Stored as one of the queue's own message tags: on every item of the mail (no extra
+# attribute) and in every event's mail.tags, as `mailqueue:principal` is.
+PRIORITY_TAG = "mailqueue:priority"
+
+
+def priority_of(tags: Any) -> Priority:
+    """A mail's priority from its tags (pairs or a mapping); none or unknown: transactional,
+    which is what mail queued before priorities existed (and DSNs of such mail) had."""
+    items = tags.items() if isinstance(tags, dict) else (tags or ())
+    for name, value in items:
+        if name == PRIORITY_TAG:
+            return Priority.BULK if value == Priority.BULK.value else Priority.TRANSACTIONAL
+    return Priority.TRANSACTIONAL
 
 
 class Notify(enum.StrEnum):
@@ -353,6 +377,7 @@ class Group:
     lease_token: str | None = None
     history: tuple[Attempt, ...] = ()  # the last few attempts of this group, newest last
     groups_in_mail: int = 0  # how many groups the mail has (0: unknown)
+    priority: Priority = Priority.TRANSACTIONAL  # the delivery path (queue) of its trigger
 
     @property
     def ref(self) -> MailRef:
@@ -386,6 +411,7 @@ class Group:
             "smtputf8": self.smtputf8,
             "lease_until": to_iso(self.lease_until),
             "history": [a.to_json() for a in self.history],
+            "priority": self.priority.value,
         }
 
 
@@ -438,6 +464,9 @@ class Claim:
     number: int = 0  # this attempt's number, fixed at claim time (0: derive from the group)
     site: str | None = None  # traffic-shaping site, recorded on the attempt
     shaping: str | None = None  # backoff rule hit by this attempt, recorded on the attempt
+    # the queue (URL) the receipt handle belongs to, from the record's eventSourceARN;
+    # None: the group's own priority queue
+    receipt_queue: str | None = None
 
     def __post_init__(self) -> None:
         # Fixed when the claim is taken: a transaction with mixed results is recorded in

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from .aws.backend import AwsStorage
 from .config import ConfigError, StorageSettings, settings_from_env
 from .errors import LeaseLost
-from .model import Claim, GroupState, MailRef, utcnow
+from .model import Claim, Group, GroupState, utcnow
 from .policy import expired
 
 log = logging.getLogger(__name__)
@@ -127,7 +127,7 @@ class Sweeper:
         """Queued groups overdue by more than the grace: their trigger was lost."""
         now = self.clock()
         cutoff = now - timedelta(seconds=self.s.trigger_grace_seconds)
-        lost: list[MailRef] = []
+        lost: list[Group] = []
         for g in self._pages(GroupState.QUEUED, cutoff, left):
             last = max((r.last_attempt_at for r in g.recipients if r.last_attempt_at), default=None)
             if last is not None and last >= g.next_attempt_at:
@@ -140,9 +140,9 @@ class Sweeper:
                     except LeaseLost:
                         pass  # taken over meanwhile; the new holder decides
                 continue
-            lost.append(g.ref)
+            lost.append(g)
         if lost:
-            self.storage.repost(lost)
+            self.storage.repost_groups(lost)  # each to its priority's queue
             stats.triggers_reposted += len(lost)
 
     def _expire_if_old(self, claim: Claim, stats: SweepStats) -> bool:

@@ -57,7 +57,11 @@ def trace(aws: AwsEnv) -> Trace:
     ):
         items.update((it["pk"]["S"], it["sk"]["S"]) for it in page["Items"])
     msgs = 0
-    for url in (aws.resources.delivery_queue_url, aws.resources.bounce_queue_url):
+    for url in (
+        aws.resources.delivery_queue_url,
+        aws.resources.bulk_delivery_queue_url,  # priority: the bulk path
+        aws.resources.bounce_queue_url,
+    ):
         attrs = aws.clients.sqs.get_queue_attributes(
             QueueUrl=url,
             AttributeNames=[

@@ -85,6 +85,7 @@ def make_env(endpoint: str, limits: LimitRecorder | None = None) -> AwsEnv:
         bucket=res.bucket,
         delivery_queue_url=res.delivery_queue_url,
         bounce_queue_url=res.bounce_queue_url,
+        bulk_delivery_queue_url=res.bulk_delivery_queue_url,
         region=REGION,
         endpoint_url=endpoint,
     )

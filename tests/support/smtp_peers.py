@@ -183,6 +183,7 @@ class Behaviour:
         gets ``throttle_reply`` (a provider enforcing a rate).
     max_connections: a connection when this many are already open gets ``throttle_reply``
         as its greeting and is closed (a provider enforcing concurrency).
+    data_delay: seconds the peer takes after the final dot before it answers (a slow peer).
     """
 
     greeting: str | None = None
@@ -207,6 +208,7 @@ class Behaviour:
     hostname: str = "mx.test"
     rate_limit: tuple[int, float] | None = None
     max_connections: int | None = None
+    data_delay: float = 0.0
     throttle_reply: str = (
         "421 4.7.28 [127.0.0.1] Our system has detected an unusual rate of unsolicited mail "
         "originating from your IP address. To protect our users from spam, mail sent from "
@@ -397,6 +399,8 @@ class _Handler:
 
     async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
         b = self.peer.behaviour
+        if b.data_delay:
+            await asyncio.sleep(b.data_delay)
         if b.final_reply is not None and not b.final_reply.startswith("2"):
             return b.final_reply
         content = envelope.original_content or b""

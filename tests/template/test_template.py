@@ -39,7 +39,11 @@ SETTINGS: dict[str, tuple[type[Any], ...]] = {
     "EventsFunction": (StorageSettings, EventWriterSettings),
 }
 #: SQS event sources: queue → the function consuming it.
-CONSUMERS = {"DeliveryQueue": "DeliveryFunction", "BounceQueue": "BounceFunction"}
+CONSUMERS = {
+    "DeliveryQueue": "DeliveryFunction",
+    "BulkDeliveryQueue": "DeliveryFunction",  # priority: the bulk path, same function
+    "BounceQueue": "BounceFunction",
+}
 DATA_PREFIXES = ("s3:", "dynamodb:", "sqs:", "secretsmanager:", "ssm:", "lambda:", "kms:")
 
 
@@ -152,8 +156,9 @@ def test_max_receive_count_exceeds_the_receives_a_mail_needs(template: dict[str,
             break
         receives += int(wait.total_seconds() // (12 * 3600))  # re-arm hops
         age += wait
-    limit = props(template, "DeliveryQueue")["RedrivePolicy"]["maxReceiveCount"]
-    assert receives * 2 <= limit, f"{receives} receives under the default policy"
+    for queue in ("DeliveryQueue", "BulkDeliveryQueue"):
+        limit = props(template, queue)["RedrivePolicy"]["maxReceiveCount"]
+        assert receives * 2 <= limit, f"{queue}: {receives} receives under the default policy"
 
 
 def test_lease_outlives_the_delivery_timeout(template: dict[str, Any]) -> None:
@@ -357,12 +362,33 @@ def test_every_function_and_dead_letter_queue_has_an_alarm(template: dict[str, A
         assert ("Errors", json.dumps({"Ref": fid})) in watched, fid
     queues = resources(template, "AWS::SQS::Queue")
     sinks = [q for q in queues if "RedrivePolicy" not in queues[q]["Properties"]]
-    assert len(sinks) == 4
+    assert len(sinks) == 5
     for q in sinks:
         value = json.dumps({"Fn::GetAtt": [q, "QueueName"]})
         assert ("ApproximateNumberOfMessagesVisible", value) in watched, q
-    delivery = json.dumps({"Fn::GetAtt": ["DeliveryQueue", "QueueName"]})
-    assert ("ApproximateAgeOfOldestMessage", delivery) in watched
+    for queue in ("DeliveryQueue", "BulkDeliveryQueue"):
+        delivery = json.dumps({"Fn::GetAtt": [queue, "QueueName"]})
+        assert ("ApproximateAgeOfOldestMessage", delivery) in watched, queue
+
+
+def test_priority_paths_have_their_own_concurrency(template: dict[str, Any]) -> None:
+    """Transactional and bulk triggers are consumed by the same function through two
+    event sources, each capped by its own parameter, so a bulk backlog can never take
+    the transactional path's pollers (docs/operations.md "Priority")."""
+    mappings = resources(template, "AWS::Lambda::EventSourceMapping").values()
+    caps = {
+        m["Properties"]["EventSourceArn"]["Fn::GetAtt"][0]: m["Properties"]["ScalingConfig"][
+            "MaximumConcurrency"
+        ]
+        for m in mappings
+        if m["Properties"].get("FunctionName") == {"Ref": "DeliveryFunction"}
+    }
+    assert caps == {
+        "DeliveryQueue": {"Ref": "DeliveryMaxConcurrency"},
+        "BulkDeliveryQueue": {"Ref": "BulkDeliveryMaxConcurrency"},
+    }
+    env = template["Globals"]["Function"]["Environment"]["Variables"]
+    assert env["MQ_BULK_DELIVERY_QUEUE_URL"] == {"Ref": "BulkDeliveryQueue"}
 
 
 # ------------------------------------------------------------------ layers

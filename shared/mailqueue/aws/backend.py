@@ -45,6 +45,7 @@ from ..model import (
     GroupState,
     MailRef,
     Page,
+    Priority,
     QueuedMail,
     Recipient,
     RecipientState,
@@ -55,6 +56,7 @@ from ..model import (
     group_key_for,
     mail_id_for_key,
     new_mail_id,
+    priority_of,
     to_iso,
     utcnow,
 )
@@ -237,6 +239,7 @@ class AwsStorage:
             lease_token=d.get("lease_token"),
             history=tuple(Attempt.from_json(a) for a in d.get("history") or ()),
             groups_in_mail=int(d.get("ng", 0)),
+            priority=priority_of(d.get("tags")),
         )
 
     def _batch_write(self, requests: list[dict[str, Any]]) -> int:
@@ -258,8 +261,15 @@ class AwsStorage:
                 )
         return calls
 
-    def _send_triggers(self, refs: Sequence[MailRef], delay: int = 0) -> None:
-        """SendMessageBatch in chunks of 10; failed entries are retried, never dropped."""
+    # ---- priority: every trigger goes to its group's queue (transactional | bulk) ----
+    def _send_triggers(
+        self,
+        refs: Sequence[MailRef],
+        delay: int = 0,
+        priority: Priority = Priority.TRANSACTIONAL,
+    ) -> None:
+        """SendMessageBatch in chunks of 10 to the priority's delivery queue; failed
+        entries are retried, never dropped."""
         entries = [
             {
                 "Id": str(i),
@@ -268,7 +278,7 @@ class AwsStorage:
             }
             for i, ref in enumerate(refs)
         ]
-        self._send_batch(self.s.delivery_queue_url, entries)
+        self._send_batch(self.s.queue_url(priority), entries)
 
     def _send_batch(self, queue_url: str, entries: list[dict[str, Any]]) -> None:
         for i in range(0, len(entries), 10):
@@ -299,9 +309,22 @@ class AwsStorage:
         ]
         self._send_batch(self.s.bounce_queue_url, entries)
 
-    def repost(self, refs: Sequence[MailRef], delay: int = 0) -> None:
+    def repost(
+        self,
+        refs: Sequence[MailRef],
+        delay: int = 0,
+        *,
+        priority: Priority = Priority.TRANSACTIONAL,
+    ) -> None:
         """Post fresh triggers (sweeper: a trigger lost between state write and SQS send)."""
-        self._send_triggers(refs, delay)
+        self._send_triggers(refs, delay, priority)
+
+    def repost_groups(self, groups: Sequence[Group], delay: int = 0) -> None:
+        """Fresh triggers for these groups, each on its own priority's queue."""
+        for p in Priority:
+            refs = [g.ref for g in groups if g.priority == p]
+            if refs:
+                self._send_triggers(refs, delay, p)
 
     # ------------------------------------------------------------------ enqueue
     def validate(self, envelope: Envelope, content: bytes) -> None:
@@ -394,7 +417,11 @@ class AwsStorage:
         )
         self._batch_write([{"PutRequest": {"Item": it}} for it in items])
         # 3. triggers
-        self._send_triggers([MailRef(mail_id, g) for g in groups], int((due - now).total_seconds()))
+        self._send_triggers(
+            [MailRef(mail_id, g) for g in groups],
+            int((due - now).total_seconds()),
+            priority_of(envelope.tags),
+        )
         return answer
 
     # ---- content in the mail item (issue 18): enqueue ------------------------------------
@@ -601,7 +628,11 @@ class AwsStorage:
             )
         ]
         if fresh:
-            self._send_triggers(fresh, max(0, int((due - self.clock()).total_seconds())))
+            self._send_triggers(
+                fresh,
+                max(0, int((due - self.clock()).total_seconds())),
+                priority_of(envelope.tags),
+            )
         return replace(answer, duplicate=True)
 
     # ------------------------------------------------------------------ reads
@@ -868,7 +899,7 @@ class AwsStorage:
         t = self._transition(claim, changed, next_attempt_at=next_attempt_at, op=op)
         if t.released and t.group.state == GroupState.QUEUED:
             delay = max(0, int((t.group.next_attempt_at - self.clock()).total_seconds()))
-            self._send_triggers([claim.ref], delay)
+            self._send_triggers([claim.ref], delay, claim.group.priority)
         return t
 
     def _hold_unrecorded(self, ref: MailRef, now: datetime) -> ClaimRefused:
@@ -1222,11 +1253,14 @@ class AwsStorage:
         self._rearm(claim, delay_seconds)
         return t.group
 
-    def rearm(self, receipt_handle: str, delay_seconds: int) -> None:
-        """Keep a delivery trigger invisible for `delay_seconds` (capped at 12 h a hop)."""
+    def rearm(
+        self, receipt_handle: str, delay_seconds: int, *, queue_url: str | None = None
+    ) -> None:
+        """Keep a delivery trigger invisible for `delay_seconds` (capped at 12 h a hop);
+        `queue_url`: the queue the receipt came from (default: the transactional one)."""
         with translate("sqs:ChangeMessageVisibility"):
             self.c.sqs.change_message_visibility(
-                QueueUrl=self.s.delivery_queue_url,
+                QueueUrl=queue_url or self.s.delivery_queue_url,
                 ReceiptHandle=receipt_handle,
                 VisibilityTimeout=max(0, min(MAX_VISIBILITY, delay_seconds)),
             )
@@ -1237,7 +1271,8 @@ class AwsStorage:
             with translate("sqs:ChangeMessageVisibility"):
                 try:
                     self.c.sqs.change_message_visibility(
-                        QueueUrl=self.s.delivery_queue_url,
+                        # a receipt handle is valid only on the queue it came from
+                        QueueUrl=claim.receipt_queue or self.s.queue_url(claim.group.priority),
                         ReceiptHandle=claim.receipt_handle,
                         VisibilityTimeout=max(0, min(MAX_VISIBILITY, delay_seconds)),
                     )
@@ -1252,7 +1287,7 @@ class AwsStorage:
                         "AWS.SimpleQueueService.MessageNotInflight",
                     ):
                         raise
-        self._send_triggers([claim.ref], delay_seconds)
+        self._send_triggers([claim.ref], delay_seconds, claim.group.priority)
 
     def reschedule(
         self,

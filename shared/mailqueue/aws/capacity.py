@@ -146,6 +146,7 @@ def _stored_item(storage: AwsStorage, group: Group) -> dict[str, Any]:
         "tags": {
             **{f"{i:03d}".ljust(TAG_MAX, "t"): "v" * TAG_MAX for i in range(TAGS_MAX)},
             "mailqueue:principal": "p" * TAG_MAX,
+            "mailqueue:priority": "transactional",  # the longer of the two values
         },
         "smtputf8": True,
         "dom": group.key.split("#")[0],

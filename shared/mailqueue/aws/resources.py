@@ -38,6 +38,8 @@ class CreatedResources:
     bounce_queue_url: str
     delivery_dlq_url: str
     bounce_dlq_url: str
+    bulk_delivery_queue_url: str = ""  # the bulk path (Priority.BULK); "" = none
+    bulk_delivery_dlq_url: str = ""
 
 
 def create_resources(
@@ -59,7 +61,11 @@ def create_resources(
     )
     clients.s3.create_bucket(Bucket=bucket)
     urls: dict[str, str] = {}
-    for name, vis in (("delivery", delivery_visibility), ("bounce", bounce_visibility)):
+    for name, vis in (
+        ("delivery", delivery_visibility),
+        ("delivery-bulk", delivery_visibility),
+        ("bounce", bounce_visibility),
+    ):
         dlq = clients.sqs.create_queue(QueueName=f"{prefix}-{name}-dlq")["QueueUrl"]
         dlq_arn = clients.sqs.get_queue_attributes(QueueUrl=dlq, AttributeNames=["QueueArn"])[
             "Attributes"
@@ -85,4 +91,6 @@ def create_resources(
         bounce_queue_url=urls["bounce"],
         delivery_dlq_url=urls["delivery-dlq"],
         bounce_dlq_url=urls["bounce-dlq"],
+        bulk_delivery_queue_url=urls["delivery-bulk"],
+        bulk_delivery_dlq_url=urls["delivery-bulk-dlq"],
     )

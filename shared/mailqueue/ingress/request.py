@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from ..errors import InvalidInput, MailqueueError
-from ..model import Envelope, Notify, Recipient, Ret
+from ..model import Envelope, Notify, Priority, Recipient, Ret
 from ..transitions import RESERVED_TAG_PREFIXES
 from ..validate import check_text
 
@@ -36,6 +36,7 @@ FIELDS = frozenset(
         "not_before",
         "smtputf8",
         "tags",
+        "priority",
     }
 )
 RECIPIENT_FIELDS = frozenset({"address", "notify", "orcpt"})
@@ -63,6 +64,7 @@ class Submission:
     content: bytes | None
     upload_id: str | None
     not_before: datetime | None
+    priority: Priority | None = None  # None: the caller's default (IngressSettings)
 
 
 def _type_error(field: str, expected: str) -> InvalidInput:
@@ -201,6 +203,7 @@ def parse_submission(
         content=content,
         upload_id=upload_id,
         not_before=_not_before(doc.get("not_before"), now, max_delay_seconds),
+        priority=_priority(doc.get("priority")),
     )
 
 
@@ -264,6 +267,18 @@ def _ret(raw: Any) -> Ret | None:
         return Ret(raw.upper())
     except ValueError as e:
         raise InvalidInput("invalid_ret", "ret must be FULL or HDRS", "ret") from e
+
+
+def _priority(raw: Any) -> Priority | None:
+    if raw is None:
+        return None
+    _text(raw, "priority", "a string")
+    try:
+        return Priority(raw.lower())
+    except ValueError as e:
+        raise InvalidInput(
+            "invalid_priority", "priority must be transactional or bulk", "priority"
+        ) from e
 
 
 def _envid(raw: Any) -> str | None:

@@ -16,13 +16,16 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
+from ..authz import principal_matches
 from ..dkim import header_from_domain, header_section
 from ..dsn import Action, DsnRecipient, DsnRequest, build_dsn, dsn_wanted
 from ..errors import Conflict, InvalidInput, NotFound
 from ..events import EventEmitter, MailInfo, QueueEvent
 from ..model import (
+    PRIORITY_TAG,
     Envelope,
     Group,
+    Priority,
     QueuedMail,
     Recipient,
     Result,
@@ -30,6 +33,7 @@ from ..model import (
     group_key_for,
     mail_id_for_key,
     new_mail_id,
+    priority_of,
     utcnow,
 )
 from ..suppression import (
@@ -75,6 +79,8 @@ _STATUS = {
     "unauthenticated": 403,
     "null_sender_forbidden": 403,
     "sender_not_allowed": 403,
+    "priority_not_allowed": 403,
+    "invalid_priority": 400,
     "idempotency_conflict": 409,
     "too_large": 413,
 }
@@ -221,7 +227,8 @@ class IngressService:
             )
             guard_parse(lambda: self._check_envelope(sub.envelope, principal))
             bounced = self._check_suppressed(sub.envelope, now)
-            sub = replace(sub, envelope=self._tagged(sub.envelope, principal))
+            priority = self._priority(sub.priority, principal)
+            sub = replace(sub, envelope=self._tagged(sub.envelope, principal, priority))
             original = sub.envelope
             if bounced:  # SuppressionPolicy=bounce: the others go on, these bounce below
                 kept = tuple(r for i, r in enumerate(original.recipients) if i not in bounced)
@@ -267,13 +274,28 @@ class IngressService:
             answer.body["suppressed"] = notices
         return answer
 
-    def _tagged(self, envelope: Envelope, principal: str) -> Envelope:
+    def _priority(self, asked: Priority | None, principal: str) -> Priority:
+        """The mail's delivery path: what the caller asked, else its default; a bulk
+        principal (IngressSettings.bulk_principals) may not ask for transactional."""
+        if not principal_matches(principal, self.s.bulk_principals):
+            return asked or Priority.TRANSACTIONAL
+        if asked == Priority.TRANSACTIONAL:
+            raise InvalidInput(
+                "priority_not_allowed",
+                "this caller's mail is bulk (bulk_principals); it may not ask for transactional",
+                "priority",
+            )
+        return Priority.BULK
+
+    def _tagged(self, envelope: Envelope, principal: str, priority: Priority) -> Envelope:
         """The submitter's tags plus ours: `mailqueue:principal`, the calling IAM principal
-        (its hash when traces are private, or when the ARN is no valid tag value)."""
+        (its hash when traces are private, or when the ARN is no valid tag value), and
+        `mailqueue:priority` (the delivery path, read back by the storage)."""
         who = principal
         if self.s.trace_private or not TAG_VALUE_RE.match(principal):
             who = principal_tag(principal)
-        return replace(envelope, tags=(*envelope.tags, ("mailqueue:principal", who)))
+        ours = (("mailqueue:principal", who), (PRIORITY_TAG, priority.value))
+        return replace(envelope, tags=(*envelope.tags, *ours))
 
     # ------------------------------------------------------------------ trace
     def _http_trace(
@@ -492,8 +514,10 @@ class IngressService:
         dsn_key = f"dsn:{mail_id}:suppressed"
         digest = hashlib.sha256(dsn_key.encode()).hexdigest()[:24]
         dsn = build_dsn(request, now=now, message_id=f"<dsn.{digest}@{self.s.hostname}>")
+        # the DSN takes the submission's delivery path (priority)
+        envelope = replace(dsn.envelope, tags=((PRIORITY_TAG, priority_of(env.tags).value),))
         try:
-            self.storage.enqueue(dsn.envelope, dsn.content, idempotency_key=dsn_key)
+            self.storage.enqueue(envelope, dsn.content, idempotency_key=dsn_key)
         except Conflict:
             # a retry of this keyed submission: its DSN (built at the first try's time,
             # so other octets) is queued already and must not go out twice
@@ -663,6 +687,7 @@ class IngressService:
             sender=r.source,
             recipients=tuple(Recipient(rid="", address=a) for a in sc.accepted),
             smtputf8=r.smtputf8,
+            tags=((PRIORITY_TAG, self.s.ses_priority),),  # IngressSettings.ses_priority
         )
         if content is None:
             try:

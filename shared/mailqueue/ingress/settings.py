@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..authz import SenderPolicy
+from ..authz import SenderPolicy, parse_principals
 from ..config import ConfigError, StorageSettings, settings_from_env
 from ..dkim import DkimConfig, DkimError
 from ..routing import RoutingConfigError, RoutingTable, check_receiving_routes
@@ -71,6 +71,12 @@ class IngressSettings:
     # others are queued, each suppressed one bounces at once (Bounce event with subtype
     # OnAccountSuppressionList, a DSN to the sender as NOTIFY asks); "off" (no check)
     suppression: str = "refuse"
+    # priority (mailqueue.model.Priority): callers (IAM principal ARN patterns) whose mail
+    # is bulk: their default, and `"priority": "transactional"` from them is refused (403
+    # priority_not_allowed), so a campaign sender cannot take the transactional path.
+    # Everyone else defaults to transactional. Mail received through SES: ses_priority.
+    bulk_principals: tuple[str, ...] = ()
+    ses_priority: str = "transactional"
 
     def __post_init__(self) -> None:
         for name in (
@@ -86,6 +92,11 @@ class IngressSettings:
         if any(not p.startswith("arn:") for p in principals):
             raise ConfigError("null_sender_principals must be IAM principal ARNs")
         object.__setattr__(self, "null_sender_principals", principals)
+        object.__setattr__(
+            self, "bulk_principals", parse_principals(self.bulk_principals, "bulk_principals")
+        )
+        if self.ses_priority not in ("transactional", "bulk"):
+            raise ConfigError("ses_priority must be transactional or bulk")
         self.senders()  # fail fast on a bad sender policy
         if not 0 < self.max_size <= 40 * 1024 * 1024:
             # the enqueue path holds the whole mail in memory (and SES receives at most 40 MB)

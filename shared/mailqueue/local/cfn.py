@@ -130,6 +130,10 @@ class StackOutputs(Mapping[str, str]):
         return self.outputs["BounceQueueUrl"]
 
     @property
+    def bulk_delivery_queue_url(self) -> str:
+        return self.outputs.get("BulkDeliveryQueueUrl", "")
+
+    @property
     def delivery_dlq_url(self) -> str:
         return self.outputs["DeliveryDlqUrl"]
 
@@ -145,6 +149,8 @@ class StackOutputs(Mapping[str, str]):
             bounce_queue_url=self.bounce_queue_url,
             delivery_dlq_url=self.delivery_dlq_url,
             bounce_dlq_url=self.bounce_dlq_url,
+            bulk_delivery_queue_url=self.bulk_delivery_queue_url,
+            bulk_delivery_dlq_url=self.outputs.get("BulkDeliveryDlqUrl", ""),
         )
 
 

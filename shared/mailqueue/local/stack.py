@@ -124,6 +124,7 @@ class Deployment:
     stream_arn: str | None
     source: str  # "cloudformation" | "direct"
     wiring: Wiring = field(default_factory=Wiring)  # functions and triggers
+    bulk_delivery_queue_url: str = ""  # the bulk delivery path (Priority.BULK)
 
 
 class LocalStack:
@@ -292,6 +293,7 @@ class LocalStack:
             "bucket": d.bucket if d else None,
             "delivery_queue_url": d.delivery_queue_url if d else None,
             "bounce_queue_url": d.bounce_queue_url if d else None,
+            "bulk_delivery_queue_url": d.bulk_delivery_queue_url if d else None,
             "stream": bool(self.stream_pollers),
             "fast_retries": self.options.fast_retries,
             "strict_limits": self.options.strict_limits,
@@ -422,7 +424,10 @@ class LocalStack:
             bounce_dlq_url=res.bounce_dlq_url,
             stream_arn=stream_arn_of(self.clients.dynamodb, res.table),
             source="direct",
-            wiring=builtin(res.delivery_queue_url, res.bounce_queue_url),
+            wiring=builtin(
+                res.delivery_queue_url, res.bounce_queue_url, res.bulk_delivery_queue_url
+            ),
+            bulk_delivery_queue_url=res.bulk_delivery_queue_url,
         )
 
     def _deploy_cloudformation(self) -> Deployment:
@@ -462,6 +467,7 @@ class LocalStack:
             stream_arn=stream_arn_of(self.clients.dynamodb, out.table),
             source="cloudformation",
             wiring=wiring,
+            bulk_delivery_queue_url=out.bulk_delivery_queue_url,
         )
 
     def _function_env(self, routes: Mapping[str, Any]) -> dict[str, str]:
@@ -474,6 +480,7 @@ class LocalStack:
                 "MQ_BUCKET": d.bucket,
                 "MQ_DELIVERY_QUEUE_URL": d.delivery_queue_url,
                 "MQ_BOUNCE_QUEUE_URL": d.bounce_queue_url,
+                "MQ_BULK_DELIVERY_QUEUE_URL": d.bulk_delivery_queue_url,
                 # what differs locally: the endpoint, the next hop, the job runner
                 "MQ_REGION": REGION,
                 "MQ_ENDPOINT_URL": self.endpoint_url,

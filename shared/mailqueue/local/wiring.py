@@ -254,13 +254,17 @@ BUILTIN_FUNCTIONS: tuple[FunctionSpec, ...] = (
 )
 
 
-def builtin(delivery_queue_url: str, bounce_queue_url: str) -> Wiring:
+def builtin(
+    delivery_queue_url: str, bounce_queue_url: str, bulk_delivery_queue_url: str = ""
+) -> Wiring:
     """The template's wiring written out (resources created without CloudFormation)."""
+    bulk = [SqsTrigger("delivery", bulk_delivery_queue_url, 10, True)]
     return Wiring(
         functions=list(BUILTIN_FUNCTIONS),
         env={"MQ_LEASE_SECONDS": "360", "POWERTOOLS_METRICS_NAMESPACE": "mailqueue"},
         sqs=[
             SqsTrigger("delivery", delivery_queue_url, 10, True),
+            *(bulk if bulk_delivery_queue_url else []),
             SqsTrigger("bounce", bounce_queue_url, 10, True),
         ],
         streams=[StreamTrigger("events", 100, "TRIM_HORIZON", True, 10)],
