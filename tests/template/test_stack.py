@@ -113,6 +113,7 @@ class Stack:
             bucket=res.bucket,
             delivery_queue_url=res.delivery_queue_url,
             bounce_queue_url=res.bounce_queue_url,
+            bulk_delivery_queue_url=res.bulk_delivery_queue_url,
             region=REGION,
             endpoint_url=self.endpoint,
         )
@@ -235,6 +236,7 @@ def test_stack_resources_agree_with_create_resources(stack: Stack) -> None:
     out = stack.outputs
     assert table(out.table) == table(direct.table)
     assert queue(out.delivery_queue_url) == queue(direct.delivery_queue_url)
+    assert queue(out.bulk_delivery_queue_url) == queue(direct.bulk_delivery_queue_url)
     assert queue(out.bounce_queue_url) == queue(direct.bounce_queue_url)
 
 
@@ -246,6 +248,7 @@ def test_function_environments_build_their_settings(stack: Stack) -> None:
         assert (storage.table, storage.bucket) == (out.table, out.bucket)
         assert storage.delivery_queue_url == out.delivery_queue_url
         assert storage.bounce_queue_url == out.bounce_queue_url
+        assert storage.bulk_delivery_queue_url == out.bulk_delivery_queue_url
         if lid == "IngressFunction":
             ingress = ingress_settings_from_env(env)
             assert ingress.receiving_domains == ("example.com",)
@@ -407,6 +410,16 @@ def run(stack: Stack) -> Run:
             status, answer = _http(ingress.handler(http_send(body, key="order-1"), ctx))
             assert status == 202, answer
         mails["http"] = answer["mail_id"]
+        # priority: a bulk mail takes the bulk queue and its own event source
+        bulk = send_body(
+            sender=SENDER,
+            recipients=["bulk@example.net"],
+            content=base64.b64encode(MAIL).decode(),
+            priority="bulk",
+        )
+        status, answer = _http(ingress.handler(http_send(bulk, key="bulk-1"), ctx))
+        assert status == 202, answer
+        mails["bulk"] = answer["mail_id"]
 
         # upload: presigned PUT, then submit by upload id (a recipient that defers)
         status, up = _http(ingress.handler(http_upload(), ctx))
@@ -432,6 +445,7 @@ def run(stack: Stack) -> Run:
     answers["delivered"] = fx.drain("DeliveryFunction", out.delivery_queue_url)
     answers["bounced"] = fx.drain("BounceFunction", out.bounce_queue_url)
     fx.drain("DeliveryFunction", out.delivery_queue_url)
+    answers["bulk_delivered"] = fx.drain("DeliveryFunction", out.bulk_delivery_queue_url)
 
     # the operator (one warm container): size, browse, inspect with body, hold, release, a
     # bulk job, delete
@@ -486,6 +500,7 @@ def test_end_to_end_on_the_stack(stack: Stack, run: Run) -> None:
     assert (("good@example.net",), SENDER) in got
     assert (("support@example.com",), "alice@sender.example.org") in got
     assert (("crash@example.org",), SENDER) in got  # recovered by the sweeper
+    assert (("bulk@example.net",), SENDER) in got and run.answers["bulk_delivered"] == 1
     dsns = [m for m in stack.sink.messages if m.mail_from in ("", "<>") and m.rcpt_tos == [SENDER]]
     assert len(dsns) == 1 and b"bad@example.net" in dsns[0].content
     assert len(dsns[0].content) > len(BIG)  # RET=FULL: the S3-held content returned
@@ -509,6 +524,7 @@ def test_end_to_end_on_the_stack(stack: Stack, run: Run) -> None:
     assert _keys(stack, "uploads/") == []
     out = stack.outputs
     assert _visible(stack, out.delivery_dlq_url) == 0
+    assert _visible(stack, out.outputs["BulkDeliveryDlqUrl"]) == 0
     assert _visible(stack, out.bounce_dlq_url) == 0
     # the event writer wrote its objects where the lifecycle rule expects them
     events = _keys(stack, "events/dt=")
