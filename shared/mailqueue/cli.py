@@ -616,6 +616,8 @@ def submission_body(ns: argparse.Namespace, content: bytes) -> dict[str, Any]:
         body["not_before"] = _not_before_arg(ns.not_before)
     if ns.smtputf8:
         body["smtputf8"] = True
+    if getattr(ns, "priority", None):
+        body["priority"] = ns.priority
     if ns.tag:
         tags: dict[str, str] = {}
         for t in ns.tag:
@@ -767,6 +769,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--smtputf8", action="store_true", help="the mail needs SMTPUTF8")
     p.add_argument(
         "--tag", action="append", metavar="NAME=VALUE", help="a message tag (repeatable)"
+    )
+    p.add_argument(
+        "--priority",
+        choices=("transactional", "bulk"),
+        help="delivery path (default: the API's, transactional unless the caller is bulk)",
     )
     cli_doctor.add_parser(sub, common)
     cli_suppress.add_parser(sub, common)

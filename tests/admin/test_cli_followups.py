@@ -160,13 +160,14 @@ def test_send_exposes_every_submission_option_and_a_conflict_has_its_own_code(
             *argv, "--to", "bob@example.net", "--to", "carol@example.net",
             "--notify", "success,failure", "--orcpt", "rfc822;bob@old.example",
             "--ret", "hdrs", "--envid", "ENV-42", "--not-before", "2h",
-            "--idempotency-key", "k-7",
+            "--idempotency-key", "k-7", "--priority", "bulk",
         )  # fmt: skip
         assert code == 0, err
         mail_id = out.split()[1]
         mail, groups = admin.storage.get_mail(mail_id)
         g = groups[0]
         assert g.ret is not None and g.ret.value == "HDRS" and g.envid == "ENV-42"
+        assert g.priority.value == "bulk"
         by_addr = {r.address: r for r in g.recipients}
         assert {n.value for n in by_addr["bob@example.net"].notify} == {"SUCCESS", "FAILURE"}
         assert by_addr["bob@example.net"].orcpt == "rfc822;bob@old.example"
