@@ -165,6 +165,7 @@ class Template:
     events_filters: list[dict[str, Any]]
     delivery_batch_size: int
     indexes: tuple[Index, ...]
+    sqs_sources: int = 2  # SQS event source mappings (delivery, bulk delivery, bounce)
 
     @classmethod
     def load(cls, path: Path = ROOT / "template.yaml", tracing: bool | None = None) -> Template:
@@ -228,6 +229,16 @@ class Template:
                 else 10
             ),
             indexes=ixs,
+            sqs_sources=sum(
+                1
+                for v in res.values()
+                if v.get("Type") == "AWS::Lambda::EventSourceMapping"
+                and res.get(
+                    str((v["Properties"].get("EventSourceArn") or {}).get("Fn::GetAtt", [""])[0]),
+                    {},
+                ).get("Type")
+                == "AWS::SQS::Queue"
+            ),
         )
 
 
@@ -807,12 +818,12 @@ def model(run: Run, volume: int, tpl: Template, egress: str | None = "relay") ->
     esm_batches = sum(run.invocations[f] for f in ("delivery", "bounce")) * per
     add("SQS", "event source receive + delete (per batch)", esm_batches * 2 * sqs_p)
     idle = (
-        2
+        tpl.sqs_sources
         * ASSUMPTIONS["esm_pollers_per_queue"]
         * SECONDS_PER_MONTH
         / ASSUMPTIONS["long_poll_seconds"]
     )
-    add("SQS", "event source long polls (2 queues, idle floor)", idle * sqs_p)
+    add("SQS", f"event source long polls ({tpl.sqs_sources} queues, idle floor)", idle * sqs_p)
     # Lambda
     lam = p["lambda"]
     gbs_price = lam[

@@ -60,6 +60,7 @@ def test_the_template_as_the_model_reads_it() -> None:
     assert tpl.architecture == "arm64" and tpl.memory_mb["ingress"] == 1024
     assert tpl.indexes == (cost.Index("by_state", ("st", "due"), "ALL"),)
     assert tpl.schedules["sweeper"] == pytest.approx(730 * 12 + 30, rel=0.01)
+    assert tpl.sqs_sources == 3  # delivery, bulk delivery (priority), bounce: idle polls each
     on = cost.Template.load(tracing=True)
     assert on.tracing is True
     # the events source's batch size and window are template parameters (!Ref), read at
