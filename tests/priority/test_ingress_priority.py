@@ -3,6 +3,7 @@ mail's trigger goes, what the stored mail and its events say, and the refusals."
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -95,3 +96,20 @@ def test_mail_received_through_ses_takes_ses_priority(ingress: Ingress, setting:
         "transactional": int(setting == "transactional"),
         "bulk": int(setting == "bulk"),
     }
+
+
+def test_the_dsn_for_suppressed_recipients_of_a_bulk_mail_is_bulk(
+    ingress_factory: Callable[..., Ingress],
+) -> None:
+    """SuppressionPolicy=bounce: the DSN ingress queues at once takes the submission's
+    path, so a campaign to many suppressed addresses cannot crowd the transactional one."""
+    from tests.suppression.test_ingress_bounce import _dsn
+    from tests.suppression.test_ingress_refusal import _suppress
+
+    i = ingress_factory(suppression="bounce")
+    _suppress(i, "gone@example.net")
+    status, body = _send(i, recipients=["other@example.org", "gone@example.net"], priority="bulk")
+    assert status == 202 and body["suppressed"], body
+    _, groups, content = _dsn(i, body["mail_id"])
+    assert content is not None and {g.priority for g in groups} == {Priority.BULK}
+    assert depths(i.aws) == {"transactional": 0, "bulk": 2}  # the mail and its DSN
