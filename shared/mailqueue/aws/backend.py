@@ -496,7 +496,11 @@ class AwsStorage:
                 )
             rest = items[1:]
         self._batch_write([{"PutRequest": {"Item": it}} for it in rest])
-        self._send_triggers([MailRef(mail_id, g) for g in groups], int((due - now).total_seconds()))
+        self._send_triggers(
+            [MailRef(mail_id, g) for g in groups],
+            int((due - now).total_seconds()),
+            priority_of(envelope.tags),
+        )
         return answer
 
     def _mail_item(self, mail_id: str) -> dict[str, Any] | None:
