@@ -472,6 +472,13 @@ def effective_scale(state: SiteState, now: float, limits: Limits) -> tuple[float
     return scale, state.scaled_at + steps * limits.recover_after
 
 
+def scaled_burst(rate: Rate, scale: float) -> int:
+    """A slowed-down site's burst shrinks with its rate: after a suspension the bucket is
+    full, and an unscaled burst would send the provider the same spike that made it
+    push back (a burst of 20 against a peer that takes 10 a second: a 421 every time)."""
+    return max(1, math.floor(rate.burst * scale + _EPS))
+
+
 @dataclass(frozen=True, slots=True)
 class Admission:
     allowed: bool
@@ -501,10 +508,14 @@ def admit(
             return Admission(False, state, min(limits.connection_wait, soonest), "connections")
         slots[holder] = now + slot_lease
     scale, scaled_at = effective_scale(state, now, limits)
+    if limits.rates:  # a block never larger than half the (scaled) burst: see Limits
+        tokens = max(1, min(tokens, *(scaled_burst(r, scale) // 2 for r in limits.rates)))
     tats = dict(state.tats)
     wait = 0.0
     for rate in limits.rates:
-        ok, new, w = gcra(tats.get(rate.key, 0.0), now, tokens, rate.interval(scale), rate.burst)
+        ok, new, w = gcra(
+            tats.get(rate.key, 0.0), now, tokens, rate.interval(scale), scaled_burst(rate, scale)
+        )
         if not ok:
             wait = max(wait, w)
         tats[rate.key] = new
@@ -672,8 +683,8 @@ class Shaper:
                 self._known[site] = stored
                 if limits.max_connections is not None:
                     self._slots[(site, holder)] = stored.slots.get(holder, 0.0)
-                if limits.rates:
-                    self._blocks[site] = _Block(want - messages, now + limits.block_ttl)
+                if limits.rates:  # admit() may grant fewer than asked (a scaled burst)
+                    self._blocks[site] = _Block(max(0, a.tokens - messages), now + limits.block_ttl)
                 return Permit(site, limits)
             state, fresh = current, True  # someone else wrote: decide again on theirs
             want = max(messages, limits.block_size) if limits.rates else 0

@@ -110,10 +110,11 @@ def test_slowdown_halves_the_rate_and_suspension_refuses_until_it_ends() -> None
     sus = BackoffRule("s", (), (421,), None, None, suspend=120)
     s = apply_action(SiteState(), 0, LIM, slow)
     assert s.scale == 0.5
-    # at half rate 3 burst tokens then one per 0.2 s instead of 0.1 s
+    # at half rate the burst is halved too (3 -> 1: a block of at most 1 token), then one
+    # token per 0.2 s instead of 0.1 s
     a = admit(s, 0, LIM, holder="a", tokens=3, slot_lease=30, need_slot=False)
     b = admit(a.state, 0.1, LIM, holder="a", tokens=1, slot_lease=30, need_slot=False)
-    assert a.allowed and not b.allowed and abs(b.wait - 0.1) < 1e-6
+    assert a.allowed and a.tokens == 1 and not b.allowed and abs(b.wait - 0.1) < 1e-6
     s = apply_action(s, 0, LIM, sus)
     r = admit(s, 60, LIM, holder="a", tokens=1, slot_lease=30, need_slot=False)
     assert not r.allowed and r.reason == "suspended" and r.wait == 60

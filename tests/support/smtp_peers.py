@@ -183,7 +183,8 @@ class Behaviour:
         gets ``throttle_reply`` (a provider enforcing a rate).
     max_connections: a connection when this many are already open gets ``throttle_reply``
         as its greeting and is closed (a provider enforcing concurrency).
-    data_delay: seconds the peer takes after the final dot before it answers (a slow peer).
+    data_delay: seconds the peer takes before its reply to the final dot (a slow server:
+        ``peak_transactions`` then shows how many senders were in DATA at once).
     """
 
     greeting: str | None = None
@@ -399,8 +400,15 @@ class _Handler:
 
     async def handle_DATA(self, server: SMTP, session: Session, envelope: Envelope) -> str:
         b = self.peer.behaviour
-        if b.data_delay:
-            await asyncio.sleep(b.data_delay)
+        if b.data_delay > 0:
+            with self.peer._lock:
+                self.peer._in_data += 1
+                self.peer.peak_transactions = max(self.peer.peak_transactions, self.peer._in_data)
+            try:
+                await asyncio.sleep(b.data_delay)
+            finally:
+                with self.peer._lock:
+                    self.peer._in_data -= 1
         if b.final_reply is not None and not b.final_reply.startswith("2"):
             return b.final_reply
         content = envelope.original_content or b""
@@ -440,6 +448,8 @@ class SmtpPeer:
         self._server: asyncio.AbstractServer | None = None
         self._open = 0
         self.peak_connections = 0  # most connections open at once
+        self._in_data = 0
+        self.peak_transactions = 0  # most final dots awaiting their reply at once (data_delay)
         self.throttled = 0  # throttle replies sent (rate_limit / max_connections)
         self.accepted_at: list[float] = []  # monotonic times of the MAIL FROMs let through
 

@@ -105,3 +105,30 @@ def install() -> bool:
     setattr(models, "copy", _CopyModule())  # noqa: B010 - moto's module, not ours
     setattr(backend, "transact_write_items", transact_write_items)  # noqa: B010
     return True
+
+
+def install_atomic_dynamodb() -> bool:
+    """moto's DynamoDB, one request at a time, as DynamoDB applies each conditional write
+    atomically. moto's server answers requests on several threads and checks a condition
+    then writes without a lock, so with concurrent invocations (the local runtime runs
+    several delivery containers at once) two conditional creates of one item could both
+    succeed (measured in tests/shaping/conftest.py: 19 wins for 10 items, 6 threads).
+    SQS and the stream are left concurrent (a long poll must not block the table)."""
+    import threading
+
+    try:
+        from moto.dynamodb.responses import DynamoHandler
+    except ImportError:
+        return False
+    if getattr(DynamoHandler.call_action, "mailqueue_atomic", False):
+        return True
+    original = DynamoHandler.call_action
+    lock = threading.Lock()
+
+    def call_action(self: Any) -> Any:
+        with lock:
+            return original(self)
+
+    call_action.mailqueue_atomic = True  # type: ignore[attr-defined]
+    setattr(DynamoHandler, "call_action", call_action)  # noqa: B010 - moto's class, not ours
+    return True

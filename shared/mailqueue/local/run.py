@@ -2,6 +2,7 @@
 
     .venv/bin/python -m mailqueue.local.run [--port 3000] [--var ./var] [--fast-retries]
         [--relay host:port] [--sweep-interval 60] [--set KEY=VALUE ...] [--strict-limits]
+        [--concurrency delivery=5 ...]
 
 Prints where things are and one command to try, then a machine-readable line::
 
@@ -25,7 +26,7 @@ from pathlib import Path
 from types import FrameType
 
 from .sink import SinkRules
-from .stack import FAST_RETRIES, LocalStack, StackOptions
+from .stack import FAST_RETRIES, LocalStack, StackOptions, parse_concurrency
 
 log = logging.getLogger("mailqueue.local")
 
@@ -68,6 +69,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="KEY=VALUE",
         help="a function setting, e.g. --set MQ_SMTP_MAX_SESSIONS=4 (repeatable)",
+    )
+    p.add_argument(
+        "--concurrency",
+        action="append",
+        default=[],
+        metavar="[FUNCTION=]N",
+        help="concurrent invocations per SQS event source mapping, e.g. delivery=5 or 5 for "
+        "every one (repeatable; default: the template's MaximumConcurrency, delivery 20; "
+        "also MAILQUEUE_LOCAL_CONCURRENCY)",
     )
     p.add_argument(
         "--strict-limits",
@@ -115,6 +125,9 @@ def banner(stack: LocalStack) -> str:
         lines.append(f"  next hop        {r['next_hop']}  (--relay)")
     lines += [
         f"  function logs   {_short(r['log_dir'])}/<function>.log",
+        "  concurrency     "
+        + ", ".join(f"{k} {v}" for k, v in sorted(r["concurrency"].items()))
+        + "  (SQS invocations at once, each its own container)",
         f"  AWS (moto)      {r['endpoint_url']}  (table {r['table']}, bucket {r['bucket']})",
         "  sender policy   PERMISSIVE: every caller may send as any domain (local only; a "
         "deployment refuses sender domains no SenderPolicy rule allows)",
@@ -158,6 +171,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     for noisy in ("botocore", "boto3", "urllib3", "werkzeug", "aiosmtpd", "mail.log"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    try:
+        concurrency = parse_concurrency(
+            [os.environ.get("MAILQUEUE_LOCAL_CONCURRENCY", ""), *ns.concurrency]
+        )
+    except ValueError as e:
+        raise SystemExit(f"--concurrency: {e}") from e
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -180,6 +199,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings=_settings(ns.set),
         deploy=ns.deploy,
         strict_limits=ns.strict_limits,
+        concurrency=concurrency,
     )
     stack = LocalStack(options)
     try:

@@ -5,16 +5,19 @@ SQS event, delete the records not listed in `batchItemFailures` (their visibilit
 the handler set it), enforce the function timeout through the context's remaining time.
 
 The rest is what `mailqueue.local.stack` assembles into the local stack: `LocalFunction`
-(one warm container per function: the real `app.handler`, one invocation at a time, its
-output in its own log file through `OutputRouter`), `Loop` (a polling thread that stops
+(a function's warm containers: the real `app.handler`, one invocation per container at a
+time, as many containers as its event source mappings run at once; its output in its own
+log file through `OutputRouter`), `Loop` (a polling thread that stops
 on an event) and `Schedule` (an EventBridge `rate(...)` rule).
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import io
 import logging
+import sys
 import threading
 import time
 import traceback
@@ -23,6 +26,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from types import ModuleType
 from typing import Any, TextIO
 
 Handler = Callable[[dict[str, Any], Any], Any]
@@ -237,56 +241,167 @@ class FunctionSpec:
         return self.physical_name or f"mailqueue-{self.name}"
 
 
-class LocalFunction:
-    """A function's one warm container: the real `app.handler`, one invocation at a time.
+class LockedLog(io.TextIOBase):
+    """A function's log file shared by its containers: one write at a time, so the lines
+    of concurrent invocations never interleave mid-line."""
 
-    Lambda runs one invocation per execution environment; the handlers keep per-container
-    state at module level (functools.cache'd services, Powertools' metric set), so the local
-    runtime serialises invocations of each function with a lock.
-    """
+    def __init__(self, stream: TextIO) -> None:
+        super().__init__()
+        self.stream = stream
+        self._lock = threading.Lock()
 
-    def __init__(self, spec: FunctionSpec, log: TextIO, router: OutputRouter | None) -> None:
-        self.spec = spec
-        self.log = log
-        self.router = router
-        self.lock = threading.Lock()
-        self.invocations = 0
-        self.errors = 0
-        self.busy_seconds = 0.0  # time spent in invocations (the benchmark's utilisation)
-        module = importlib.import_module(spec.module)
+    def write(self, s: str) -> int:
+        with self._lock:
+            return self.stream.write(s)
+
+    def flush(self) -> None:
+        with self._lock:
+            self.stream.flush()
+
+    def writable(self) -> bool:
+        return True
+
+    def isatty(self) -> bool:
+        return False
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]
+        return getattr(self.stream, "encoding", "utf-8")
+
+
+def _load_container(module_name: str, number: int) -> ModuleType:
+    """A container's own copy of the function module: its module-level state
+    (functools.cache'd services, Powertools' Logger/Metrics) belongs to it alone.
+
+    Container 0 is the module as imported; the others are fresh executions of the same
+    file under a private name. Powertools' Metrics share one metric set per process (a
+    class attribute); each copy gets its own, as each Lambda container has its own."""
+    if number == 0:
+        module = importlib.import_module(module_name)
         # a new container: forget services cached by an earlier stack in this process
         for value in vars(module).values():
             clear = getattr(value, "cache_clear", None)
             if callable(clear) and getattr(value, "__module__", None) == module.__name__:
                 clear()
-        self.handler: Handler = getattr(module, spec.attribute)
+        return module
+    found = importlib.util.find_spec(module_name)
+    if found is None or found.origin is None:
+        raise ImportError(f"{module_name} not found")
+    name = f"{module_name}__container{number}"
+    spec = importlib.util.spec_from_file_location(name, found.origin)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses and friends look their module up there
+    spec.loader.exec_module(module)
+    for value in vars(module).values():
+        provider = getattr(value, "provider", None)
+        if provider is not None and isinstance(getattr(value, "metric_set", None), dict):
+            value.metric_set = provider.metric_set = {}
+            value.metadata_set = provider.metadata_set = {}
+            value.dimension_set = provider.dimension_set = dict(provider.dimension_set)
+    return module
+
+
+class _Container:
+    """One execution environment: its own module copy (loaded at its first invocation,
+    a cold start), one invocation at a time."""
+
+    def __init__(self, number: int) -> None:
+        self.number = number
+        self.lock = threading.Lock()
+        self.handler: Handler | None = None
+
+
+class LocalFunction:
+    """A function's warm containers: the real `app.handler`, one invocation per container.
+
+    Lambda runs one invocation per execution environment and as many environments as
+    invocations run at once (an SQS event source mapping up to its MaximumConcurrency);
+    the handlers keep per-container state at module level (functools.cache'd services,
+    Powertools' metric set), so each container here has its own copy of the module and
+    a lock. Direct calls (HTTP routes, schedules, streams) use container 0; an event
+    source mapping gets containers of its own with `container()`.
+    """
+
+    def __init__(self, spec: FunctionSpec, log: TextIO, router: OutputRouter | None) -> None:
+        self.spec = spec
+        self.log: TextIO = log if isinstance(log, LockedLog) else LockedLog(log)  # type: ignore[assignment]
+        self.router = router
+        self.invocations = 0
+        self.errors = 0
+        self.busy_seconds = 0.0  # time spent in invocations (the benchmark's utilisation)
+        self.running = 0  # invocations in progress now
+        self.peak_running = 0  # the most that ever ran at once
+        self._stats = threading.Lock()
+        self._containers = [_Container(0)]
+        self._containers[0].handler = getattr(_load_container(spec.module, 0), spec.attribute)
 
     @property
     def name(self) -> str:
         return self.spec.name
+
+    @property
+    def lock(self) -> threading.Lock:
+        """Container 0's lock (direct calls)."""
+        return self._containers[0].lock
+
+    @property
+    def handler(self) -> Handler:
+        h = self._containers[0].handler
+        assert h is not None
+        return h
+
+    @property
+    def containers(self) -> int:
+        return len(self._containers)
+
+    def container(self) -> Handler:
+        """A new container of this function (its module copy loads at its first call):
+        an event source mapping's poller invokes through it, one invocation at a time."""
+        with self._stats:
+            c = _Container(len(self._containers))
+            self._containers.append(c)
+
+        def invoke(event: dict[str, Any], context: Any = None) -> Any:
+            return self._call(c, event, context)
+
+        return invoke
 
     def context(self) -> LocalContext:
         return LocalContext(self.spec.function_name, self.spec.timeout_seconds, self.spec.memory_mb)
 
     def __call__(self, event: dict[str, Any], context: Any = None) -> Any:
         """Invoke synchronously; an exception is the invocation's error (as Lambda reports)."""
+        return self._call(self._containers[0], event, context)
+
+    def _call(self, c: _Container, event: dict[str, Any], context: Any) -> Any:
         ctx = context if context is not None else self.context()
-        with self.lock:
-            self.invocations += 1
+        with c.lock:
+            with self._stats:
+                self.invocations += 1
+                self.running += 1
+                self.peak_running = max(self.peak_running, self.running)
             started = time.monotonic()
             try:
                 if self.router is None:
-                    return self._invoke(event, ctx)
+                    return self._invoke(c, event, ctx)
                 with self.router.to(self.log):
-                    return self._invoke(event, ctx)
+                    return self._invoke(c, event, ctx)
             finally:
-                self.busy_seconds += time.monotonic() - started
+                with self._stats:
+                    self.running -= 1
+                    self.busy_seconds += time.monotonic() - started
 
-    def _invoke(self, event: dict[str, Any], ctx: Any) -> Any:
+    def _invoke(self, c: _Container, event: dict[str, Any], ctx: Any) -> Any:
         try:
-            return self.handler(event, ctx)
+            if c.handler is None:  # cold start: the module copy is loaded in the invocation
+                c.handler = getattr(
+                    _load_container(self.spec.module, c.number), self.spec.attribute
+                )
+            return c.handler(event, ctx)
         except Exception:
-            self.errors += 1
+            with self._stats:
+                self.errors += 1
             # what Lambda writes to the log group for an unhandled error
             self.log.write(f"[ERROR] invocation {ctx.aws_request_id} failed\n")
             self.log.write(traceback.format_exc())

@@ -7,11 +7,12 @@
    `mailqueue.local.cfn` and template.yaml are there (one source of truth), else
    `mailqueue.aws.resources.create_resources` (the same names, keys and index);
 3. the next hop: the SMTP sink filing mail under ``<var>/mail`` (or ``--relay``);
-4. one warm container per function (`LocalFunction`: the real ``app.handler``, its
-   environment the ``MQ_*`` variables below, its output in ``<var>/logs/<name>.log``);
+4. the functions (`LocalFunction`: the real ``app.handler`` in warm containers, their
+   environment the ``MQ_*`` variables below, their output in ``<var>/logs/<name>.log``);
 5. the triggers: SQS pollers for the delivery and bounce queues (Lambda's batch contract,
-   long polling), the table's stream → the event writer, the sweeper's schedule, and
-   the HTTP API (`ApiGateway`) for ingress and admin.
+   long polling; as many poller threads, each with its own container, as the mapping's
+   MaximumConcurrency or ``concurrency``), the table's stream → the event writer, the
+   sweeper's schedule, and the HTTP API (`ApiGateway`) for ingress and admin.
 
 `stop()` undoes all of it in reverse order, joining every thread it started. One stack
 per process at a time: the functions read their settings from the process environment,
@@ -33,7 +34,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -52,7 +53,7 @@ from .runtime import (
 )
 from .sink import SinkEvent, SinkRules, SmtpSink
 from .streams import StreamPoller, stream_arn_of
-from .wiring import ScheduleTrigger, Wiring, builtin, from_template
+from .wiring import ScheduleTrigger, SqsTrigger, Wiring, builtin, from_template
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +110,10 @@ class StackOptions:
     # DKIM: keys made at start for the demo domain and the host (DSNs), stored in moto;
     # their TXT records are in the READY line ("dkim_txt") and <var>/dkim-records.txt
     dkim: bool = True
+    # concurrent invocations per SQS event source mapping, by function ("delivery": 5;
+    # "*": every function); default: the mapping's ScalingConfig.MaximumConcurrency (the
+    # template's DeliveryMaxConcurrency for delivery), 1 where the template sets none
+    concurrency: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -157,6 +162,7 @@ class LocalStack:
         )
         self._limits: contextlib.ExitStack | None = None
         self.limit_violations = 0
+        self.concurrency: dict[str, int] = {}  # SQS-triggered function -> pollers started
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> LocalStack:
@@ -296,6 +302,7 @@ class LocalStack:
             "bulk_delivery_queue_url": d.bulk_delivery_queue_url if d else None,
             "stream": bool(self.stream_pollers),
             "fast_retries": self.options.fast_retries,
+            "concurrency": dict(self.concurrency),
             "strict_limits": self.options.strict_limits,
             "limit_violations_log": str(self.log_dir / LIMITS_LOG),
             "dkim_txt": self.dkim_txt,
@@ -384,9 +391,10 @@ class LocalStack:
         if o.moto == "thread":
             from moto.server import ThreadedMotoServer
 
-            if o.moto_patch:
-                from .motopatch import install
+            from .motopatch import install, install_atomic_dynamodb
 
+            install_atomic_dynamodb()  # concurrent containers: conditional writes atomic
+            if o.moto_patch:
                 install()  # this process is the stack's own
 
             logging.getLogger("werkzeug").setLevel(logging.WARNING)
@@ -541,21 +549,27 @@ class LocalStack:
         assert d is not None
         w = d.wiring
         fns = self.functions
+        sqs = self._poller_client(w)
         for t in w.sqs:
             fn = fns.get(t.function)
             if fn is None:
                 continue
-            poller = SqsPoller(
-                self.clients.sqs,
-                t.queue_url,
-                fn,
-                function_name=fn.spec.function_name,
-                batch_size=t.batch_size,
-                timeout_seconds=fn.spec.timeout_seconds,
-                wait_seconds=o.poll_wait_seconds,
-                report_batch_item_failures=t.report_batch_item_failures,
-            )
-            self.threads.append(Loop(f"sqs-{t.function}", sqs_step(poller, t.function), self._stop))
+            n = trigger_concurrency(t, o.concurrency)
+            self.concurrency[t.function] = self.concurrency.get(t.function, 0) + n
+            for i in range(n):
+                # one container per concurrent invocation, as Lambda's pollers have
+                poller = SqsPoller(
+                    sqs,
+                    t.queue_url,
+                    fn.container(),
+                    function_name=fn.spec.function_name,
+                    batch_size=t.batch_size,
+                    timeout_seconds=fn.spec.timeout_seconds,
+                    wait_seconds=o.poll_wait_seconds,
+                    report_batch_item_failures=t.report_batch_item_failures,
+                )
+                name = f"sqs-{t.function}" + (f"-{i}" if n > 1 else "")
+                self.threads.append(Loop(name, sqs_step(poller, t.function), self._stop))
         for st in w.streams:
             fn = fns.get(st.function)
             if fn is None or not d.stream_arn:
@@ -616,6 +630,20 @@ class LocalStack:
             access_log=access,
         ).start()
 
+    def _poller_client(self, w: Wiring) -> Any:
+        """One SQS client for every poller thread, its connection pool as large as the
+        number of pollers (each long poll holds a connection)."""
+        import boto3
+        from botocore.config import Config
+
+        total = sum(trigger_concurrency(t, self.options.concurrency) for t in w.sqs)
+        return boto3.session.Session().client(
+            "sqs",
+            endpoint_url=self.endpoint_url,
+            region_name=REGION,
+            config=Config(max_pool_connections=max(10, total + 2), read_timeout=30),
+        )
+
     def _failure_destination(
         self, queue_url: str | None
     ) -> Callable[[dict[str, Any]], None] | None:
@@ -629,10 +657,36 @@ class LocalStack:
         return send
 
 
+def trigger_concurrency(t: SqsTrigger, overrides: Mapping[str, int]) -> int:
+    """Concurrent invocations for one SQS event source mapping locally: the option for
+    its function (or "*"), else the mapping's MaximumConcurrency, else one."""
+    n = overrides.get(t.function, overrides.get("*"))
+    if n is None:
+        n = t.max_concurrency or 1
+    if not 1 <= n <= 1000:
+        raise ValueError(f"concurrency for {t.function} must be within 1..1000, not {n}")
+    return n
+
+
+def parse_concurrency(values: Iterable[str]) -> dict[str, int]:
+    """``["delivery=5", "bounce=2"]`` or ``["5"]`` (every SQS-triggered function) → a
+    `StackOptions.concurrency` mapping; a clear error for anything else."""
+    out: dict[str, int] = {}
+    for raw in values:
+        for part in raw.replace(",", " ").split():
+            name, sep, number = part.rpartition("=")
+            if not number.isdigit() or (sep and not name):
+                raise ValueError(f"concurrency wants FUNCTION=N or N, not {part!r}")
+            out[name or "*"] = int(number)
+    return out
+
+
 # `python -m moto.server` without werkzeug's line per request (errors still logged),
-# optionally with the transaction patch (mailqueue.local.motopatch)
+# DynamoDB one request at a time (conditional writes atomic, as in DynamoDB), optionally
+# with the transaction patch (mailqueue.local.motopatch)
 _MOTO_MAIN = (
     "import logging, os, sys; logging.getLogger('werkzeug').setLevel(logging.WARNING)\n"
+    "from mailqueue.local.motopatch import install_atomic_dynamodb; install_atomic_dynamodb()\n"
     "if os.environ.get('MQ_LOCAL_MOTO_PATCH') == '1':\n"
     "    from mailqueue.local.motopatch import install; install()\n"
     "from moto.server import main; main(sys.argv[1:])"

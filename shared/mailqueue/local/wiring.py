@@ -25,6 +25,9 @@ class SqsTrigger:
     queue_url: str
     batch_size: int = 10
     report_batch_item_failures: bool = False
+    # ScalingConfig.MaximumConcurrency: invocations the mapping runs at once (None: the
+    # template sets none; Lambda then scales to the account's limit, locally one)
+    max_concurrency: int | None = None
 
 
 @dataclass(frozen=True)
@@ -156,13 +159,23 @@ def from_template(
 
 
 def _with_defaults(p: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
-    """Top-level `!Ref <parameter>` values replaced by the parameter's default (the events
-    source's batch size and window are parameters)."""
+    """`!Ref <parameter>` values replaced by the parameter's default (the events source's
+    batch size and window, the delivery mapping's MaximumConcurrency are parameters)."""
     out = dict(p)
     for k, v in p.items():
         if isinstance(v, dict) and set(v) == {"Ref"} and defaults.get(v["Ref"]) is not None:
             out[k] = defaults[v["Ref"]]
+        elif isinstance(v, dict) and k == "ScalingConfig":
+            out[k] = _with_defaults(v, defaults)
     return out
+
+
+def _max_concurrency(p: Mapping[str, Any]) -> int | None:
+    value = (p.get("ScalingConfig") or {}).get("MaximumConcurrency")
+    try:
+        return int(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None  # an expression the defaults do not resolve
 
 
 def _event(
@@ -193,6 +206,7 @@ def _event(
                     url,
                     int(p.get("BatchSize", 10)),
                     "ReportBatchItemFailures" in (p.get("FunctionResponseTypes") or []),
+                    _max_concurrency(p),
                 )
             )
     elif kind == "DynamoDB":
@@ -236,6 +250,7 @@ def _mapping(
                 physical[source],
                 int(p.get("BatchSize", 10)),
                 "ReportBatchItemFailures" in (p.get("FunctionResponseTypes") or []),
+                _max_concurrency(p),
             )
         )
     elif kind == "AWS::DynamoDB::Table" and _attribute(p.get("EventSourceArn")) == "StreamArn":
@@ -254,16 +269,22 @@ BUILTIN_FUNCTIONS: tuple[FunctionSpec, ...] = (
 )
 
 
+DELIVERY_MAX_CONCURRENCY = 20  # the template's DeliveryMaxConcurrency default
+BULK_DELIVERY_MAX_CONCURRENCY = 10  # and BulkDeliveryMaxConcurrency's
+
+
 def builtin(
     delivery_queue_url: str, bounce_queue_url: str, bulk_delivery_queue_url: str = ""
 ) -> Wiring:
     """The template's wiring written out (resources created without CloudFormation)."""
-    bulk = [SqsTrigger("delivery", bulk_delivery_queue_url, 10, True)]
+    bulk = [
+        SqsTrigger("delivery", bulk_delivery_queue_url, 10, True, BULK_DELIVERY_MAX_CONCURRENCY)
+    ]
     return Wiring(
         functions=list(BUILTIN_FUNCTIONS),
         env={"MQ_LEASE_SECONDS": "360", "POWERTOOLS_METRICS_NAMESPACE": "mailqueue"},
         sqs=[
-            SqsTrigger("delivery", delivery_queue_url, 10, True),
+            SqsTrigger("delivery", delivery_queue_url, 10, True, DELIVERY_MAX_CONCURRENCY),
             *(bulk if bulk_delivery_queue_url else []),
             SqsTrigger("bounce", bounce_queue_url, 10, True),
         ],
