@@ -27,6 +27,7 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m bench.run
+	$(PY) -m bench.shaping
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache

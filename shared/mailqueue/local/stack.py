@@ -557,11 +557,11 @@ class LocalStack:
             n = trigger_concurrency(t, o.concurrency)
             self.concurrency[t.function] = self.concurrency.get(t.function, 0) + n
             for i in range(n):
-                # one container per concurrent invocation, as Lambda's pollers have
+                # n pollers: up to n invocations at once, each in a container of its own
                 poller = SqsPoller(
                     sqs,
                     t.queue_url,
-                    fn.container(),
+                    fn.invoke_pooled,
                     function_name=fn.spec.function_name,
                     batch_size=t.batch_size,
                     timeout_seconds=fn.spec.timeout_seconds,

@@ -1,0 +1,334 @@
+"""`make bench` (traffic shaping): a site limited at 20/s, 5 delivery invocations at once.
+
+    .venv/bin/python -m bench.shaping [--mails 1000] [--rate 20] [--concurrency 5]
+                                      [--blocks 1,5] [--no-write]
+
+The local stack (`mailqueue.local.stack`, the real handlers, moto in its own process)
+runs 5 delivery containers polling the queue at once, shaping on, relaying to an
+aiosmtpd peer that plays the provider: it answers 421 4.7.28 (Gmail's text) above
+`--peer-limit` messages in any second or above 10 connections. ``--mails`` one-recipient
+mails to that one site are enqueued (storage.enqueue from 8 threads: faster than the
+limit, so the queue, not the submission, sets the pace), and the run ends when the peer
+has them all. Once per token block size in ``--blocks`` (block 1 = one conditional write
+per mail: the "before"; a larger block takes that many tokens per write).
+
+Measured, as the peer sees it: the send rate (MAIL FROMs let through, first to last, and
+over the middle 80 %), the most in any 1 s window against the limiter's bound (burst +
+rate + one block), the 421 count. Counted with botocore hooks: every AWS request the
+delivery function made, and those of the limiter (UpdateItem / Query on its SITE# item),
+per mail; priced with bench/aws-prices.json (DynamoDB on demand; the site item is well
+under 1 KB: one write unit per UpdateItem, refused conditional writes included, one read
+unit per strongly consistent Query). The section "## Traffic shaping" of
+docs/benchmarks.md is rewritten unless --no-write.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import re
+import tempfile
+import threading
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from bench import cost
+
+ROOT = Path(__file__).resolve().parent.parent
+SECTION = "## Traffic shaping"
+CONCURRENCY = 5
+
+
+@dataclass
+class Result:
+    mails: int
+    rate: float
+    burst: int
+    block: int
+    concurrency: int
+    peer_limit: int
+    delivered: int = 0
+    throttled: int = 0  # the peer's 421s
+    wall_s: float = 0.0
+    enqueue_s: float = 0.0
+    rate_all: float = 0.0
+    rate_mid: float = 0.0
+    max_1s: int = 0
+    peak_connections: int = 0
+    delivery_ops: Counter[str] = field(default_factory=Counter)
+    site_ops: Counter[str] = field(default_factory=Counter)
+    peak_running: int = 0
+
+    @property
+    def bound(self) -> int:
+        """The most the limiter lets out in any second: GCRA's burst + rate, plus one
+        block (tokens taken but not yet used when the window starts)."""
+        return int(self.burst + self.rate + self.block)
+
+    def per_mail(self, c: Counter[str]) -> float:
+        return sum(c.values()) / max(1, self.delivered)
+
+    def shaping_dollars_per_million(self, prices: dict[str, Any]) -> float:
+        d = prices["dynamodb_on_demand"]
+        writes = self.site_ops["dynamodb:UpdateItem"] / max(1, self.delivered)
+        reads = self.site_ops["dynamodb:Query"] / max(1, self.delivered)
+        return (
+            writes * d["write_request_unit_per_million"]
+            + reads * d["read_request_unit_per_million"]
+        )
+
+    def delivery_dollars_per_million(self, prices: dict[str, Any]) -> float:
+        """The delivery function's requests (no Lambda time): DynamoDB by units, SQS and
+        S3 per request; Secrets Manager at its per-10,000 price."""
+        d = prices["dynamodb_on_demand"]
+        total = 0.0
+        for op, n in self.delivery_ops.items():
+            per_mail = n / max(1, self.delivered)
+            if op in ("dynamodb:UpdateItem", "dynamodb:PutItem", "dynamodb:DeleteItem"):
+                total += per_mail * d["write_request_unit_per_million"]
+            elif op == "dynamodb:TransactWriteItems":
+                total += per_mail * 2 * d["write_request_unit_per_million"]
+            elif op.startswith("dynamodb:"):
+                total += per_mail * d["read_request_unit_per_million"]
+            elif op.startswith("sqs:"):
+                total += per_mail * prices["sqs_standard"]["per_million_requests"]
+            elif op == "s3:GetObject":
+                total += per_mail * prices["s3_standard"]["get_per_1000"] * 1000
+            elif op.startswith("s3:"):
+                total += per_mail * prices["s3_standard"]["put_copy_post_list_per_1000"] * 1000
+        return total
+
+
+class _SiteHooks:
+    """Counts the requests on the limiter's SITE# items (botocore hooks, any session)."""
+
+    def __init__(self) -> None:
+        self.ops: Counter[str] = Counter()
+        self.lock = threading.Lock()
+
+    def before(self, model: Any, params: Any, **_: Any) -> None:
+        if model.service_model.service_name != "dynamodb":
+            return
+        pk = (params.get("Key") or {}).get("pk", {}).get("S", "")
+        pk = pk or (params.get("ExpressionAttributeValues") or {}).get(":pk", {}).get("S", "")
+        if str(pk).startswith("SITE#"):
+            with self.lock:
+                self.ops[f"dynamodb:{model.name}"] += 1
+
+    def install(self) -> None:
+        from botocore import handlers as builtin
+
+        builtin.BUILTIN_HANDLERS.append(("before-parameter-build.dynamodb.*", self.before))
+
+    def remove(self) -> None:
+        from botocore import handlers as builtin
+
+        builtin.BUILTIN_HANDLERS.remove(("before-parameter-build.dynamodb.*", self.before))
+
+
+def max_in_window(times: list[float], seconds: float) -> int:
+    times = sorted(times)
+    best, j = 0, 0
+    for i, t in enumerate(times):
+        while times[j] <= t - seconds:
+            j += 1
+        best = max(best, i - j + 1)
+    return best
+
+
+def _content(i: int) -> bytes:
+    return (
+        (
+            f"From: bench@example.org\r\nTo: r@shaped.example\r\nSubject: shaping {i}\r\n"
+            f"Message-ID: <shaping-{i}-{time.time_ns()}@example.org>\r\n\r\n"
+        ).encode()
+        + b"x" * 900
+        + b"\r\n"
+    )
+
+
+def measure(
+    mails: int = 1000,
+    rate: float = 20.0,
+    burst: int = 10,
+    block: int = 5,
+    concurrency: int = CONCURRENCY,
+    peer_limit: int = 40,
+    timeout: float = 600.0,
+) -> Result:
+    from mailqueue.aws.backend import AwsStorage
+    from mailqueue.aws.clients import make_clients
+    from mailqueue.config import StorageSettings, settings_from_env
+    from mailqueue.local.stack import LocalStack, StackOptions
+    from mailqueue.model import Envelope, Recipient
+
+    from tests.support.smtp_peers import Behaviour, smtp_sink
+
+    res = Result(mails, rate, burst, block, concurrency, peer_limit)
+    rules = {
+        "version": 1,
+        "default": {
+            "max_connections": 10,
+            "rates": [{"messages": int(rate), "per": "1s", "burst": burst}],
+            "block": block,
+        },
+    }
+    run = cost.Run(mails=mails)
+    hooks = cost._Hooks(run)
+    site = _SiteHooks()
+    peer_b = Behaviour(rate_limit=(peer_limit, 1.0), max_connections=10)
+    with tempfile.TemporaryDirectory(prefix="mq-shaping-") as tmp, smtp_sink(peer_b) as peer:
+        options = StackOptions(
+            var_dir=Path(tmp),
+            api_port=0,
+            relay=f"127.0.0.1:{peer.port}",
+            deploy="direct",
+            sweep_interval=3600.0,
+            concurrency={"delivery": concurrency},
+            settings={
+                "MQ_SHAPING": "true",
+                "MQ_SHAPING_RULES": json.dumps(rules),
+                "MQ_DKIM_DOMAINS": "{}",
+            },
+        )
+        site.install()
+        try:
+            with hooks.installed(), LocalStack(options) as stack:
+                fn = stack.functions["delivery"]
+                fn.handler = cost._wrap("delivery", fn.handler, run.cpu_s)
+                ss = settings_from_env(StorageSettings)
+                storage = AwsStorage(
+                    ss, make_clients(region=ss.region, endpoint_url=ss.endpoint_url)
+                )
+                t0 = time.monotonic()
+
+                def enqueue(i: int) -> None:
+                    env = Envelope("bench@example.org", (Recipient("r0", f"m{i}@shaped.example"),))
+                    storage.enqueue(env, _content(i))
+
+                with ThreadPoolExecutor(8) as pool:
+                    list(pool.map(enqueue, range(mails)))
+                res.enqueue_s = time.monotonic() - t0
+                deadline = t0 + timeout
+                while len(peer.messages) < mails and time.monotonic() < deadline:
+                    time.sleep(0.25)
+                res.wall_s = time.monotonic() - t0
+                res.peak_running = fn.peak_running
+        finally:
+            site.remove()
+        times = sorted(peer.accepted_at)
+        res.delivered = len(peer.messages)
+        res.throttled = peer.throttled
+        res.peak_connections = peer.peak_connections
+        if len(times) > 1:
+            res.rate_all = (len(times) - 1) / (times[-1] - times[0])
+            lo, hi = int(len(times) * 0.1), int(len(times) * 0.9)
+            res.rate_mid = (hi - lo) / (times[hi] - times[lo])
+        res.max_1s = max_in_window(times, 1.0)
+    res.delivery_ops = run.ops("delivery")
+    res.site_ops = site.ops
+    return res
+
+
+def markdown(results: list[Result], command: str) -> list[str]:
+    prices = cost.PRICES
+    r0 = results[0]
+    lines = [
+        SECTION,
+        "",
+        f"{r0.mails:,} one-recipient mails to one site limited at {r0.rate:g}/s, "
+        f"{r0.concurrency} delivery invocations at once (the local stack's concurrent "
+        "runtime: 5 containers polling the queue), shaping on, relayed to an aiosmtpd peer "
+        f"that answers `421 4.7.28` (Gmail's text) above {r0.peer_limit} messages in any "
+        "second or above 10 connections. The queue was filled from 8 threads faster than "
+        "the limit (enqueue time below), so the limiter sets the pace. Rates are as the "
+        "peer saw them (its MAIL FROM times). Requests counted with botocore hooks; "
+        "priced with bench/aws-prices.json (DynamoDB on demand).",
+        "",
+        "| token block | burst | delivered | send rate (all / middle 80 %) | within ±10 % of "
+        f"{r0.rate:g}/s | most in any 1 s (bound) | 421s | limiter requests per mail "
+        "(UpdateItem + Query) | limiter $ per million mails | delivery requests per mail | "
+        "delivery requests $ per million | wall (enqueue) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        ok = abs(r.rate_mid - r.rate) <= 0.1 * r.rate and abs(r.rate_all - r.rate) <= 0.1 * r.rate
+        lines.append(
+            f"| {r.block} | {r.burst} | {r.delivered:,}/{r.mails:,} | "
+            f"**{r.rate_all:.1f}/s** / {r.rate_mid:.1f}/s | {'yes' if ok else 'NO'} | "
+            f"{r.max_1s} ({r.bound}) | **{r.throttled}** | "
+            f"{r.per_mail(r.site_ops):.2f} ({r.site_ops['dynamodb:UpdateItem'] / max(1, r.delivered):.2f}"
+            f" + {r.site_ops['dynamodb:Query'] / max(1, r.delivered):.2f}) | "
+            f"${r.shaping_dollars_per_million(prices):.2f} | "
+            f"{r.per_mail(r.delivery_ops):.1f} | ${r.delivery_dollars_per_million(prices):.2f} | "
+            f"{r.wall_s:.0f} s ({r.enqueue_s:.0f} s) |"
+        )
+    last = results[-1]
+    lines += [
+        "",
+        "Delivery's requests per mail with shaping on (last row), by operation: "
+        + ", ".join(
+            f"{op} {n / max(1, last.delivered):.2f}" for op, n in sorted(last.delivery_ops.items())
+        )
+        + ". The limiter's requests are part of these; the other requests are the delivery "
+        "path's own (claim, content, record, trigger) and are the same with shaping off. "
+        "Lambda time, ingress and the event log are priced by the cost model above.",
+        "",
+        f"_Run {datetime.now():%Y-%m-%d %H:%M} on {platform.machine()}, "
+        f"{platform.python_version()}: `{command}`._",
+        "",
+    ]
+    return lines
+
+
+def write_section(lines: list[str]) -> None:
+    path = ROOT / "docs" / "benchmarks.md"
+    text = path.read_text()
+    block = "\n".join(lines).rstrip() + "\n\n"
+    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
+    text = (
+        pattern.sub(lambda _: block, text)
+        if pattern.search(text)
+        else text.rstrip() + "\n\n" + block
+    )
+    path.write_text(text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.shaping", description=__doc__.split("\n")[0])
+    p.add_argument("--mails", type=int, default=1000)
+    p.add_argument("--rate", type=float, default=20.0)
+    p.add_argument("--burst", type=int, default=10)
+    p.add_argument("--blocks", default="1,5", help="token block sizes to compare")
+    p.add_argument("--concurrency", type=int, default=CONCURRENCY)
+    p.add_argument("--peer-limit", type=int, default=40)
+    p.add_argument("--no-write", action="store_true", help="print, do not touch the docs")
+    ns = p.parse_args(argv)
+    results = []
+    for block in (int(b) for b in ns.blocks.split(",")):
+        r = measure(ns.mails, ns.rate, ns.burst, block, ns.concurrency, ns.peer_limit)
+        print(
+            f"block {block}: {r.delivered}/{r.mails} delivered, {r.rate_all:.2f}/s "
+            f"(middle {r.rate_mid:.2f}/s), max {r.max_1s} in 1 s (bound {r.bound}), "
+            f"{r.throttled} x 421, limiter {dict(r.site_ops)}, "
+            f"delivery {r.per_mail(r.delivery_ops):.1f} requests/mail, peak running "
+            f"{r.peak_running}, wall {r.wall_s:.0f} s (enqueue {r.enqueue_s:.0f} s)",
+            flush=True,
+        )
+        results.append(r)
+    command = "python -m bench.shaping " + " ".join(argv or [])
+    lines = markdown(results, command.strip())
+    print("\n".join(lines))
+    if not ns.no_write:
+        write_section(lines)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
