@@ -119,3 +119,25 @@ def test_slowdown_halves_the_rate_and_suspension_refuses_until_it_ends() -> None
     r = admit(s, 60, LIM, holder="a", tokens=1, slot_lease=30, need_slot=False)
     assert not r.allowed and r.reason == "suspended" and r.wait == 60
     assert admit(s, 121, LIM, holder="a", tokens=1, slot_lease=30, need_slot=False).allowed
+
+
+@given(
+    st.integers(1, 50),
+    st.integers(1, 40),
+    st.floats(min_value=0.05, max_value=1.0),
+    st.integers(1, 20),
+)
+def test_a_slowed_down_site_from_rest_grants_no_more_than_its_scaled_burst(
+    messages: int, burst: int, scale: float, ask: int
+) -> None:
+    """After a suspension the bucket is full: what leaves at once is the burst scaled
+    down with the rate (at least one), never the configured burst."""
+    lim = Limits(rates=(Rate(messages, 1.0, burst),), recover_after=3600)
+    state, now, granted = SiteState(scale=scale, scaled_at=1e9), 1e9 + 1, 0
+    for _ in range(burst + 2):
+        a = admit(state, now, lim, holder="a", tokens=ask, slot_lease=30, need_slot=False)
+        if not a.allowed:
+            break
+        granted += a.tokens
+        state = a.state
+    assert 1 <= granted <= max(1, int(burst * scale + 1e-6))
