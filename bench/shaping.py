@@ -78,7 +78,7 @@ class Result:
         d = prices["dynamodb_on_demand"]
         writes = self.site_ops["dynamodb:UpdateItem"] / max(1, self.delivered)
         reads = self.site_ops["dynamodb:Query"] / max(1, self.delivered)
-        return (
+        return float(
             writes * d["write_request_unit_per_million"]
             + reads * d["read_request_unit_per_million"]
         )
@@ -161,6 +161,7 @@ def measure(
     concurrency: int = CONCURRENCY,
     peer_limit: int = 40,
     timeout: float = 600.0,
+    shaping: bool = True,
 ) -> Result:
     from mailqueue.aws.backend import AwsStorage
     from mailqueue.aws.clients import make_clients
@@ -182,7 +183,8 @@ def measure(
     run = cost.Run(mails=mails)
     hooks = cost._Hooks(run)
     site = _SiteHooks()
-    peer_b = Behaviour(rate_limit=(peer_limit, 1.0), max_connections=10)
+    # shaping off: the machine's own ceiling (the peer takes everything)
+    peer_b = Behaviour(rate_limit=(peer_limit, 1.0) if shaping else None, max_connections=10)
     with tempfile.TemporaryDirectory(prefix="mq-shaping-") as tmp, smtp_sink(peer_b) as peer:
         options = StackOptions(
             var_dir=Path(tmp),
@@ -192,7 +194,7 @@ def measure(
             sweep_interval=3600.0,
             concurrency={"delivery": concurrency},
             settings={
-                "MQ_SHAPING": "true",
+                "MQ_SHAPING": "true" if shaping else "false",
                 "MQ_SHAPING_RULES": json.dumps(rules),
                 "MQ_DKIM_DOMAINS": "{}",
             },
@@ -236,7 +238,7 @@ def measure(
     return res
 
 
-def markdown(results: list[Result], command: str) -> list[str]:
+def markdown(results: list[Result], command: str, ceiling: Result | None = None) -> list[str]:
     prices = cost.PRICES
     r0 = results[0]
     lines = [
@@ -270,6 +272,15 @@ def markdown(results: list[Result], command: str) -> list[str]:
             f"{r.wall_s:.0f} s ({r.enqueue_s:.0f} s) |"
         )
     last = results[-1]
+    if ceiling is not None:
+        lines += [
+            "",
+            f"The same {ceiling.mails:,} mails with shaping off (no limit, the peer takes "
+            f"everything): **{ceiling.rate_all:.1f}/s** (middle 80 %: "
+            f"{ceiling.rate_mid:.1f}/s), {ceiling.per_mail(ceiling.delivery_ops):.1f} "
+            "delivery requests per mail: what this machine delivers through moto at all. "
+            "A limit above that cannot be the constraint.",
+        ]
     lines += [
         "",
         "Delivery's requests per mail with shaping on (last row), by operation: "
@@ -309,8 +320,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--concurrency", type=int, default=CONCURRENCY)
     p.add_argument("--peer-limit", type=int, default=40)
     p.add_argument("--no-write", action="store_true", help="print, do not touch the docs")
+    p.add_argument(
+        "--ceiling", action="store_true", help="also a run with shaping off: this machine's rate"
+    )
     ns = p.parse_args(argv)
     results = []
+    ceiling: Result | None = None
+    if ns.ceiling:
+        ceiling = measure(
+            ns.mails, ns.rate, ns.burst, 1, ns.concurrency, ns.peer_limit, shaping=False
+        )
+        print(
+            f"shaping off: {ceiling.delivered}/{ceiling.mails} delivered, "
+            f"{ceiling.rate_all:.2f}/s (middle {ceiling.rate_mid:.2f}/s), "
+            f"wall {ceiling.wall_s:.0f} s",
+            flush=True,
+        )
     for block in (int(b) for b in ns.blocks.split(",")):
         r = measure(ns.mails, ns.rate, ns.burst, block, ns.concurrency, ns.peer_limit)
         print(
@@ -323,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         results.append(r)
     command = "python -m bench.shaping " + " ".join(argv or [])
-    lines = markdown(results, command.strip())
+    lines = markdown(results, command.strip(), ceiling)
     print("\n".join(lines))
     if not ns.no_write:
         write_section(lines)

@@ -586,6 +586,7 @@ class _Block:
 
 
 _WRITE_RETRIES = 8
+_READ_FIRST = 10.0  # seconds after a refused write during which a write is preceded by a read
 
 
 class Shaper:
@@ -610,6 +611,9 @@ class Shaper:
         self._suspended: dict[str, float] = {}
         self._slots: dict[tuple[str, str], float] = {}  # (site, holder) -> lease end
         self._known: dict[str, SiteState] = {}  # last state seen: the next write tries it
+        self._conflict_at: dict[str, float] = {}  # last refused write per site
+        self._pace: dict[str, tuple[float, float]] = {}  # site -> (last, mean use time)
+        self._permit_at: dict[str, float] = {}  # site -> when the last permit was given
         self._rng = random.Random()
 
     @staticmethod
@@ -630,8 +634,35 @@ class Shaper:
     def limits(self, site: str) -> Limits:
         return self.rules.limits_for(site)
 
+    def _note_pace(self, site: str, now: float) -> None:
+        """This container's mean time from a permit to its next request for the site:
+        how long it takes to use a token (waiting for budget does not count)."""
+        permitted = self._permit_at.pop(site, None)
+        if permitted is None:
+            return
+        step = min(now - permitted, 3600.0)
+        gap = self._pace.get(site, (0.0, 0.0))[1]
+        self._pace[site] = (now, step if not gap else 0.7 * gap + 0.3 * step)
+
+    def _want(self, site: str, limits: Limits, messages: int, now: float) -> int:
+        """Tokens to take in one write: a block, but no more than this container uses
+        before the block expires (block_ttl). A worker that sends one message a second
+        against a 20/s site would otherwise drop most of every block: a write per
+        message anyway, and the dropped tokens hold the whole site below its rate."""
+        if not limits.rates:
+            return 0
+        gap = self._pace.get(site, (0.0, 0.0))[1]
+        usable = int(limits.block_ttl / gap) if gap > 0 else limits.block_size
+        return max(messages, min(limits.block_size, usable))
+
     # -- admission
     def admit(self, site: str, holder: str, messages: int) -> Permit | Wait:
+        got = self._admit(site, holder, messages)
+        if isinstance(got, Permit):
+            self._permit_at[site] = self.clock()
+        return got
+
+    def _admit(self, site: str, holder: str, messages: int) -> Permit | Wait:
         limits = self.limits(site)
         now = self.clock()
         until = self._suspended.get(site, 0.0)
@@ -641,6 +672,7 @@ class Shaper:
             return Permit(site, limits)
         messages = max(1, min(messages, limits.block_size if limits.rates else messages))
         has_slot = limits.max_connections is None or self._slots.get((site, holder), 0.0) > now + 5
+        self._note_pace(site, now)
         block = self._blocks.get(site)
         if block is not None and block.expires <= now:
             block = self._blocks.pop(site)
@@ -649,8 +681,10 @@ class Shaper:
             if block is not None:
                 block.tokens -= messages
             return Permit(site, limits)
-        want = max(messages, limits.block_size) if limits.rates else 0
+        want = self._want(site, limits, messages, now)
         cached = self._known.get(site)
+        # others write this site: before writing, a read (1 RRU) beats a refused write (1 WRU)
+        read_first = now - self._conflict_at.get(site, -1e18) < _READ_FIRST
         fresh = cached is None
         state = cached or self.store.load(site)
         for _ in range(_WRITE_RETRIES):
@@ -664,6 +698,9 @@ class Shaper:
                 slot_lease=self.slot_lease,
                 need_slot=not has_slot,
             )
+            if a.allowed and not fresh and read_first:
+                state, fresh = self.store.load(site), True
+                continue
             if not a.allowed and not fresh and a.reason == "connections":
                 # never refuse a slot on what we saw last time (one may be free by now);
                 # a stale TAT or suspension only errs towards allowing, the write decides
@@ -687,7 +724,7 @@ class Shaper:
                     self._blocks[site] = _Block(max(0, a.tokens - messages), now + limits.block_ttl)
                 return Permit(site, limits)
             state, fresh = current, True  # someone else wrote: decide again on theirs
-            want = max(messages, limits.block_size) if limits.rates else 0
+            self._conflict_at[site] = now
         return Wait(site, limits.connection_wait, "contention")
 
     def release(self, site: str, holder: str) -> None:
