@@ -376,6 +376,9 @@ class _Handler:
             return b.mail_reply
         if b.rate_limit is not None and not self.peer._take_rate(*b.rate_limit):
             return b.throttle_reply
+        if b.rate_limit is None:
+            with self.peer._lock:
+                self.peer.accepted_at.append(time.monotonic())
         envelope.mail_from = address
         envelope.mail_options.extend(mail_options)
         self.smtp._rcpt_args = {}
@@ -451,7 +454,7 @@ class SmtpPeer:
         self._in_data = 0
         self.peak_transactions = 0  # most final dots awaiting their reply at once (data_delay)
         self.throttled = 0  # throttle replies sent (rate_limit / max_connections)
-        self.accepted_at: list[float] = []  # monotonic times of the MAIL FROMs let through
+        self.accepted_at: list[float] = []  # monotonic times of the MAIL FROMs accepted
 
     def _throttle(self) -> None:
         with self._lock:

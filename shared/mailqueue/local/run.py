@@ -126,8 +126,8 @@ def banner(stack: LocalStack) -> str:
     lines += [
         f"  function logs   {_short(r['log_dir'])}/<function>.log",
         "  concurrency     "
-        + ", ".join(f"{k} {v}" for k, v in sorted(r["concurrency"].items()))
-        + "  (SQS invocations at once, each its own container)",
+        + ", ".join(f"{k} {'+'.join(map(str, v))}" for k, v in sorted(r["concurrency"].items()))
+        + "  (invocations at once per SQS mapping, each in its own container)",
         f"  AWS (moto)      {r['endpoint_url']}  (table {r['table']}, bucket {r['bucket']})",
         "  sender policy   PERMISSIVE: every caller may send as any domain (local only; a "
         "deployment refuses sender domains no SenderPolicy rule allows)",

@@ -162,7 +162,8 @@ class LocalStack:
         )
         self._limits: contextlib.ExitStack | None = None
         self.limit_violations = 0
-        self.concurrency: dict[str, int] = {}  # SQS-triggered function -> pollers started
+        # SQS-triggered function -> pollers started for each of its event source mappings
+        self.concurrency: dict[str, list[int]] = {}
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> LocalStack:
@@ -302,7 +303,7 @@ class LocalStack:
             "bulk_delivery_queue_url": d.bulk_delivery_queue_url if d else None,
             "stream": bool(self.stream_pollers),
             "fast_retries": self.options.fast_retries,
-            "concurrency": dict(self.concurrency),
+            "concurrency": {k: list(v) for k, v in self.concurrency.items()},
             "strict_limits": self.options.strict_limits,
             "limit_violations_log": str(self.log_dir / LIMITS_LOG),
             "dkim_txt": self.dkim_txt,
@@ -555,7 +556,7 @@ class LocalStack:
             if fn is None:
                 continue
             n = trigger_concurrency(t, o.concurrency)
-            self.concurrency[t.function] = self.concurrency.get(t.function, 0) + n
+            self.concurrency.setdefault(t.function, []).append(n)
             for i in range(n):
                 # n pollers: up to n invocations at once, each in a container of its own
                 poller = SqsPoller(
