@@ -23,6 +23,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from mailqueue.aws.compose import delivery_service
 from mailqueue.delivery import DeliveryService, DeliverySettings
 from mailqueue.local.runtime import LocalContext, sqs_event
 from mailqueue.model import Envelope, Recipient
@@ -142,7 +143,7 @@ def main() -> None:
             routes = json.dumps(
                 {"default": {"next_hop": f"[127.0.0.1]:{peer.port}", "tls": "none"}}
             )
-            svc = DeliveryService(
+            svc = delivery_service(
                 DeliverySettings(hostname="bench.test", routes=routes), env.storage()
             )
             results: dict[int, list[float]] = {}

@@ -14,6 +14,7 @@ from aws_lambda_powertools.utilities.batch import (
 )
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
+from mailqueue.aws.compose import bounce_service_from_env
 from mailqueue.bounce import BounceService, BounceStats, parse_ref
 from mailqueue.xray import LazyTracer
 
@@ -24,7 +25,7 @@ metrics = Metrics(namespace="mailqueue", service="bounce")
 
 @functools.cache
 def default_service() -> BounceService:
-    return BounceService.from_env()
+    return bounce_service_from_env()
 
 
 def handle(event: dict[str, Any], context: LambdaContext, service: BounceService) -> Any:

@@ -14,6 +14,7 @@ from aws_lambda_powertools.utilities.batch import (
 )
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
+from mailqueue.aws.compose import delivery_service_from_env
 from mailqueue.delivery import DeliveryService
 from mailqueue.secrets import powertools_credentials
 from mailqueue.smtp import lambda_deadline
@@ -26,8 +27,8 @@ metrics = Metrics(namespace="mailqueue", service="delivery")
 
 @functools.cache
 def default_service() -> DeliveryService:
-    """Built once per container, on first use (never at import)."""
-    return DeliveryService.from_env(credentials=powertools_credentials)
+    """Built once per container, on first use (never at import): the AWS adapters."""
+    return delivery_service_from_env(credentials=powertools_credentials)
 
 
 def handle(event: dict[str, Any], context: LambdaContext, service: DeliveryService) -> Any:

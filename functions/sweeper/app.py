@@ -8,6 +8,7 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
+from mailqueue.aws.compose import sweeper_from_env
 from mailqueue.sweeper import Sweeper
 from mailqueue.xray import LazyTracer
 
@@ -18,7 +19,7 @@ metrics = Metrics(namespace="mailqueue", service="sweeper")
 
 @functools.cache
 def default_sweeper() -> Sweeper:
-    return Sweeper.from_env()
+    return sweeper_from_env()
 
 
 def handle(event: dict[str, Any], context: LambdaContext, sweeper: Sweeper) -> dict[str, Any]:

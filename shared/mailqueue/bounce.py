@@ -16,8 +16,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from .aws.backend import AwsStorage
-from .config import ConfigError, StorageSettings, settings_from_env
+from .config import ConfigError
 from .dsn import (
     DEFAULT_MAX_RETURNED,
     Action,
@@ -28,6 +27,7 @@ from .dsn import (
 )
 from .errors import Conflict, NotFound, PoisonMessage
 from .model import PRIORITY_TAG, Envelope, Group, GroupState, MailRef, Recipient, utcnow
+from .storage import QueueStorage
 
 log = logging.getLogger(__name__)
 
@@ -65,21 +65,13 @@ class BounceService:
     def __init__(
         self,
         settings: BounceSettings,
-        storage: AwsStorage,
+        storage: QueueStorage,
         *,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self.settings = settings
         self.storage = storage
         self.clock = clock
-
-    @classmethod
-    def from_env(cls) -> BounceService:
-        from .aws.clients import make_clients
-
-        ss = settings_from_env(StorageSettings)
-        clients = make_clients(region=ss.region, endpoint_url=ss.endpoint_url)
-        return cls(settings_from_env(BounceSettings), AwsStorage(ss, clients))
 
     def handle_mail(self, mail_id: str, stats: BounceStats | None = None) -> BounceStats:
         stats = stats or BounceStats()

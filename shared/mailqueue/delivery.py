@@ -21,10 +21,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from botocore.exceptions import BotoCoreError
-
-from .aws.backend import AwsStorage
-from .config import ConfigError, StorageSettings, settings_from_env
+from .config import ConfigError, settings_from_env
 from .dkim import (
     DkimConfig,
     DkimError,
@@ -32,7 +29,6 @@ from .dkim import (
     KeySource,
     KeyUnavailable,
     Unsignable,
-    powertools_key_source,
     wire_form,
 )
 from .dkim import header_from_domain as dkim_from_domain
@@ -40,6 +36,7 @@ from .errors import LeaseLost, MailqueueError, NotFound, PoisonMessage
 from .model import Claim, Group, MailRef, Result, utcnow
 from .mtasts import Mode, MtaSts, explain
 from .policy import RetryPolicy, backoff, delay_warning_due, expired
+from .ports import DeliveryPorts
 from .routing import (
     CredentialsProvider,
     EgressGuard,
@@ -52,6 +49,7 @@ from .routing import (
 )
 from .shaping import Permit, Shaper, check_transaction_limits, load_rules, reclassified
 from .smtp import ConnectionPool, DeliveryOutcome, SmtpClient, Timeouts
+from .storage import QueueStorage
 from .suppression import (
     DEFAULT_STATUSES,
     DEFAULT_TTL_DAYS,
@@ -196,13 +194,18 @@ class Stats:
 
 
 class DeliveryService:
-    """Built once per container: settings, storage, routing table, resolver."""
+    """Built once per container: settings, storage, routing table, resolver.
+
+    Stands on the storage protocol and `ports` (triggers and the stores below); the
+    composition roots choose the adapters (`mailqueue.aws.compose` on AWS,
+    `mailqueue.inprocess` in one process)."""
 
     def __init__(
         self,
         settings: DeliverySettings,
-        storage: AwsStorage,
+        storage: QueueStorage,
         *,
+        ports: DeliveryPorts,
         resolver: dns.resolver.Resolver | None = None,
         credentials: CredentialsProvider | None = None,
         dkim_keys: KeySource | None = None,
@@ -222,6 +225,8 @@ class DeliveryService:
             else None
         )
         self.storage = storage
+        self.ports = ports
+        self.triggers = ports.triggers
         self.routes = settings.routing_table()
         self.policy = settings.retry_policy()
         self.resolver = resolver or settings.resolver()
@@ -232,11 +237,11 @@ class DeliveryService:
         self.timeouts = timeouts
         self.mta_sts: MtaSts | None = None
         if settings.mta_sts:
-            from .aws.mtasts_cache import DynamoPolicyCache
-
+            if ports.mta_sts_cache is None:
+                raise ConfigError("mta_sts is on but no MTA-STS policy cache was given")
             self.mta_sts = MtaSts(
                 self.resolver,
-                DynamoPolicyCache(storage.c.dynamodb, storage.s.table),
+                ports.mta_sts_cache,
                 ca_file=settings.mta_sts_ca_file or None,
                 https_port=settings.mta_sts_port,
                 clock=clock,
@@ -245,50 +250,27 @@ class DeliveryService:
         self.suppress_statuses = parse_statuses(settings.suppression_statuses)
         self.suppression: SuppressionStore | None = None
         if self.suppress_statuses:
-            from .aws.suppression_store import DynamoSuppressionStore
-
-            self.suppression = DynamoSuppressionStore(storage.c.dynamodb, storage.s.table)
-        from .aws.suspension_store import DynamoSuspensionStore
-
+            if ports.suppression is None:
+                raise ConfigError("suppression_statuses are set but no suppression store given")
+            self.suppression = ports.suppression
         self.suspensions = SuspensionCache(
-            DynamoSuspensionStore(storage.c.dynamodb, storage.s.table),
+            ports.suspensions,
             settings.suspension_refresh_seconds,
             clock=lambda: self.clock().timestamp(),
         )
         self.shaper: Shaper | None = None
         if settings.shaping:
-            from .aws.shaping_store import DynamoShapingStore
-
+            if ports.shaping is None:
+                raise ConfigError("shaping is on but no shaping store was given")
             rules, backoff_rules = load_rules(settings.shaping_rules, settings.backoff_rules)
-            check_transaction_limits(rules, storage.s.group_recipient_limit)
+            check_transaction_limits(rules, storage.group_recipient_limit)
             self.shaper = Shaper(
                 rules,
                 backoff_rules,
-                DynamoShapingStore(storage.c.dynamodb, storage.s.table),
+                ports.shaping,
                 slot_lease=float(settings.lease_seconds),
                 clock=lambda: self.clock().timestamp(),
             )
-
-    @classmethod
-    def from_env(
-        cls, credentials: CredentialsProvider | None = None, dkim_keys: KeySource | None = None
-    ) -> DeliveryService:
-        from .aws.clients import make_clients
-
-        storage_settings = settings_from_env(StorageSettings)
-        clients = make_clients(
-            region=storage_settings.region, endpoint_url=storage_settings.endpoint_url
-        )
-        if dkim_keys is None:
-            # DKIM keys through Powertools (cached per container); with an endpoint (the
-            # local stack) its clients go there too
-            dkim_keys = powertools_key_source(**key_clients(storage_settings))
-        return cls(
-            DeliverySettings.from_env(),
-            AwsStorage(storage_settings, clients),
-            credentials=credentials,
-            dkim_keys=dkim_keys,
-        )
 
     @contextmanager
     def invocation(self, time_left: Callable[[], float] | None = None) -> Iterator[Invocation]:
@@ -322,12 +304,13 @@ class Invocation:
 
     # -------------------------------------------------------------- per record
     def handle(self, body: str, receipt_handle: str | None, source: str | None = None) -> str:
-        """Process one trigger; returns what happened (for logs and tests). `source`: the
-        record's eventSourceARN (transactional or bulk queue: where its receipt is valid)."""
+        """Process one trigger; returns what happened (for logs and tests). `source`: where
+        the record came from (an eventSourceARN on AWS: the transactional or the bulk queue,
+        where its receipt is valid; the triggers port names the queue)."""
         ref = parse_trigger(body)
         st = self.svc.storage
         now = self.svc.clock()
-        queue = st.s.queue_for_source(source)
+        queue = self.svc.triggers.queue_of(source)  # where this receipt is valid
         claim = st.send_start(
             ref, now, lease_seconds=self.svc.settings.lease_seconds, receipt_handle=receipt_handle
         )
@@ -337,7 +320,7 @@ class Invocation:
                 self.stats.rearmed += 1
                 if receipt_handle:
                     wait = int((claim.next_attempt_at - now).total_seconds()) + 1
-                    st.rearm(receipt_handle, wait, queue_url=queue)
+                    self.svc.triggers.rearm(receipt_handle, wait, queue=queue)
                     raise KeepMessage(f"not due for {wait}s")
                 return "not_due"
             self.stats.lost_claims += 1
@@ -507,7 +490,7 @@ class Invocation:
         content, still whole, to send."""
         try:
             head, stream = peek_header(content)
-        except (OSError, ValueError, BotoCoreError) as exc:  # S3 stream: as the SMTP client
+        except (OSError, ValueError) as exc:  # a content stream's errors, as the SMTP client
             close = getattr(content, "close", None)
             if close is not None:
                 close()
@@ -533,7 +516,7 @@ class Invocation:
             return None
         try:
             data = content.read()
-        except (OSError, ValueError, BotoCoreError) as exc:
+        except (OSError, ValueError) as exc:
             return Result(0, "4.3.0", f"cannot read message content: {type(exc).__name__}")
         finally:
             content.close()
@@ -653,20 +636,6 @@ class Invocation:
             return
         self.stats.extra["Suppressed"] = self.stats.extra.get("Suppressed", 0) + len(entries)
         log.info("suppressed", extra={"mail_id": group.mail_id, "count": len(entries)})
-
-
-def key_clients(storage: StorageSettings) -> dict[str, Any]:
-    """Secrets Manager and SSM clients for an explicit endpoint; none (Powertools' own) in AWS."""
-    if not storage.endpoint_url:
-        return {}
-    import boto3
-
-    return {
-        f"{name}_client": boto3.client(
-            service, region_name=storage.region, endpoint_url=storage.endpoint_url
-        )
-        for name, service in (("secrets", "secretsmanager"), ("ssm", "ssm"))
-    }
 
 
 def parse_trigger(body: str) -> MailRef:

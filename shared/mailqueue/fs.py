@@ -8,7 +8,9 @@ Every file is written to a temporary name, fsynced and renamed into place (atomi
 filesystem), and the directory is fsynced: after a crash each file is either the old or
 the new version. A group is changed only under an exclusive `flock` on its lock file, so
 a claim is a real compare-and-set between processes. Order of enqueue is content →
-groups → mail.json (the commit point), as qmail's mess → intd → todo.
+groups → mail.json (the commit point), as qmail's mess → intd → todo. Triggers and the
+bounce hand-off are the ports of `mailqueue.ports` (in one process: `mailqueue.inprocess`);
+without them a local worker polls `list_queue`.
 """
 
 from __future__ import annotations
@@ -24,10 +26,10 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from . import transitions
-from .errors import Conflict, InvalidInput, LeaseLost, NotFound
+from .errors import Conflict, InvalidInput, LeaseLost, MailqueueError, NotFound
 from .model import (
     Attempt,
     Claim,
@@ -45,11 +47,15 @@ from .model import (
     from_iso,
     mail_id_for_key,
     new_mail_id,
+    priority_of,
     to_iso,
     utcnow,
 )
 from .storage import ClaimRefused, InflightMail, PendingCleanup, Transition
 from .transitions import envelope_digest
+
+if TYPE_CHECKING:
+    from .ports import BounceHandoff, Triggers
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
@@ -73,7 +79,8 @@ def _safe(name: str) -> str:
 
 
 class FsStorage:
-    """`Storage` on a directory. Triggers are implicit: a local worker polls `list_queue`."""
+    """`QueueStorage` on a directory. With `triggers`/`bounces`, every change posts or
+    re-arms them as the AWS backend does with SQS; without, a worker polls `list_queue`."""
 
     def __init__(
         self,
@@ -85,7 +92,11 @@ class FsStorage:
         lease_seconds: int = 360,
         history_limit: int = 10,
         clock: Callable[[], datetime] = utcnow,
+        triggers: Triggers | None = None,
+        bounces: BounceHandoff | None = None,
     ) -> None:
+        self.triggers = triggers
+        self.bounces = bounces
         self.root = Path(root)
         self.data = self.root / "data"
         self.data.mkdir(parents=True, exist_ok=True)
@@ -218,6 +229,12 @@ class FsStorage:
             )
         meta = {"sha256": sha, "env_sha": digest, "groups": list(groups), "arrival": to_iso(now)}
         _write_atomic(mail_file, json.dumps(meta).encode())
+        if self.triggers is not None:
+            self.triggers.post(
+                [MailRef(mail_id, g) for g in groups],
+                max(0, int((due - now).total_seconds())),
+                priority=priority_of(envelope.tags),
+            )
         return answer
 
     # ------------------------------------------------------------------ reads
@@ -293,6 +310,28 @@ class FsStorage:
     def content_exists(self, mail_id: str) -> bool:
         return (self._dir(mail_id) / "content").exists()
 
+    def read_content(self, mail_id: str) -> BinaryIO:
+        try:
+            return open(self._dir(mail_id) / "content", "rb")
+        except FileNotFoundError as e:
+            raise NotFound(mail_id) from e
+
+    def get_group(self, ref: MailRef) -> Group:
+        path = self._gpath(ref)
+        try:
+            return self._group(json.loads(path.read_bytes()))
+        except FileNotFoundError as e:
+            raise NotFound(f"{ref.mail_id}/{ref.group}") from e
+
+    def find_orphans(self, older_than: datetime) -> Iterator[PendingCleanup]:
+        """Content of an enqueue that never reached its commit point (no mail.json)."""
+        for mail in sorted(self.data.iterdir()):
+            if (mail / "mail.json").exists():
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                if (mail / "content").stat().st_mtime < older_than.timestamp():
+                    yield PendingCleanup(mail.name, "orphan")
+
     # ------------------------------------------------------------------ claims
     def send_start(
         self,
@@ -350,9 +389,13 @@ class FsStorage:
             if item is None or item.get("lease_token") != claim.token:
                 raise LeaseLost(f"{claim.group.mail_id}/{claim.group.key}")
             stored = {r["rid"]: Recipient.from_json(r) for r in item["rcpts"]}
+            seen = {r.rid: r for r in claim.group.recipients}
             for rid, r in changed.items():
                 if rid not in stored:
                     raise InvalidInput("unknown_recipient", f"{rid} is not in this group", "rids")
+                if rid in seen and r.dsn_pending == seen[rid].dsn_pending:
+                    # a flag we did not change: the bounce path may have cleared it since
+                    r = r.with_(dsn_pending=stored[rid].dsn_pending)
                 stored[rid] = (
                     r.with_(state=RecipientState.QUEUED)
                     if (r.state == RecipientState.INFLIGHT)
@@ -392,18 +435,43 @@ class FsStorage:
             cleaned = finished and self.cleanup(group.mail_id)
         return Transition(group, release, finished, cleaned)
 
-    def _attempt(self, claim: Claim, result: Result) -> Attempt:
+    def _attempt(self, claim: Claim, result: Result, tls: bool = False) -> Attempt:
         return Attempt(
             claim.attempt_number,
             claim.group.next_attempt_at,
             claim.started_at,
             self.clock(),
             result,
+            tls=tls,
+            site=claim.site,
+            shaping=claim.shaping,
         )
 
-    def send_done(self, claim: Claim, rids: Sequence[str], result: Result) -> Transition:
+    def _hand_to_bounce(self, ref: MailRef) -> None:
+        if self.bounces is not None:
+            self.bounces.post([ref])
+
+    def _rearm(self, claim: Claim, delay_seconds: int) -> None:
+        """The group's trigger comes back after `delay_seconds`: the received one if its
+        receipt is still good, else a fresh one (never a group left without a trigger)."""
+        if self.triggers is None:
+            return
+        if claim.receipt_handle:
+            try:
+                self.triggers.rearm(claim.receipt_handle, delay_seconds, queue=claim.receipt_queue)
+                return
+            except MailqueueError:
+                pass
+        self.triggers.post([claim.ref], delay_seconds, priority=claim.group.priority)
+
+    def send_done(
+        self, claim: Claim, rids: Sequence[str], result: Result, *, tls: bool = False
+    ) -> Transition:
         changed = transitions.delivered(claim.group, rids, result, self.clock())
-        return self._transition(claim, changed, attempt=self._attempt(claim, result))
+        t = self._transition(claim, changed, attempt=self._attempt(claim, result, tls))
+        if any(c.dsn_pending == "delivered" for c in changed.values()):
+            self._hand_to_bounce(claim.ref)
+        return t
 
     def send_cancel(self, claim: Claim) -> Group:
         now = self.clock()
@@ -412,6 +480,17 @@ class FsStorage:
             {r.rid: r.with_(state=RecipientState.QUEUED) for r in claim.unresolved()},
             next_attempt_at=min(claim.group.next_attempt_at, now),
         )
+        self._rearm(claim, 0)
+        return t.group
+
+    def postpone(self, claim: Claim, delay_seconds: int) -> Group:
+        until = self.clock() + timedelta(seconds=delay_seconds)
+        t = self._transition(
+            claim,
+            {r.rid: r.with_(state=RecipientState.QUEUED) for r in claim.unresolved()},
+            next_attempt_at=max(claim.group.next_attempt_at, until),
+        )
+        self._rearm(claim, delay_seconds)
         return t.group
 
     def reschedule(
@@ -421,22 +500,79 @@ class FsStorage:
         next_attempt_at: datetime,
         *,
         delay_warning: bool = False,
+        tls: bool = False,
     ) -> Transition:
-        changed, _ = transitions.deferred(
+        changed, warn = transitions.deferred(
             claim.group, results, self.clock(), delay_warning=delay_warning
         )
         first = next(iter(results.values()))
-        return self._transition(
+        t = self._transition(
             claim,
             changed,
             next_attempt_at=max(next_attempt_at, claim.group.next_attempt_at),
-            attempt=self._attempt(claim, first),
+            attempt=self._attempt(claim, first, tls),
         )
+        if warn:
+            self._hand_to_bounce(claim.ref)
+        if t.released and t.group.state == GroupState.QUEUED:
+            delay = int((t.group.next_attempt_at - self.clock()).total_seconds())
+            self._rearm(claim, max(0, delay))
+        return t
 
-    def drop(self, claim: Claim, results: dict[str, Result]) -> Transition:
+    def drop(self, claim: Claim, results: dict[str, Result], *, tls: bool = False) -> Transition:
         changed = transitions.bounced(claim.group, results, self.clock())
         first = next(iter(results.values()))
-        return self._transition(claim, changed, attempt=self._attempt(claim, first))
+        t = self._transition(claim, changed, attempt=self._attempt(claim, first, tls))
+        if any(c.dsn_pending for c in changed.values()):
+            self._hand_to_bounce(claim.ref)
+        return t
+
+    # ------------------------------------------------------------------ bounce path
+    def dsn_sent(self, ref: MailRef, rids: Sequence[str], kind: str) -> Transition | None:
+        if not rids:
+            return None
+        with self._locked(ref) as item:
+            if item is None:
+                return None
+            stored = {r["rid"]: Recipient.from_json(r) for r in item["rcpts"]}
+            if any(rid not in stored or stored[rid].dsn_pending != kind for rid in rids):
+                return None  # a repeat: the first call cleared them
+            for rid in rids:
+                stored[rid] = stored[rid].with_(dsn_pending=None)
+            item["rcpts"] = [r.to_json() for r in stored.values()]
+            self._settle_item(item)
+            self._save(ref, item)
+            group = self._group(item)
+        return self._after_settle(group)
+
+    def settle(self, group: Group) -> Transition:
+        with self._locked(group.ref) as item:
+            if item is None:
+                return Transition(group, False, False, False)
+            if self._settle_item(item):
+                self._save(group.ref, item)
+            group = self._group(item)
+        return self._after_settle(group)
+
+    def _settle_item(self, item: dict[str, Any]) -> bool:
+        """A group at rest (dsn/done) moves to the state its recipients imply."""
+        if item.get("st") not in (GroupState.DSN.value, GroupState.DONE.value):
+            return False
+        target = derive_group_state(tuple(Recipient.from_json(r) for r in item["rcpts"]))
+        if target.value == item.get("st"):
+            return False
+        item["st"] = target.value
+        item["done_at"] = to_iso(self.clock())
+        return True
+
+    def _after_settle(self, group: Group) -> Transition:
+        if group.state != GroupState.DONE:
+            return Transition(group, False, False, False)
+        finished = all(
+            it.get("st") == GroupState.DONE.value for it in self._mail_items(group.mail_id)
+        )
+        cleaned = finished and self.cleanup(group.mail_id)
+        return Transition(group, False, finished, cleaned)
 
     # ------------------------------------------------------------------ cleanup
     def cleanup(self, mail_id: str) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import BinaryIO, Protocol, runtime_checkable
+from typing import Any, BinaryIO, Protocol, runtime_checkable
 
 from .model import Claim, Envelope, Group, GroupState, MailRef, Page, QueuedMail, Result
 
@@ -135,7 +135,9 @@ class Storage(Protocol):
         """
         ...
 
-    def send_done(self, claim: Claim, rids: Sequence[str], result: Result) -> Transition:
+    def send_done(
+        self, claim: Claim, rids: Sequence[str], result: Result, *, tls: bool = False
+    ) -> Transition:
         """The attempt delivered to `rids`: they become `delivered` (atomic, one write).
 
         Recipients asking NOTIFY=SUCCESS get a success DSN due. When no recipient of the
@@ -161,6 +163,7 @@ class Storage(Protocol):
         next_attempt_at: datetime,
         *,
         delay_warning: bool = False,
+        tls: bool = False,
     ) -> Transition:
         """Temporary failure for these recipients: attempts+1, `next_attempt_at` later.
 
@@ -170,7 +173,7 @@ class Storage(Protocol):
         """
         ...
 
-    def drop(self, claim: Claim, results: dict[str, Result]) -> Transition:
+    def drop(self, claim: Claim, results: dict[str, Result], *, tls: bool = False) -> Transition:
         """Give up on these recipients (permanent failure or lifetime over): `bounced`.
 
         A DSN is due unless the sender is null or NOTIFY=NEVER; the group is posted to
@@ -187,10 +190,51 @@ class Storage(Protocol):
         ...
 
 
+@runtime_checkable
+class QueueStorage(Storage, Protocol):
+    """The primitives plus what the delivery, bounce and sweeper services use besides
+    them (both `AwsStorage` and `FsStorage` provide it). `tls` on the recording calls
+    above is what the attempt's history keeps."""
+
+    @property
+    def group_recipient_limit(self) -> int:
+        """Recipients per group at most (shaping checks its per-connection limits)."""
+        ...
+
+    def get_mail(self, mail_id: str) -> tuple[dict[str, Any] | None, list[Group]]:
+        """The mail's summary (None if only groups are left) and its groups, read
+        consistently. Raises `NotFound` if neither exists."""
+        ...
+
+    def read_content(self, mail_id: str) -> BinaryIO:
+        """A stream of the stored content (the caller closes it). Raises `NotFound`."""
+        ...
+
+    def postpone(self, claim: Claim, delay_seconds: int) -> Group:
+        """Give a claimed group back untried for `delay_seconds`: no attempt, no event;
+        its trigger comes back after the delay (traffic shaping, suspensions)."""
+        ...
+
+    def dsn_sent(self, ref: MailRef, rids: Sequence[str], kind: str) -> Transition | None:
+        """The DSN of `kind` for `rids` is queued: clear their pending flag (each only if
+        still `kind`, so a repeat is a no-op: None) and settle the group."""
+        ...
+
+    def settle(self, group: Group) -> Transition:
+        """Move a group at rest to the state its recipients imply; a finished mail is
+        cleaned. Idempotent (finishes a `dsn_sent` cut short by a crash)."""
+        ...
+
+    def find_orphans(self, older_than: datetime) -> Iterator[PendingCleanup]:
+        """Content with no state, stored before `older_than` (an enqueue that died)."""
+        ...
+
+
 __all__ = [
     "ClaimRefused",
     "InflightMail",
     "PendingCleanup",
+    "QueueStorage",
     "Storage",
     "Transition",
 ]

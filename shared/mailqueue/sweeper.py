@@ -12,11 +12,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from .aws.backend import AwsStorage
-from .config import ConfigError, StorageSettings, settings_from_env
+from .config import ConfigError
 from .errors import LeaseLost
-from .model import Claim, Group, GroupState, utcnow
+from .model import Claim, Group, GroupState, Priority, utcnow
 from .policy import expired
+from .ports import BounceHandoff, Triggers
+from .storage import QueueStorage
 
 log = logging.getLogger(__name__)
 
@@ -64,21 +65,17 @@ class Sweeper:
     def __init__(
         self,
         settings: SweeperSettings,
-        storage: AwsStorage,
+        storage: QueueStorage,
         *,
+        triggers: Triggers,
+        bounces: BounceHandoff,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self.s = settings
         self.storage = storage
+        self.triggers = triggers
+        self.bounces = bounces
         self.clock = clock
-
-    @classmethod
-    def from_env(cls) -> Sweeper:
-        from .aws.clients import make_clients
-
-        ss = settings_from_env(StorageSettings)
-        clients = make_clients(region=ss.region, endpoint_url=ss.endpoint_url)
-        return cls(settings_from_env(SweeperSettings), AwsStorage(ss, clients))
 
     def run(
         self, time_left: Callable[[], float] | None = None, *, orphans: bool = False
@@ -142,7 +139,10 @@ class Sweeper:
                 continue
             lost.append(g)
         if lost:
-            self.storage.repost_groups(lost)  # each to its priority's queue
+            for p in Priority:  # each on its priority's queue
+                refs = [g.ref for g in lost if g.priority == p]
+                if refs:
+                    self.triggers.post(refs, priority=p)
             stats.triggers_reposted += len(lost)
 
     def _expire_if_old(self, claim: Claim, stats: SweepStats) -> bool:
@@ -162,7 +162,7 @@ class Sweeper:
         cutoff = self.clock() - timedelta(seconds=self.s.dsn_grace_seconds)
         refs = [g.ref for g in self._pages(GroupState.DSN, cutoff, left)]
         if refs:
-            self.storage.post_bounce(refs)
+            self.bounces.post(refs)
             stats.dsn_reposted += len(refs)
 
     def clean(self, stats: SweepStats, left: Callable[[], float]) -> None:

@@ -6,23 +6,17 @@ import email
 import email.policy
 import json
 
+import pytest
 from mailqueue.bounce import BounceService, BounceSettings
-from mailqueue.local.runtime import SqsPoller
 from mailqueue.model import Notify
 
-from functions.bounce import app as bounce_app
 from tests.support import factories as f
-from tests.support.rigs import RigFactory, relay_to
+from tests.support.rigs import BACKENDS, RigFactory, relay_to
 from tests.support.smtp_peers import Behaviour, smtp_sink
 
-
-def bounce_poller(aws, svc: BounceService) -> SqsPoller:  # type: ignore[no-untyped-def]
-    return SqsPoller(
-        aws.clients.sqs,
-        aws.resources.bounce_queue_url,
-        lambda event, ctx: bounce_app.handle(event, ctx, svc),
-        function_name="bounce",
-    )
+# the same bodies on AwsStorage + SQS (the real bounce handler) and on FsStorage with the
+# in-process queues
+pytestmark = pytest.mark.parametrize("rig", BACKENDS, indirect=True)
 
 
 def test_permanent_failure_reaches_the_sender_as_a_dsn_and_is_cleaned(rig: RigFactory) -> None:
@@ -31,11 +25,11 @@ def test_permanent_failure_reaches_the_sender_as_a_dsn_and_is_cleaned(rig: RigFa
     )
     with smtp_sink(behaviour) as peer:
         r = rig(routes=relay_to(peer.port))
-        st = r.aws.storage()
+        st = r.storage()
         q = st.enqueue(f.envelope("bad@x.example", "worse@x.example", "ok@x.example"), f.content())
         r.poll()  # delivery: ok delivered, two bounced
         bsvc = BounceService(BounceSettings(hostname="mq.test"), st)
-        b = bounce_poller(r.aws, bsvc).poll_once()
+        b = r.bounce_poller(bsvc).poll_once()
         assert (b.received, b.failed) == (1, 0)
         assert st.content_exists(q.mail_id) is False  # released after the DSN was queued
         r.poll()  # delivery of the DSN itself
@@ -58,13 +52,13 @@ def test_permanent_failure_reaches_the_sender_as_a_dsn_and_is_cleaned(rig: RigFa
         assert "Status: 5.1.1" in status and "Action: failed" in status
     # nothing left anywhere: original and DSN both finished and cleaned
     assert st.list_queue().items == ()
-    assert r.aws.clients.s3.list_objects_v2(Bucket=r.aws.resources.bucket).get("KeyCount") == 0
+    assert r.stored_contents() == 0
 
 
 def test_retried_bounce_batch_sends_one_dsn(rig: RigFactory) -> None:
     with smtp_sink(Behaviour(rcpt_replies={"bad@x.example": "550 5.1.1 no"})) as peer:
         r = rig(routes=relay_to(peer.port))
-        st = r.aws.storage()
+        st = r.storage()
         q = st.enqueue(f.envelope("bad@x.example", "later@y.example"), f.content())
         r.poll()
         bsvc = BounceService(BounceSettings(hostname="mq.test"), st)
@@ -79,7 +73,7 @@ def test_retried_bounce_batch_sends_one_dsn(rig: RigFactory) -> None:
 def test_null_sender_and_notify_never_get_no_dsn(rig: RigFactory) -> None:
     with smtp_sink(Behaviour(rcpt_replies={"bad@x.example": "550 5.1.1 no"})) as peer:
         r = rig(routes=relay_to(peer.port))
-        st = r.aws.storage()
+        st = r.storage()
         q1 = st.enqueue(f.envelope("bad@x.example", sender=""), f.content())
         q2 = st.enqueue(f.envelope("bad@x.example", notify=(Notify.NEVER,)), f.content())
         r.poll()
@@ -91,12 +85,12 @@ def test_null_sender_and_notify_never_get_no_dsn(rig: RigFactory) -> None:
 def test_success_notice_for_notify_success(rig: RigFactory) -> None:
     with smtp_sink() as peer:
         r = rig(routes=relay_to(peer.port))
-        st = r.aws.storage()
+        st = r.storage()
         q = st.enqueue(f.envelope("a@x.example", notify=(Notify.SUCCESS,)), f.content())
         r.poll()
         assert st.content_exists(q.mail_id)  # the success DSN still needs the headers
         bsvc = BounceService(BounceSettings(hostname="mq.test"), st)
-        bounce_poller(r.aws, bsvc).poll_once()
+        r.bounce_poller(bsvc).poll_once()
         r.poll()
         dsns = [m for m in peer.messages if m.mail_from in ("", "<>")]
         assert len(dsns) == 1 and "Action: delivered" in dsns[0].content.decode()

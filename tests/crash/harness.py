@@ -23,16 +23,17 @@ from typing import Any
 from mailqueue.aws.accounting import RequestCounter
 from mailqueue.aws.backend import AwsStorage
 from mailqueue.aws.clients import AwsClients, make_clients
+from mailqueue.aws.compose import delivery_service, sweeper
 from mailqueue.aws.resources import create_resources
 from mailqueue.bounce import BounceService, BounceSettings
 from mailqueue.config import StorageSettings
-from mailqueue.delivery import DeliveryService, DeliverySettings
+from mailqueue.delivery import DeliverySettings
 from mailqueue.errors import StorageError
 from mailqueue.local.runtime import LocalContext, sqs_event
 from mailqueue.model import Envelope, utcnow
 from mailqueue.routing import RoutingTable
 from mailqueue.smtp import Timeouts
-from mailqueue.sweeper import Sweeper, SweeperSettings
+from mailqueue.sweeper import SweeperSettings
 
 from functions.bounce import app as bounce_app
 from functions.delivery import app as delivery_app
@@ -170,7 +171,7 @@ class World:
         )
         self.sink_port = sink_port
         self.failing_port = failing_port
-        self.delivery = DeliveryService(
+        self.delivery = delivery_service(
             ds,
             self.storage,
             clock=self.clock,
@@ -190,7 +191,7 @@ class World:
         self.bounce = BounceService(
             BounceSettings(hostname="mq.test"), self.storage, clock=self.clock
         )
-        self.sweeper = Sweeper(
+        self.sweeper = sweeper(
             SweeperSettings(
                 trigger_grace_seconds=300, cleanup_grace_seconds=60, orphan_grace_seconds=36 * 3600
             ),

@@ -6,26 +6,26 @@ import json
 from datetime import timedelta
 
 import pytest
-from mailqueue.aws.backend import AwsStorage
+from mailqueue.aws.compose import delivery_service
 from mailqueue.bounce import BounceService, BounceSettings
-from mailqueue.delivery import DeliveryService, DeliverySettings
+from mailqueue.delivery import DeliverySettings
 from mailqueue.local.runtime import LocalContext, SqsPoller
 from mailqueue.model import GroupState, MailRef
 from mailqueue.secrets import powertools_credentials
 
-from functions.bounce import app as bounce_app
 from functions.delivery import app as delivery_app
 from tests.crash.harness import FakeClock
 from tests.support import factories as f
 from tests.support.aws import AwsEnv
-from tests.support.rigs import RigFactory, relay_to
+from tests.support.rigs import RigFactory, both_backends, relay_to
 from tests.support.smtp_peers import Behaviour, smtp_sink
 
 
+@both_backends
 def test_a_group_that_cannot_finish_before_the_deadline_is_handed_back(rig: RigFactory) -> None:
     with smtp_sink() as peer:
         r = rig(routes=relay_to(peer.port), min_time_left_seconds=30)
-        q = r.aws.storage().enqueue(f.envelope("a@x.example"), f.content())
+        q = r.storage().enqueue(f.envelope("a@x.example"), f.content())
         r.poller.timeout_seconds = 20  # less than the 30 s the service wants left
         res = r.poll()
         assert res.failed == 1 and peer.messages == []
@@ -36,7 +36,7 @@ def test_a_group_that_cannot_finish_before_the_deadline_is_handed_back(rig: RigF
 
 def test_relay_credentials_come_from_secrets_manager(
     aws: AwsEnv, monkeypatch: pytest.MonkeyPatch
-) -> None:
+) -> None:  # AWS only: the credentials are in Secrets Manager
     monkeypatch.setenv("AWS_ENDPOINT_URL", aws.endpoint)
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
@@ -56,7 +56,7 @@ def test_relay_credentials_come_from_secrets_manager(
                 "allow_plaintext_auth": True,
             }
         }
-        svc = DeliveryService(
+        svc = delivery_service(
             DeliverySettings(hostname="mq.test", routes=json.dumps(routes)),
             aws.storage(),
             credentials=powertools_credentials,
@@ -74,35 +74,22 @@ def test_relay_credentials_come_from_secrets_manager(
     assert not st.content_exists(q.mail_id)
 
 
-def test_one_delay_warning_after_four_hours(aws: AwsEnv) -> None:
+@both_backends
+def test_one_delay_warning_after_four_hours(rig: RigFactory) -> None:
     clock = FakeClock()
-    st = AwsStorage(aws.settings, aws.clients, clock=clock)
     later = "451 4.2.0 mailbox busy"
     with smtp_sink(Behaviour(rcpt_replies={"slow@x.example": later})) as peer:
-        svc = DeliveryService(
-            DeliverySettings(hostname="mq.test", routes=json.dumps(relay_to(peer.port))),
-            st,
-            clock=clock,
-        )
+        r = rig(routes=relay_to(peer.port), clock=clock)
+        st = r.storage()
         bsvc = BounceService(BounceSettings(hostname="mq.test"), st, clock=clock)
-        deliver = SqsPoller(
-            aws.clients.sqs,
-            aws.resources.delivery_queue_url,
-            lambda e, c: delivery_app.handle(e, c, svc),
-            function_name="delivery",
-        )
-        bounce = SqsPoller(
-            aws.clients.sqs,
-            aws.resources.bounce_queue_url,
-            lambda e, c: bounce_app.handle(e, c, bsvc),
-            function_name="bounce",
-        )
+        deliver = r.poller
+        bounce = r.bounce_poller(bsvc)
         q = st.enqueue(f.envelope("slow@x.example"), f.content())
         ref = MailRef(q.mail_id, "x.example")
         for hours in (0, 3, 2, 2):  # attempts at 0 h, 3 h, 5 h, 7 h
             clock.advance(timedelta(hours=hours))
             if hours:
-                st.repost([ref])  # the trigger comes back (visibility elapsed)
+                r.repost([ref])  # the trigger comes back (visibility elapsed)
             deliver.poll_once()
             bounce.poll_once()
             deliver.poll_once()

@@ -82,7 +82,8 @@ def test_a_receiving_domain_routed_back_to_the_queue_is_stopped(rig: RigFactory)
             passes += 1
             raw = (
                 b"Received: from mq.test by inbound-smtp.us-east-1.amazonaws.com"
-                b" with SMTP id p%d;\r\n Sat, 21 Nov 2026 06:00:00 +0000\r\n" % passes
+                b" with SMTP id p%d;\r\n Sat, 21 Nov 2026 06:00:00 +0000\r\n"
+                % passes
                 + peer.messages[-1].content
             )
             event = ev.ses_receipt(message_id=f"loop-{passes}", recipients=["support@example.com"])
@@ -96,12 +97,18 @@ def test_a_receiving_domain_routed_back_to_the_queue_is_stopped(rig: RigFactory)
     # every pass adds two fields (SES's and ours): it went round until it had more than limit
     assert count_received(last) <= limit < count_received(last) + 2
     bounced = [r.group(m, "example.com") for m in _mail_ids(r)]
-    assert any(x.last_result and x.last_result.status == "5.4.6"
-               for g in bounced for x in g.recipients)
+    assert any(
+        x.last_result and x.last_result.status == "5.4.6" for g in bounced for x in g.recipients
+    )
 
 
 def _mail_ids(r: object) -> list[str]:
     aws = r.aws  # type: ignore[attr-defined]
     items = aws.clients.dynamodb.scan(TableName=aws.resources.table)["Items"]
-    return sorted({it["pk"]["S"][2:] for it in items
-                   if it["pk"]["S"].startswith("M#") and it["sk"]["S"].startswith("G#")})
+    return sorted(
+        {
+            it["pk"]["S"][2:]
+            for it in items
+            if it["pk"]["S"].startswith("M#") and it["sk"]["S"].startswith("G#")
+        }
+    )

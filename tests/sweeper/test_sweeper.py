@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from mailqueue.aws.backend import AwsStorage
+from mailqueue.aws.compose import sweeper
 from mailqueue.model import Claim, GroupState, MailRef, RecipientState, Result, utcnow
 from mailqueue.sweeper import Sweeper, SweeperSettings
 
@@ -20,7 +21,7 @@ from tests.support.lambda_context import LambdaContext
 
 def make(aws: AwsEnv, clock: FakeClock) -> tuple[AwsStorage, Sweeper]:
     st = AwsStorage(aws.settings, aws.clients, clock=clock)
-    return st, Sweeper(SweeperSettings(), st, clock=clock)
+    return st, sweeper(SweeperSettings(), st, clock=clock)
 
 
 def drain(aws: AwsEnv, url: str) -> list[dict[str, Any]]:
@@ -36,8 +37,8 @@ def drain(aws: AwsEnv, url: str) -> list[dict[str, Any]]:
             aws.clients.sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
 
 
-def sweep(sweeper: Sweeper, **event: Any) -> dict[str, Any]:
-    return sweeper_app.handle(event, LambdaContext(), sweeper)
+def sweep(sw: Sweeper, **event: Any) -> dict[str, Any]:
+    return sweeper_app.handle(event, LambdaContext(), sw)
 
 
 def test_expired_lease_is_handed_back_and_rearmed(aws: AwsEnv) -> None:

@@ -63,7 +63,7 @@ from ..model import (
 from ..storage import ClaimRefused, InflightMail, PendingCleanup, Transition
 from ..transitions import envelope_digest
 from ..validate import check_no_ctl
-from .clients import AwsClients, error_code, translate
+from .clients import AwsClients, ContentStream, error_code, translate
 
 log = logging.getLogger(__name__)
 
@@ -203,6 +203,10 @@ class AwsStorage:
 
         # Refuse at start a group size whose worst-case result write DynamoDB would refuse.
         check_group_limit(self)
+
+    @property
+    def group_recipient_limit(self) -> int:
+        return self.s.group_recipient_limit
 
     # ------------------------------------------------------------------ helpers
     def content_key(self, mail_id: str) -> str:
@@ -984,7 +988,11 @@ class AwsStorage:
                 if error_code(e) in ("NoSuchKey", "404"):
                     raise NotFound(claim.group.content_key) from e
                 raise
-        return InflightMail(group=claim.group, content=obj["Body"], size=int(obj["ContentLength"]))
+        return InflightMail(
+            group=claim.group,
+            content=ContentStream(obj["Body"]),  # type: ignore[arg-type]
+            size=int(obj["ContentLength"]),
+        )
 
     # ------------------------------------------------------------------ transitions
     def _transition(
@@ -1466,7 +1474,7 @@ class AwsStorage:
                 if error_code(e) in ("NoSuchKey", "404"):
                     raise NotFound(mail_id) from e
                 raise
-        body: BinaryIO = obj["Body"]
+        body: BinaryIO = ContentStream(obj["Body"])  # type: ignore[assignment]
         return body
 
 

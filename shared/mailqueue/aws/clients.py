@@ -74,6 +74,27 @@ def translate(operation: str) -> Iterator[None]:
         raise PermanentStorageError(f"{operation}: {type(e).__name__}") from e
 
 
+class ContentStream:
+    """An S3 object body whose read errors are `OSError`s, as a file's are: the core
+    reads content streams without knowing botocore (a broken download is temporary)."""
+
+    def __init__(self, body: Any) -> None:
+        self._body = body
+
+    def read(self, n: int | None = -1) -> bytes:
+        try:
+            data: bytes = self._body.read() if n is None or n < 0 else self._body.read(n)
+        except BotoCoreError as e:
+            raise OSError(f"s3:GetObject body: {type(e).__name__}") from e
+        return data
+
+    def close(self) -> None:
+        self._body.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._body, name)
+
+
 @dataclass(frozen=True, slots=True)
 class AwsClients:
     s3: Any

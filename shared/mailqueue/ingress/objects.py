@@ -55,9 +55,7 @@ def presigning_client(
 class S3RawStore:
     """`presigner` builds the client for upload URLs on first use (most calls need none)."""
 
-    def __init__(
-        self, s3: Any, bucket: str, *, presigner: Callable[[], Any] | None = None
-    ) -> None:
+    def __init__(self, s3: Any, bucket: str, *, presigner: Callable[[], Any] | None = None) -> None:
         self.s3 = s3
         self.bucket = bucket
         self._make_presigner = presigner or (lambda: s3)
