@@ -14,7 +14,6 @@ from mailqueue.bounce import BounceService, BounceSettings
 from mailqueue.dkim import powertools_key_source
 from mailqueue.model import Envelope, MailRef, Recipient, utcnow
 
-from tests.bounce.test_bounce_flow import bounce_poller
 from tests.support import factories as f
 from tests.support.aws import AwsEnv
 from tests.support.dkim_keys import PREFIX, Keyring, dnsfunc_for, signatures, verify_all
@@ -255,7 +254,7 @@ def test_dsn_and_delay_warning_are_signed_with_the_host_domain_key(
         r.service.clock = lambda: utcnow() + timedelta(minutes=10)
         st.repost([MailRef(q.mail_id, "x.example")])
         r.poll()  # later deferred again, now past the delay warning time
-        bounce = bounce_poller(r.aws, BounceService(BounceSettings(hostname="mq.test"), st))
+        bounce = r.bounce_poller(BounceService(BounceSettings(hostname="mq.test"), st))
         while bounce.poll_once().received:
             pass
         r.poll()  # the DSNs go out through delivery

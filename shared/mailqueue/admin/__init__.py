@@ -65,7 +65,12 @@ def build_admin(
     *,
     clock: Callable[[], datetime] = utcnow,
 ) -> QueueAdmin:
-    """The service on AWS: AwsStorage, job items and counters in the queue table."""
+    """The service on AWS: AwsStorage, job items, counters and the operator lists in the
+    queue table."""
+    from ..aws.suppression_store import DynamoSuppressionStore
+    from ..aws.suspension_store import DynamoSuspensionStore
+
+    table = settings.storage.table
     return QueueAdmin(
         settings,
         AwsStorage(settings.storage, clients, clock=clock),
@@ -74,4 +79,6 @@ def build_admin(
         ),
         counter_store(settings, clients),
         clock=clock,
+        suppressions=DynamoSuppressionStore(clients.dynamodb, table),
+        suspensions=DynamoSuspensionStore(clients.dynamodb, table),
     )

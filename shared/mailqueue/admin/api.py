@@ -103,15 +103,12 @@ class AdminApi:
         self.service = service
         self.launcher = launcher
         self._doctor = doctor  # None: MQ_* settings at request time (cli_doctor)
-        self._suppressions = suppressions  # None: on the queue's own table
+        self._suppressions = suppressions  # None: the service's own
 
     def suppressions(self) -> SuppressionApi:
-        store = self._suppressions
+        store = self._suppressions or self.service.suppressions
         if store is None:
-            from ..aws.suppression_store import DynamoSuppressionStore
-
-            st: Any = self.service.storage
-            store = self._suppressions = DynamoSuppressionStore(st.c.dynamodb, st.s.table)
+            raise ConfigError("no suppression store was given to the admin service")
         return SuppressionApi(store, self.service.clock)
 
     def suspension(
@@ -125,12 +122,10 @@ class AdminApi:
         """list | suspend | resume."""
 
         def run() -> Reply:
-            from ..aws.suspension_store import DynamoSuspensionStore
-
-            st: Any = self.service.storage
-            api = SuspensionApi(
-                DynamoSuspensionStore(st.c.dynamodb, st.s.table), self.service.clock
-            )
+            store = self.service.suspensions
+            if store is None:
+                raise ConfigError("no suspension store was given to the admin service")
+            api = SuspensionApi(store, self.service.clock)
             if op == "list":
                 return Reply(200, api.list(params))
             _only(params, frozenset())

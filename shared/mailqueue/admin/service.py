@@ -43,6 +43,8 @@ from ..model import (
     utcnow,
 )
 from ..storage import ClaimRefused, Transition
+from ..suppression import SuppressionStore
+from ..suspensions import SuspensionStore
 from .filters import QueueFilter, parse_filter
 from .jobs import DONE, Job, JobStore, lease_expired
 from .shape import Shape, build_shape
@@ -302,9 +304,15 @@ class QueueAdmin:
         *,
         clock: Callable[[], datetime] = utcnow,
         sleep: Callable[[float], None] = time.sleep,
+        suppressions: SuppressionStore | None = None,
+        suspensions: SuspensionStore | None = None,
     ) -> None:
         self.s = settings
         self.storage = storage
+        # the operator lists (the API's /suppressions and /suspensions); the composition
+        # root gives them (build_admin: in the state table)
+        self.suppressions = suppressions
+        self.suspensions = suspensions
         self.jobs = jobs
         self.counters = counters
         self.clock = clock

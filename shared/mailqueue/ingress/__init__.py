@@ -14,9 +14,9 @@ from ..aws.backend import AwsStorage
 from ..aws.clients import AwsClients
 from ..aws.suppression_store import DynamoSuppressionStore
 from ..events import EventEmitter
-from .objects import RawStore, S3RawStore, presigning_client
+from .objects import S3RawStore, presigning_client
 from .outbox import TableOutboxEmitter
-from .service import Answer, IngressService, IngressStorage, SesResult, http_status
+from .service import Answer, IngressService, IngressStorage, RawStore, SesResult, http_status
 from .settings import IngressSettings, ingress_settings_from_env
 
 __all__ = [

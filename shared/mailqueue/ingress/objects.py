@@ -1,13 +1,13 @@
 """S3 objects ingress reads once and removes: client uploads and SES's raw mails.
 
 The adapter translates botocore errors into the core's; the service sees only the
-`RawStore` protocol.
+`RawStore` protocol (`ingress.service`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 import boto3
 from botocore.config import Config
@@ -16,20 +16,6 @@ from botocore.exceptions import ClientError
 from ..aws.clients import error_code, translate
 
 _MISSING = ("404", "NoSuchKey", "NotFound")
-
-
-class RawStore(Protocol):
-    def size(self, key: str) -> int | None:
-        """The object's size, None when there is no such object."""
-        ...
-
-    def read(self, key: str, limit: int) -> bytes | None:
-        """At most `limit` + 1 bytes (so the caller sees an overflow); None when gone."""
-        ...
-
-    def delete(self, key: str) -> None: ...
-
-    def presign_put(self, key: str, expires: int) -> str: ...
 
 
 def presigning_client(

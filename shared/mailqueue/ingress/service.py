@@ -46,7 +46,6 @@ from ..suppression import (
 from ..trace import address_literal, line_ending, principal_tag, received_field, top_received_by
 from ..transitions import TAG_VALUE_RE, merge_duplicates
 from ..validate import validate_address, validate_content, validate_sender
-from .objects import RawStore
 from .request import (
     Submission,
     body_limit,
@@ -92,6 +91,22 @@ _TRACE_SKEW_SECONDS = 2
 
 def http_status(code: str) -> int:
     return _STATUS.get(code, 422)
+
+
+class RawStore(Protocol):
+    """Objects ingress reads once and removes (uploads, SES's raw mails): S3 on AWS."""
+
+    def size(self, key: str) -> int | None:
+        """The object's size, None when there is no such object."""
+        ...
+
+    def read(self, key: str, limit: int) -> bytes | None:
+        """At most `limit` + 1 bytes (so the caller sees an overflow); None when gone."""
+        ...
+
+    def delete(self, key: str) -> None: ...
+
+    def presign_put(self, key: str, expires: int) -> str: ...
 
 
 class IngressStorage(Protocol):
