@@ -67,18 +67,21 @@ def build_admin(
 ) -> QueueAdmin:
     """The service on AWS: AwsStorage, job items, counters and the operator lists in the
     queue table."""
+    from ..aws.ports import SqsBounces
     from ..aws.suppression_store import DynamoSuppressionStore
     from ..aws.suspension_store import DynamoSuspensionStore
 
     table = settings.storage.table
+    storage = AwsStorage(settings.storage, clients, clock=clock)
     return QueueAdmin(
         settings,
-        AwsStorage(settings.storage, clients, clock=clock),
+        storage,
         DynamoJobStore(
             settings.storage.table, clients.dynamodb, ttl_seconds=settings.job_ttl_seconds
         ),
         counter_store(settings, clients),
         clock=clock,
+        bounces=SqsBounces(storage),
         suppressions=DynamoSuppressionStore(clients.dynamodb, table),
         suspensions=DynamoSuspensionStore(clients.dynamodb, table),
     )

@@ -42,6 +42,7 @@ from ..model import (
     to_iso,
     utcnow,
 )
+from ..ports import BounceHandoff
 from ..storage import ClaimRefused, Transition
 from ..suppression import SuppressionStore
 from ..suspensions import SuspensionStore
@@ -92,7 +93,8 @@ class Busy(Conflict):
 
 
 class AdminStorage(Protocol):
-    """What administration needs of the storage (AwsStorage provides it)."""
+    """What administration needs of the storage (AwsStorage provides it); the bounce
+    path is reached through the `BounceHandoff` port."""
 
     def get_mail(self, mail_id: str) -> tuple[dict[str, Any] | None, list[Group]]: ...
     def get_group(self, ref: MailRef) -> Group: ...
@@ -115,7 +117,6 @@ class AdminStorage(Protocol):
         next_attempt_at: datetime | None = None,
         op: dict[str, Any] | None = None,
     ) -> Transition: ...
-    def post_bounce(self, refs: Sequence[MailRef]) -> None: ...
     def read_content(self, mail_id: str) -> BinaryIO: ...
 
 
@@ -304,11 +305,13 @@ class QueueAdmin:
         *,
         clock: Callable[[], datetime] = utcnow,
         sleep: Callable[[float], None] = time.sleep,
+        bounces: BounceHandoff,
         suppressions: SuppressionStore | None = None,
         suspensions: SuspensionStore | None = None,
     ) -> None:
         self.s = settings
         self.storage = storage
+        self.bounces = bounces
         # the operator lists (the API's /suppressions and /suspensions); the composition
         # root gives them (build_admin: in the state table)
         self.suppressions = suppressions
@@ -520,7 +523,7 @@ class QueueAdmin:
         except LeaseLost:
             return GroupOutcome(claim.group.key, Outcome.BUSY)
         if dsn:
-            self.storage.post_bounce([claim.ref])
+            self.bounces.post([claim.ref])
         if not changed:
             return GroupOutcome(claim.group.key, Outcome.FINISHED)
         return GroupOutcome(claim.group.key, Outcome.APPLIED, len(changed))
