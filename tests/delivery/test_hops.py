@@ -9,7 +9,7 @@ from mailqueue.trace import count_received
 from tests.ingress.conftest import make_ingress
 from tests.support import events as ev
 from tests.support import factories as f
-from tests.support.rigs import RigFactory, relay_to
+from tests.support.rigs import RigFactory, both_backends, relay_to
 from tests.support.smtp_peers import smtp_sink
 
 
@@ -22,10 +22,11 @@ def _with_hops(n: int) -> bytes:
     return trace + f.content(2048)
 
 
+@both_backends
 def test_51_received_fields_bounce_5_4_6_without_connecting(rig: RigFactory) -> None:
     with smtp_sink() as peer:
         r = rig(routes=relay_to(peer.port))
-        q = r.aws.storage().enqueue(f.envelope("a@x.example", "b@x.example"), _with_hops(51))
+        q = r.storage().enqueue(f.envelope("a@x.example", "b@x.example"), _with_hops(51))
         res = r.poll()
         assert (res.failed, res.deleted) == (0, 1)
         assert peer.connections == 0 and peer.messages == []
@@ -36,22 +37,24 @@ def test_51_received_fields_bounce_5_4_6_without_connecting(rig: RigFactory) -> 
     assert r.bounce_messages() == [{"v": 1, "mail_id": q.mail_id, "group": "x.example"}]
 
 
+@both_backends
 def test_50_received_fields_are_delivered_whole(rig: RigFactory) -> None:
     with smtp_sink() as peer:
         r = rig(routes=relay_to(peer.port))
         body = _with_hops(50)
-        q = r.aws.storage().enqueue(f.envelope("a@x.example"), body)
+        q = r.storage().enqueue(f.envelope("a@x.example"), body)
         assert r.poll().failed == 0
         assert len(peer.messages) == 1
         # the octets read to count the hops are sent too: the peer got the whole mail
         assert peer.messages[0].content == body
-    assert not r.aws.storage().content_exists(q.mail_id)  # delivered, finished, cleaned up
+    assert not r.storage().content_exists(q.mail_id)  # delivered, finished, cleaned up
 
 
+@both_backends
 def test_the_limit_is_a_setting(rig: RigFactory) -> None:
     with smtp_sink() as peer:
         r = rig(routes=relay_to(peer.port), hopcount_limit=3)
-        q = r.aws.storage().enqueue(f.envelope("a@x.example"), _with_hops(4))
+        q = r.storage().enqueue(f.envelope("a@x.example"), _with_hops(4))
         r.poll()
         assert peer.connections == 0
     assert r.states(q.mail_id) == {"a@x.example": "bounced"}

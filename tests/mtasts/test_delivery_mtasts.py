@@ -1,5 +1,6 @@
-"""MTA-STS applied by the delivery function: real DNS, HTTPS policy server, STARTTLS peers,
-the handler over SQS and DynamoDB in moto."""
+"""MTA-STS applied by the delivery function: real DNS, HTTPS policy server, STARTTLS peers;
+on both backends (the handler over SQS with the policy cache in DynamoDB on moto, and
+FsStorage with the in-process queues and cache)."""
 
 from __future__ import annotations
 
@@ -7,14 +8,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import pytest
+
 from tests.mtasts.peers import Ca, PolicyServer, policy_server, policy_text
 from tests.support import factories as f
 from tests.support.dns_peer import DnsPeer, dns_server
-from tests.support.rigs import DeliveryRig, RigFactory
+from tests.support.rigs import BACKENDS, DeliveryRig, RigFactory
 from tests.support.smtp_peers import Behaviour, SmtpPeer, smtp_sink
 
 DOMAIN = "dest.test"
 MX = "mx1.dest.test"
+pytestmark = pytest.mark.parametrize("rig", BACKENDS, indirect=True)
 
 
 def zone(mx: str = MX, policy_id: str = "1") -> dict[str, dict[str, list[str]]]:
@@ -60,11 +64,11 @@ def test_enforce_delivers_over_verified_tls(rig: RigFactory, ca: Ca) -> None:
     tls = Behaviour(starttls=True, tls_context=ca.server_context(MX))
     with world(ca, policy_text("enforce", "*.dest.test"), behaviour=tls) as (dns, https, peer):
         r = make(rig, ca, dns, https, peer)
-        q = r.aws.storage().enqueue(f.envelope(f"a@{DOMAIN}"), f.content())
+        q = r.storage().enqueue(f.envelope(f"a@{DOMAIN}"), f.content())
         assert r.poll().failed == 0
         assert [m.tls for m in peer.messages] == [True]
         assert https.hits == {f"mta-sts.{DOMAIN}": 1}
-    assert not r.aws.storage().content_exists(q.mail_id)  # delivered and cleaned up
+    assert not r.storage().content_exists(q.mail_id)  # delivered and cleaned up
 
 
 def test_enforce_mx_not_in_policy_defers_475(rig: RigFactory, ca: Ca) -> None:
@@ -72,7 +76,7 @@ def test_enforce_mx_not_in_policy_defers_475(rig: RigFactory, ca: Ca) -> None:
     policy = policy_text("enforce", "mx.other.test")
     with world(ca, policy, behaviour=tls) as (dns, https, peer):
         r = make(rig, ca, dns, https, peer)
-        q = r.aws.storage().enqueue(f.envelope(f"a@{DOMAIN}"), f.content())
+        q = r.storage().enqueue(f.envelope(f"a@{DOMAIN}"), f.content())
         assert r.poll().failed == 1  # kept for a retry
         assert peer.connections == 0  # never connected to an MX the policy does not name
     res = last_result(r, q.mail_id)
@@ -86,7 +90,7 @@ def test_enforce_certificate_not_for_the_mx_name_defers_475(rig: RigFactory, ca:
     wrong = Behaviour(starttls=True, tls_context=ca.server_context("other.test"))
     with world(ca, policy_text("enforce", MX), behaviour=wrong) as (dns, https, peer):
         r = make(rig, ca, dns, https, peer)
-        q = r.aws.storage().enqueue(f.envelope(f"a@{DOMAIN}"), f.content())
+        q = r.storage().enqueue(f.envelope(f"a@{DOMAIN}"), f.content())
         assert r.poll().failed == 1
         assert peer.messages == []
     res = last_result(r, q.mail_id)
@@ -98,7 +102,7 @@ def test_enforce_certificate_not_for_the_mx_name_defers_475(rig: RigFactory, ca:
 def test_enforce_without_starttls_defers_475(rig: RigFactory, ca: Ca) -> None:
     with world(ca, policy_text("enforce", MX)) as (dns, https, peer):
         r = make(rig, ca, dns, https, peer)
-        q = r.aws.storage().enqueue(f.envelope(f"a@{DOMAIN}"), f.content())
+        q = r.storage().enqueue(f.envelope(f"a@{DOMAIN}"), f.content())
         assert r.poll().failed == 1
         assert peer.messages == []
     res = last_result(r, q.mail_id)
@@ -109,11 +113,11 @@ def test_testing_mode_delivers_and_logs(rig: RigFactory, ca: Ca, caplog: Any) ->
     # MX not in the policy and no TLS at all: testing mode only reports
     with world(ca, policy_text("testing", "mx.other.test")) as (dns, https, peer):
         r = make(rig, ca, dns, https, peer)
-        q = r.aws.storage().enqueue(f.envelope(f"someone@{DOMAIN}"), f.content())
+        q = r.storage().enqueue(f.envelope(f"someone@{DOMAIN}"), f.content())
         with caplog.at_level("INFO", logger="mailqueue.mtasts"):
             assert r.poll().failed == 0
         assert [m.tls for m in peer.messages] == [False]
-    assert not r.aws.storage().content_exists(q.mail_id)
+    assert not r.storage().content_exists(q.mail_id)
     notes = [rec.getMessage() for rec in caplog.records if rec.name == "mailqueue.mtasts"]
     assert any("mode testing" in n and MX in n and "not in the policy" in n for n in notes)
     assert not any("someone@" in n for n in notes)  # no addresses in the logs
@@ -123,17 +127,17 @@ def test_relay_route_ignores_the_recipient_domains_policy(rig: RigFactory, ca: C
     with world(ca, policy_text("enforce", "mx.other.test")) as (dns, https, peer):
         routes = {"default": {"next_hop": f"smarthost.test:{peer.port}"}}
         r = make(rig, ca, dns, https, peer, routes=routes)
-        q = r.aws.storage().enqueue(f.envelope(f"a@{DOMAIN}"), f.content())
+        q = r.storage().enqueue(f.envelope(f"a@{DOMAIN}"), f.content())
         assert r.poll().failed == 0
         assert len(peer.messages) == 1
         assert https.hits == {}
         assert (f"_mta-sts.{DOMAIN}.", "TXT") not in dns.queries
-    assert not r.aws.storage().content_exists(q.mail_id)  # delivered and cleaned up
+    assert not r.storage().content_exists(q.mail_id)  # delivered and cleaned up
 
 
 def test_switched_off_by_setting(rig: RigFactory, ca: Ca) -> None:
     with world(ca, policy_text("enforce", "mx.other.test")) as (dns, https, peer):
         r = make(rig, ca, dns, https, peer, mta_sts=False)
-        r.aws.storage().enqueue(f.envelope(f"a@{DOMAIN}"), f.content())
+        r.storage().enqueue(f.envelope(f"a@{DOMAIN}"), f.content())
         assert r.poll().failed == 0
         assert len(peer.messages) == 1 and https.hits == {}
