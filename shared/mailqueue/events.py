@@ -45,11 +45,7 @@ SES_BOUNCE_TYPES: Mapping[str, tuple[str, ...]] = {
     "Undetermined": ("Undetermined",),
     "Permanent": ("General", "NoEmail", "Suppressed", "OnAccountSuppressionList"),
     "Transient": (
-        "General",
-        "MailboxFull",
-        "MessageTooLarge",
-        "ContentRejected",
-        "AttachmentRejected",
+        "General", "MailboxFull", "MessageTooLarge", "ContentRejected", "AttachmentRejected",
     ),
 }
 SES_DELAY_TYPES = (
@@ -299,15 +295,8 @@ def _domain(address: str) -> str:
 
 
 _COMMON = {
-    "from": "from",
-    "to": "to",
-    "cc": "cc",
-    "bcc": "bcc",
-    "reply-to": "replyTo",
-    "return-path": "returnPath",
-    "message-id": "messageId",
-    "subject": "subject",
-    "date": "date",
+    "from": "from", "to": "to", "cc": "cc", "bcc": "bcc", "reply-to": "replyTo",
+    "return-path": "returnPath", "message-id": "messageId", "subject": "subject", "date": "date",
 }
 _LISTS = {"from", "to", "cc", "bcc", "replyTo"}
 
@@ -322,7 +311,9 @@ def common_headers(headers: Iterable[tuple[str, str]]) -> dict[str, Any]:
         if key is None or key in out:
             continue
         if key in _LISTS:
-            out[key] = [f"{n} <{a}>" if n else a for n, a in getaddresses([value]) if a] or [value]
+            out[key] = [
+                f"{n} <{a}>" if n else a for n, a in getaddresses([value]) if a
+            ] or [value]
         else:
             out[key] = value
     return out
