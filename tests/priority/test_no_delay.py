@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from mailqueue.aws.backend import AwsStorage
+from mailqueue.aws.compose import delivery_service
 from mailqueue.config import StorageSettings
 from mailqueue.delivery import DeliveryService, DeliverySettings
 from mailqueue.local.runtime import SqsPoller
@@ -40,7 +41,7 @@ APP = "arn:aws:sts::123456789012:assumed-role/shop-app/checkout"
 
 
 def _service(aws: AwsEnv, settings: StorageSettings, port: int, **extra: Any) -> DeliveryService:
-    return DeliveryService(
+    return delivery_service(
         DeliverySettings(hostname="mq.test", routes=json.dumps(relay_to(port)), **extra),
         AwsStorage(settings, aws.clients),
     )

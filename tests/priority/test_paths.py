@@ -10,13 +10,13 @@ from dataclasses import replace
 from datetime import timedelta
 
 from mailqueue.aws.backend import AwsStorage
+from mailqueue.aws.compose import sweeper as aws_sweeper
 from mailqueue.bounce import BounceService, BounceSettings
 from mailqueue.local.runtime import SqsPoller
 from mailqueue.model import PRIORITY_TAG, Claim, Envelope, MailRef, Priority, utcnow
-from mailqueue.sweeper import Sweeper, SweeperSettings
+from mailqueue.sweeper import SweeperSettings
 
 from functions.delivery import app as delivery_app
-from tests.bounce.test_bounce_flow import bounce_poller
 from tests.crash.harness import FakeClock
 from tests.priority import depths, drain
 from tests.support import factories as f
@@ -95,7 +95,7 @@ def test_the_sweeper_reposts_lost_triggers_and_recovered_leases_to_their_queues(
 ) -> None:
     clock = FakeClock()
     st = AwsStorage(aws.settings, aws.clients, clock=clock)
-    sweeper = Sweeper(SweeperSettings(), st, clock=clock)
+    sweeper = aws_sweeper(SweeperSettings(), st, clock=clock)
     tx = st.enqueue(f.envelope("t@x.example"), f.content())
     bk = st.enqueue(bulk(f.envelope("b@x.example")), f.content())
     held = st.enqueue(bulk(f.envelope("c@y.example")), f.content())
@@ -135,7 +135,7 @@ def test_the_dsn_of_a_bulk_mail_takes_the_bulk_path(rig: RigFactory) -> None:
         st.enqueue(bulk(f.envelope("b@x.example")), f.content())
         assert bulk_poller(r).poll_once().failed == 0  # bounced
         bsvc = BounceService(BounceSettings(hostname="mq.test"), st)
-        assert bounce_poller(r.aws, bsvc).poll_once().failed == 0  # the DSN is queued
+        assert r.bounce_poller(bsvc).poll_once().failed == 0  # the DSN is queued
         assert depths(r.aws) == {"transactional": 0, "bulk": 1}
         assert r.poll().received == 0
         assert bulk_poller(r).poll_once().failed == 0
