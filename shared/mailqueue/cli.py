@@ -359,8 +359,8 @@ def render_size(doc: Mapping[str, Any], out: TextIO) -> None:
         for dom, counts in order:
             cells = " ".join(f"{counts.get(st, 0):>9}" for st in rcpt_states)
             out.write(f"{dom[:32]:<32} {cells}\n")
-    if doc.get("source") != "counters":
-        out.write(f"\n(note: {doc.get('source')})\n")
+    if doc.get("evaluated") is not None:
+        out.write(f"\n({doc['evaluated']} group(s) read from the by_state index)\n")
 
 
 def render_mail(doc: Mapping[str, Any], out: TextIO) -> None:
@@ -423,7 +423,7 @@ class Progress:
         done = c.get("examined", 0)
         running = job.get("state") == "running"
         if est and running:
-            # the estimate is the counters' figure when the job started: the queue may have
+            # the estimate is the index's count when the job started: the queue may have
             # grown since, so the total shown never falls below what was examined
             total = max(int(est), done + 1)
             frac = done / total

@@ -27,7 +27,16 @@ from boto3.dynamodb.types import TypeDeserializer
 
 from .aws.clients import translate
 from .errors import PermanentStorageError
-from .events import HEADERS_MAX, OPERATOR_ACTIONS, OPERATOR_EVENT, MailInfo, QueueEvent
+from .events import (
+    HEADER_READ_MAX,
+    HEADERS_MAX,
+    OPERATOR_ACTIONS,
+    OPERATOR_EVENT,
+    MailInfo,
+    QueueEvent,
+    header_section,
+    unpack_headers,
+)
 from .model import Attempt, Recipient, RecipientState, from_iso, to_iso, utcnow
 
 _deser = TypeDeserializer()
@@ -261,6 +270,29 @@ def stream_events(
     return merge_sends(out)
 
 
+def stored_headers(records: Iterable[Mapping[str, Any]]) -> dict[str, bytes]:
+    """Mail id -> header section, from the mail items' INSERTs in `records`: their `hdrs`
+    (content in S3), or the start of the content the item itself holds (`body`, zlib:
+    a small mail's content in the mail item)."""
+    out: dict[str, bytes] = {}
+    for rec in records:
+        if rec.get("eventName") != "INSERT":
+            continue
+        new = (rec.get("dynamodb") or {}).get("NewImage") or {}
+        pk = str((new.get("pk") or {}).get("S", ""))
+        if not pk.startswith("M#") or (new.get("sk") or {}).get("S") != "M":
+            continue
+        block: bytes | None = None
+        if "hdrs" in new:
+            block = unpack_headers(_deser.deserialize(new["hdrs"]))
+        elif "body" in new and "B" in new["body"]:
+            data = unpack_headers(_deser.deserialize(new["body"]))
+            block = header_section(data) if data is not None else None
+        if block is not None:
+            out[pk[2:]] = block
+    return out
+
+
 def partition_of(ts: datetime) -> str:
     return f"dt={ts:%Y-%m-%d}/hr={ts:%H}"
 
@@ -359,13 +391,11 @@ class EventWriterService:
         self,
         settings: EventWriterSettings,
         s3: Any,
-        counters: Any = None,
         inline_content: Callable[[str], bytes | None] | None = None,
     ) -> None:
         self.settings = settings
         self.s3 = s3
         self.writer = S3EventWriter(s3, settings.bucket, settings.prefix)
-        self.counters = counters
         # reads content kept in the mail item (backend.INLINE_PREFIX keys), None if gone
         self.inline_content = inline_content
 
@@ -380,25 +410,30 @@ class EventWriterService:
         )
         clients = make_clients(region=ss.region, endpoint_url=ss.endpoint_url)
         return cls(
-            settings,
-            clients.s3,
-            _counter_store(ss, clients),
-            inline_content=inline_reader(clients.dynamodb, ss.table),
+            settings, clients.s3, inline_content=inline_reader(clients.dynamodb, ss.table)
         )
 
     def handle(self, records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         events = stream_events(records, ctx=self.settings.context)
         if self.settings.read_headers:
-            events = [self._with_headers(e) for e in events]
+            stored = stored_headers(records)
+            events = [self._with_headers(e, stored) for e in events]
         keys = self.writer.write(events, batch_id(records)) if events else []
-        if self.counters is not None:
-            self.counters.apply(records)
         return {"events": len(events), "objects": keys}
 
-    def _with_headers(self, event: QueueEvent) -> QueueEvent:
-        """A Send with the message's header block (one ranged GET while the content
-        still exists; a content already gone or not readable leaves the list empty)."""
-        key = event.extra.get("content_key") if event.event_type == "Send" else None
+    def _with_headers(self, event: QueueEvent, stored: Mapping[str, bytes]) -> QueueEvent:
+        """A Send with the message's header block: from the mail item's `hdrs` when its
+        INSERT is in the batch (the usual case: it is written with the group items, in
+        the same shard), else one ranged GET while the content still exists (a content
+        already gone or not readable leaves the list empty)."""
+        if event.event_type != "Send":
+            return event
+        block = stored.get(event.mail.message_id)
+        if block is not None:
+            headers, truncated = parse_header_block(block)
+            mail = replace(event.mail, headers=headers, headers_truncated=truncated)
+            return replace(event, mail=mail)
+        key = event.extra.get("content_key")
         if not key:
             return event
         if str(key).startswith(INLINE_PREFIX):  # content in the mail item (issue 18)
@@ -410,19 +445,20 @@ class EventWriterService:
                 return event
             if data is None:  # cleaned already
                 return event
-            headers, truncated = parse_header_block(data[: HEADERS_MAX + 1024])
+            headers, truncated = parse_header_block(header_section(data))
             mail = replace(event.mail, headers=headers, headers_truncated=truncated)
             return replace(event, mail=mail)
         try:
             with translate("s3:GetObject"):
                 body = self.s3.get_object(
-                    Bucket=self.settings.bucket, Key=key, Range=f"bytes=0-{HEADERS_MAX + 1023}"
+                    Bucket=self.settings.bucket, Key=key, Range=f"bytes=0-{HEADER_READ_MAX - 1}"
                 )["Body"].read()
         except PermanentStorageError:  # deleted already, or no permission: no headers
             return event
         headers, truncated = parse_header_block(body)
         mail = replace(event.mail, headers=headers, headers_truncated=truncated)
         return replace(event, mail=mail)
+
 
 
 INLINE_PREFIX = "ddb:"  # = aws.backend.INLINE_PREFIX (not imported: cold start)
@@ -435,11 +471,3 @@ def inline_reader(dynamodb: Any, table: str) -> Callable[[str], bytes | None]:
         return read_inline(dynamodb, table, key)
 
     return read
-
-
-def _counter_store(ss: Any, clients: Any) -> Any:
-    """The queue-size counters maintained from the same stream (see counters.py)."""
-    from .config import settings_from_env
-    from .counters import CounterSettings, counter_store
-
-    return counter_store(ss.table, clients.dynamodb, settings_from_env(CounterSettings))

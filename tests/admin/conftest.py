@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 from mailqueue.admin import AdminApi, AdminSettings, InlineLauncher, QueueAdmin, build_admin
 from mailqueue.aws.backend import AwsStorage
-from mailqueue.counters import CounterStore
 from mailqueue.model import GroupState, MailRef, QueuedMail, utcnow
 
 from tests.support.aws import AwsEnv
@@ -27,9 +26,6 @@ class Admin:
     service: QueueAdmin
     api: AdminApi
     storage: AwsStorage
-
-    def counter_store(self) -> CounterStore:
-        return CounterStore(self.settings.counters_table, self.aws.clients.dynamodb)
 
     def enqueue(
         self,
@@ -77,35 +73,11 @@ class Admin:
         return make_admin(self.aws, **changes)
 
 
-COUNTERS_TABLE = "mailqueue-counters"
-
-
-def counters_table(aws: AwsEnv) -> str:
-    """A table of its own for the counters (moto copies a whole table per transaction
-    action, so counters next to the queue's items would make these tests slow)."""
-    names = aws.clients.dynamodb.list_tables()["TableNames"]
-    if COUNTERS_TABLE not in names:
-        aws.clients.dynamodb.create_table(
-            TableName=COUNTERS_TABLE,
-            AttributeDefinitions=[
-                {"AttributeName": "pk", "AttributeType": "S"},
-                {"AttributeName": "sk", "AttributeType": "S"},
-            ],
-            KeySchema=[
-                {"AttributeName": "pk", "KeyType": "HASH"},
-                {"AttributeName": "sk", "KeyType": "RANGE"},
-            ],
-            BillingMode="PAY_PER_REQUEST",
-        )
-    return COUNTERS_TABLE
-
-
 def make_admin(aws: AwsEnv, **changes: Any) -> Admin:
     settings = AdminSettings(
         storage=aws.settings,
         job_runner="inline",
         job_slice_seconds=30.0,
-        counters_table=counters_table(aws),
         admin_principals="arn:aws:sts::123456789012:assumed-role/mailqueue-ops/*",
     )
     settings = replace(settings, **changes)

@@ -148,11 +148,16 @@ def test_bulk_job_answers_202_and_reports_progress(admin: Admin) -> None:
     )
     assert status == 202 and headers["Location"] == f"/v1/queue/jobs/{job['job_id']}"
     assert job["action"] == "hold" and job["actor"] == ACTOR
+    assert job["estimate"] == 6  # queued + inflight groups: Select=COUNT on the index
     status, got, _ = call(admin, "GET", f"/v1/queue/jobs/{job['job_id']}")
     assert status == 200 and got["state"] == "done"  # the inline runner ran it
     assert got["counts"]["applied"] == 3 and got["counts"]["recipients"] == 3
     status, size, _ = call(admin, "GET", "/v1/queue/size")
-    assert status == 200 and size["source"] == "counters (none yet)"
+    assert status == 200 and size["source"] == "index"
+    assert size["recipients"] == {"held": 3, "queued": 3} and size["groups"] == {
+        "held": 3,
+        "queued": 3,
+    }
     status, shape, _ = call(admin, "GET", "/v1/queue/shape", {"state": "held", "top": "1"})
     assert status == 200 and shape["total"]["total"] == 3 and len(shape["rows"]) == 1
     status, purge, _ = call(admin, "POST", "/v1/queue/jobs", body={"action": "delete", "all": True})

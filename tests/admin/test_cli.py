@@ -24,7 +24,6 @@ from functions.ingress import app as ingress_app
 from tests.admin.conftest import Admin
 from tests.admin.http import serve
 from tests.support.aws import REGION, session
-from tests.support.streams import StreamReader
 
 
 def local_env(admin: Admin) -> dict[str, str]:
@@ -35,7 +34,6 @@ def local_env(admin: Admin) -> dict[str, str]:
         "MQ_DELIVERY_QUEUE_URL": s.delivery_queue_url,
         "MQ_BOUNCE_QUEUE_URL": s.bounce_queue_url,
         "MQ_ENDPOINT_URL": admin.aws.endpoint,
-        "MQ_COUNTERS_TABLE": admin.settings.counters_table,
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_DEFAULT_REGION": REGION,
@@ -113,9 +111,7 @@ def test_local_purge_runs_the_job_with_progress(admin: Admin, env: dict[str, str
 
 
 def test_local_size_and_shape(admin: Admin, env: dict[str, str]) -> None:
-    reader = StreamReader(admin.aws)
     admin.enqueue("bob@example.net", "carol@example.net", "dave@example.com")
-    admin.counter_store().apply(reader.poll())
     code, out, _ = run("--local", "size", "--json")
     doc = json.loads(out)
     assert doc["recipients"] == {"queued": 3} and doc["pending"] == 3

@@ -156,7 +156,6 @@ def test_cli_through_the_api_in_process(
         "MQ_DELIVERY_QUEUE_URL": s.delivery_queue_url,
         "MQ_BOUNCE_QUEUE_URL": s.bounce_queue_url,
         "MQ_ENDPOINT_URL": stored.endpoint,
-        "MQ_COUNTERS_TABLE": admin.settings.counters_table,
         "MQ_HOSTNAME": EHLO,
         "MQ_SENDING_IPS": f"{IP4},{IP6}",
         "MQ_DKIM_DOMAINS": DKIM,

@@ -57,7 +57,9 @@ def test_a_mail_life_becomes_ses_shaped_events(aws: AwsEnv) -> None:
     ]
     by = {e["eventType"]: e for e in evs}
     assert sorted(by["Send"]["mail"]["destination"]) == [
-        "bad@x.example", "ok@x.example", "slow@x.example"
+        "bad@x.example",
+        "ok@x.example",
+        "slow@x.example",
     ]
     assert by["Delivery"]["delivery"]["smtpResponse"] == "250 Ok: queued as 1"
     att = by["Delivery"]["mailqueue"]["attempt"]
@@ -71,8 +73,11 @@ def test_a_mail_life_becomes_ses_shaped_events(aws: AwsEnv) -> None:
 
 
 def _rcpt(e: dict) -> str | None:  # type: ignore[type-arg]
-    for obj, key in (("delivery", "recipients"), ("bounce", "bouncedRecipients"),
-                     ("deliveryDelay", "delayedRecipients")):
+    for obj, key in (
+        ("delivery", "recipients"),
+        ("bounce", "bouncedRecipients"),
+        ("deliveryDelay", "delayedRecipients"),
+    ):
         if obj in e:
             r = e[obj][key][0]
             return r if isinstance(r, str) else r["emailAddress"]
@@ -103,16 +108,107 @@ def test_events_are_partitioned_by_date_and_hour(aws: AwsEnv) -> None:
     assert key.startswith(f"events/dt={now:%Y-%m-%d}/hr=") and key.endswith(".json.gz")
 
 
-def test_the_writer_also_keeps_the_queue_size_counters(aws: AwsEnv) -> None:
-    from mailqueue.counters import CounterStore
+def test_the_writer_writes_nothing_to_the_table(aws: AwsEnv) -> None:
+    """No queue-size counters any more (size reads the index): a batch costs the event
+    log's PUT and no DynamoDB request at all."""
+    st = aws.storage()
+    reader = StreamReader(aws)
+    st.enqueue(f.envelope("a@x.example", "b@x.example", "c@y.example"), f.content())
+    records = reader.poll()
+    aws.counter.reset()
+    _service(aws).handle(records)
+    assert not [k for k in aws.counter.calls if k.startswith("dynamodb:")]
+    assert aws.counter.calls["s3:PutObject"] == 1
+
+
+def _send(aws: AwsEnv) -> dict:  # type: ignore[type-arg]
+    (send,) = [e for e in _events(aws) if e["eventType"] == "Send"]
+    return send
+
+
+def _mail_item(aws: AwsEnv, mail_id: str) -> dict:  # type: ignore[type-arg]
+    got = aws.clients.dynamodb.get_item(
+        TableName=aws.resources.table,
+        Key={"pk": {"S": f"M#{mail_id}"}, "sk": {"S": "M"}},
+        ConsistentRead=True,
+    )
+    return dict(got["Item"])
+
+
+def test_send_headers_come_from_the_mail_item_without_an_s3_get(aws: AwsEnv) -> None:
+    """The header section is stored on the mail item (`hdrs`) while it stays within one
+    write unit; its INSERT in the batch gives the Send its headers with no S3 request,
+    and the same headers as the ranged GET of the content."""
+    from mailqueue.aws.limits import item_size
 
     st = aws.storage()
     reader = StreamReader(aws)
-    counters = CounterStore(aws.resources.table, aws.clients.dynamodb)
-    svc = EventWriterService(
-        EventWriterSettings(bucket=aws.resources.bucket), aws.clients.s3, counters
-    )
-    st.enqueue(f.envelope("a@x.example", "b@x.example", "c@y.example"), f.content())
-    svc.handle(reader.poll())
-    counts = counters.read()
-    assert counts.pending() == 3 and counts.domains["y.example"] == {"queued": 1}
+    q = st.enqueue(f.envelope(), f.content(subject="stored"))
+    item = _mail_item(aws, q.mail_id)
+    assert "hdrs" in item and item_size(item) <= 1024
+    records = reader.poll()
+    aws.counter.reset()
+    _service(aws).handle(records)
+    assert aws.counter.calls["s3:GetObject"] == 0
+    send = _send(aws)
+    assert send["mail"]["commonHeaders"]["subject"] == "stored"
+    names = [h["name"] for h in send["mail"]["headers"]]
+    assert names == ["From", "To", "Subject", "Message-ID", "Date"]
+    assert send["mail"]["headersTruncated"] is False
+    # the same Send from the content (the GET path, the mail item's INSERT left out)
+    for key in [
+        o["Key"]
+        for o in aws.clients.s3.list_objects_v2(Bucket=aws.resources.bucket, Prefix="events/")[
+            "Contents"
+        ]
+    ]:
+        aws.clients.s3.delete_object(Bucket=aws.resources.bucket, Key=key)
+    groups_only = [r for r in records if r["dynamodb"]["Keys"]["sk"]["S"] != "M"]
+    aws.counter.reset()
+    _service(aws).handle(groups_only)
+    assert aws.counter.calls["s3:GetObject"] == 1
+    assert _send(aws)["mail"]["headers"] == send["mail"]["headers"]
+
+
+def test_large_headers_stay_off_the_mail_item(aws: AwsEnv) -> None:
+    """Headers too large for the mail item's write unit even compressed are not stored
+    (a second write unit on its put and delete would cost more than the GET saved); the
+    Send still gets them, from the content."""
+    import random
+
+    from mailqueue.aws.limits import item_size
+
+    rng = random.Random(1)
+    noise = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(3000))
+    big = "".join(
+        f"X-Noise-{i}: {noise[i * 500 : (i + 1) * 500]}\r\n" for i in range(6)
+    ).encode() + f.content(subject="big")
+    st = aws.storage()
+    reader = StreamReader(aws)
+    q = st.enqueue(f.envelope(), big)
+    item = _mail_item(aws, q.mail_id)
+    assert "hdrs" not in item and item_size(item) <= 1024
+    aws.counter.reset()
+    _service(aws).handle(reader.poll())
+    assert aws.counter.calls["s3:GetObject"] == 1
+    send = _send(aws)
+    assert send["mail"]["commonHeaders"]["subject"] == "big"
+    assert send["mail"]["headers"][0]["name"] == "X-Noise-0"
+
+
+def test_header_sections_are_packed_as_text_or_compressed() -> None:
+    from mailqueue.events import header_section, pack_headers, unpack_headers
+
+    msg = b"Subject: a\r\nTo: b@example.net\r\n\r\nbody\r\n"
+    assert header_section(msg) == b"Subject: a\r\nTo: b@example.net\r\n\r\n"
+    assert header_section(b"Subject: a\n\nbody") == b"Subject: a\n\n"
+    assert pack_headers(msg, 100) == "Subject: a\r\nTo: b@example.net\r\n\r\n"
+    assert pack_headers(msg, 10) is None
+    # too long as text, short compressed: stored compressed
+    long = b"Subject: " + b"ab" * 400 + b"\r\n\r\n"
+    packed = pack_headers(long, 200)
+    assert isinstance(packed, bytes) and unpack_headers(packed) == long
+    # not UTF-8: compressed, whatever the room
+    latin = b"Subject: caf\xe9\r\n\r\n"
+    packed = pack_headers(latin, 1000)
+    assert isinstance(packed, bytes) and unpack_headers(packed) == latin

@@ -92,9 +92,9 @@ DECLARED: dict[str, dict[tuple[str, str], str]] = {
         ),
     },
     "EventsFunction": {
-        ("Counters", "dynamodb:GetItem"): (
-            "a stream batch with more counter keys than one transaction stores a plan; "
-            "the next retry reads it to finish (mailqueue.counters)"
+        ("HeadersOfSend", "s3:GetObject"): (
+            "only for a mail item without `hdrs` (its headers too large for one write unit) "
+            "or whose INSERT fell into another stream batch; the e2e's mails have `hdrs`"
         ),
         ("ReadStream", "dynamodb:DescribeStream"): "the stream event source mapping",
         ("ReadStream", "dynamodb:GetRecords"): "the stream event source mapping",

@@ -1,9 +1,8 @@
 """Queue administration (issue 7): the service behind the admin API and the CLI.
 
 Postfix's postqueue/postsuper/postcat/qshape and James's distributed mail queue API, on
-the storage's own primitives: browse from the by_state index, size from stream-fed
-counters, operator actions as conditional transitions under the delivery lease, bulk
-actions as resumable jobs.
+the storage's own primitives: browse and size from the by_state index, operator actions
+as conditional transitions under the delivery lease, bulk actions as resumable jobs.
 """
 
 from __future__ import annotations
@@ -11,10 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 
-from .. import counters
 from ..aws.backend import AwsStorage
 from ..aws.clients import AwsClients
-from ..counters import CounterSettings, CounterStore
 from ..model import utcnow
 from .api import AdminApi, Reply
 from .filters import QueueFilter, parse_filter
@@ -46,17 +43,8 @@ __all__ = [
     "Reply",
     "admin_settings_from_env",
     "build_admin",
-    "counter_store",
     "parse_filter",
 ]
-
-
-def counter_store(settings: AdminSettings, clients: AwsClients) -> CounterStore:
-    return counters.counter_store(
-        settings.storage.table,
-        clients.dynamodb,
-        CounterSettings(settings.counters_table, settings.counter_partitions),
-    )
 
 
 def build_admin(
@@ -65,8 +53,8 @@ def build_admin(
     *,
     clock: Callable[[], datetime] = utcnow,
 ) -> QueueAdmin:
-    """The service on AWS: AwsStorage, job items, counters and the operator lists in the
-    queue table."""
+    """The service on AWS: AwsStorage, job items and the operator lists in the queue
+    table."""
     from ..aws.ports import SqsBounces
     from ..aws.suppression_store import DynamoSuppressionStore
     from ..aws.suspension_store import DynamoSuspensionStore
@@ -79,7 +67,6 @@ def build_admin(
         DynamoJobStore(
             settings.storage.table, clients.dynamodb, ttl_seconds=settings.job_ttl_seconds
         ),
-        counter_store(settings, clients),
         clock=clock,
         bounces=SqsBounces(storage),
         suppressions=DynamoSuppressionStore(clients.dynamodb, table),

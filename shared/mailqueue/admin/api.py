@@ -9,7 +9,7 @@ Routes (all under IAM auth):
   GET    /v1/queue/mails/{mail_id}            inspect (?body=true for the body)
   DELETE /v1/queue/mails/{mail_id}            delete one mail (?group= one group)
   POST   /v1/queue/mails/{mail_id}/{action}   hold | release | retry | bounce | delete
-  GET    /v1/queue/size                       counts by state and domain (counters)
+  GET    /v1/queue/size                       counts by state and domain (by_state index)
   GET    /v1/queue/shape                      qshape matrix (filters, bucket_minutes, buckets, by)
   POST   /v1/queue/jobs                       bulk action → 202 + job
                                               {"action", "filter": {...}} or {"action", "all": true}

@@ -419,6 +419,7 @@ class AwsStorage:
         items = self._items_for(
             mail_id, sha, envelope, recipients, groups, now, due, key, len(content)
         )
+        _add_headers(items[0], content)
         self._batch_write([{"PutRequest": {"Item": it}} for it in items])
         # 3. triggers
         self._send_triggers(
@@ -721,6 +722,26 @@ class AwsStorage:
         return self._query_state(
             GroupState(state).value, due_op="<=", due=due_before, limit=limit, cursor=cursor
         )
+
+    def count_state(self, state: GroupState) -> int:
+        """Groups in `state`: Select=COUNT on the by_state index, paged (the read units of
+        reading them, eventually consistent; no items transferred)."""
+        kw: dict[str, Any] = {
+            "TableName": self.s.table,
+            "IndexName": GSI_STATE,
+            "KeyConditionExpression": "st = :st",
+            "ExpressionAttributeValues": {":st": {"S": GroupState(state).value}},
+            "Select": "COUNT",
+        }
+        n = 0
+        while True:
+            with translate("dynamodb:Query"):
+                resp = self.c.dynamodb.query(**kw)
+            n += int(resp.get("Count", 0))
+            lek = resp.get("LastEvaluatedKey")
+            if not lek:
+                return n
+            kw["ExclusiveStartKey"] = lek
 
     def find_inflight(self, now: datetime, *, limit: int = 100, cursor: str | None = None) -> Page:
         return self._query_state(
@@ -1490,6 +1511,18 @@ class _TransitionPlan:
     next_at: datetime
     history: tuple[Attempt, ...]
     resting: tuple[Recipient, ...]
+
+
+def _add_headers(mail_item: dict[str, Any], content: bytes) -> None:
+    """The header section on the mail item (`hdrs`), for the event writer's Send without
+    an S3 GET, when the item stays within one write unit (`events.pack_headers`)."""
+    from ..events import MAIL_ITEM_WRITE_UNIT, pack_headers
+    from .limits import item_size
+
+    room = MAIL_ITEM_WRITE_UNIT - item_size(mail_item) - len("hdrs")
+    packed = pack_headers(content, room) if room > 0 else None
+    if packed is not None:
+        mail_item["hdrs"] = {"S": packed} if isinstance(packed, str) else {"B": packed}
 
 
 def _transition_dsn_request(
