@@ -34,7 +34,7 @@ import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -338,6 +338,12 @@ class _Hooks:
         op = f"{model.service_model.service_name}:{model.name}"
         context["mq_fn"] = fn
         context["mq_consistent"] = bool(params.get("ConsistentRead"))
+        if op == "dynamodb:BatchGetItem":
+            # per key requested: a key with no item still costs a read unit's minimum
+            context["mq_keys"] = [
+                (len(v.get("Keys", [])), bool(v.get("ConsistentRead")))
+                for v in params.get("RequestItems", {}).values()
+            ]
         with self.lock:
             self.run.requests.setdefault(fn, Counter())[op] += 1
             if op == "dynamodb:BatchWriteItem":
@@ -362,11 +368,13 @@ class _Hooks:
         elif model.name in ("Query", "Scan"):
             ru = units(sum(item_size(i) for i in parsed.get("Items", [])), 4096) * factor
         elif model.name == "BatchGetItem":
-            ru = sum(
-                units(item_size(i), 4096) * factor
-                for items in parsed.get("Responses", {}).values()
-                for i in items
-            )
+            got = [i for items in parsed.get("Responses", {}).values() for i in items]
+            keys = context.get("mq_keys") or []
+            requested = sum(n for n, _ in keys)
+            consistent = any(c for _, c in keys)
+            f = 1.0 if consistent else 0.5
+            ru = sum(units(item_size(i), 4096) * f for i in got)
+            ru += max(0, requested - len(got)) * f  # keys not found: the minimum each
         elif model.name == "TransactGetItems":
             ru = sum(units(item_size(r.get("Item")), 4096) * 2 for r in parsed.get("Responses", []))
         if ru:
@@ -479,12 +487,8 @@ def measure(mails: int = 20, size: int = 10 * 1024, var_dir: Path | None = None)
             tpl = Template.load()
             replayed = delivered_to_events(state_records(run.records), tpl.events_filters)
             run.replayed_per_mail = len(replayed) / mails
-            for batch in _batch_sizes(tpl):
-                run.counters_by_batch[batch] = replay_counters(
-                    stack.clients.dynamodb,
-                    delivered_to_events(state_records(run.records), tpl.events_filters),
-                    batch,
-                )
+            # (runs of revisions with queue-size counters replayed the records through
+            # `mailqueue.counters` into `counters_by_batch`; the model still prices those)
     finally:
         if tmp:
             tmp.cleanup()
@@ -618,88 +622,6 @@ def records_per_batch(tpl: Template, records_per_s: float) -> float:
     return max(1.0, min(tpl.events_batch_size, per_shard * max(tpl.events_window_s, 0.2)))
 
 
-def _batch_sizes(tpl: Template) -> list[int]:
-    # replay at the batch size of each volume (the rate is known only per mail: estimate
-    # with 6 records a mail; `model` interpolates between the sizes replayed)
-    sizes = {1, tpl.events_batch_size}
-    for v in VOLUMES:
-        sizes.add(round(records_per_batch(tpl, v * 6 / SECONDS_PER_MONTH)))
-    return sorted(sizes)
-
-
-def replay_counters(ddb: Any, records: list[dict[str, Any]], batch: int) -> dict[str, float]:
-    """The real CounterStore on a scratch table, fed `records` in batches of `batch`:
-    requests, write units (transactions at 2x) and items written per record."""
-    from mailqueue.counters import CounterStore
-
-    name = f"cost-counters-{batch}-{time.time_ns()}"
-    ddb.create_table(
-        TableName=name,
-        KeySchema=[
-            {"AttributeName": "pk", "KeyType": "HASH"},
-            {"AttributeName": "sk", "KeyType": "RANGE"},
-        ],
-        AttributeDefinitions=[
-            {"AttributeName": "pk", "AttributeType": "S"},
-            {"AttributeName": "sk", "AttributeType": "S"},
-        ],
-        BillingMode="PAY_PER_REQUEST",
-    )
-    calls: Counter[str] = Counter()
-    wru = 0
-
-    def before(model: Any, params: Any, **_: Any) -> None:
-        nonlocal wru
-        op = f"{model.service_model.service_name}:{model.name}"
-        calls[op] += 1
-        if op == "dynamodb:TransactWriteItems":
-            for a in params["TransactItems"]:
-                ((_, body),) = a.items()
-                wru += 2 * units(item_size(body.get("Item") or body.get("Key")) + 16, 1024)
-                calls["items"] += 1
-        elif op in ("dynamodb:PutItem", "dynamodb:UpdateItem"):
-            wru += units(item_size(params.get("Item") or params.get("Key")) + 16, 1024)
-            calls["items"] += 1
-
-    ddb.meta.events.register("before-parameter-build.dynamodb.*", before)
-    try:
-        store = CounterStore(name, ddb)
-        for i in range(0, len(records), batch):
-            store.apply(records[i : i + batch])
-    finally:
-        ddb.meta.events.unregister("before-parameter-build.dynamodb.*", before)
-        ddb.delete_table(TableName=name)
-    n = max(1, len(records))
-    out = {k: v / n for k, v in calls.items()}
-    out["wru"] = wru / n
-    # no netting: a mail's stages in different batches (at volume a lifecycle spans
-    # batches); every key a record touches is written once in its batch
-    from mailqueue import counters
-
-    per_batch_checkpoint = hasattr(counters, "_digest")  # this design, or a marker per record
-    ub_items = 0
-    ub_wru = 0
-    for i in range(0, len(records), batch):
-        keys: set[str] = set()
-        changed = 0
-        for r in records[i : i + batch]:
-            ddb = r.get("dynamodb") or {}
-            d = counters.deltas(ddb.get("OldImage"), ddb.get("NewImage"))
-            keys |= set(d)
-            changed += bool(d)
-        if not keys:
-            continue
-        if per_batch_checkpoint:
-            ub_items += 1 + len(keys)
-            ub_wru += 2 * (units(17 * changed + 80, 1024) + len(keys))
-        else:
-            ub_items += changed + len(keys)
-            ub_wru += 2 * (changed + len(keys))
-    out["items_no_netting"] = ub_items / n
-    out["wru_no_netting"] = ub_wru / n
-    return out
-
-
 # ---------------------------------------------------------------- the model
 @dataclass
 class Line:
@@ -719,6 +641,33 @@ def _interp(table: dict[int, dict[str, float]], batch: float, key: str) -> float
             t = (batch - a) / (b - a)
             return table[a].get(key, 0.0) * (1 - t) + table[b].get(key, 0.0) * t
     return table[xs[-1]].get(key, 0.0)
+
+
+#: Lambda gives a function CPU in proportion to its memory: 1,769 MB is one vCPU (AWS's
+#: Lambda docs); Python's handlers use one thread, so more than one vCPU buys nothing
+FULL_VCPU_MB = 1769
+
+
+def cpu_factor(memory_mb: int) -> float:
+    """How much longer the CPU part of a duration takes at `memory_mb` than on a whole
+    core (the run measures CPU time on one core of this machine)."""
+    return max(1.0, FULL_VCPU_MB / memory_mb)
+
+
+def lambda_seconds(run: Run, f: str, memory_mb: int) -> float:
+    """The function's Lambda time for the run's work at `memory_mb`: its handler's CPU
+    time stretched by `cpu_factor`, plus what does not scale with CPU — AWS's answer time
+    for each request it made, SMTP to the relay (delivery), 0.5 ms per invocation."""
+    wait = 0.0
+    for k, n in run.ops(f).items():
+        if k.endswith(":items"):
+            continue
+        svc = k.split(":", 1)[0]
+        wait += n * LATENCY_MS.get(k, LATENCY_MS.get(svc, 10.0)) / 1000
+    if f == "delivery":
+        wait += run.mails * ASSUMPTIONS["smtp_ms_per_mail_relay"] / 1000
+    cpu = run.cpu_s.get(f, run.busy_s[f]) * cpu_factor(memory_mb)
+    return cpu + wait + 0.0005 * run.invocations[f]
 
 
 def model(run: Run, volume: int, tpl: Template, egress: str | None = "relay") -> list[Line]:
@@ -803,19 +752,20 @@ def model(run: Run, volume: int, tpl: Template, egress: str | None = "relay") ->
         "reads (RRU from items returned)",
         rru * per * ddb["read_request_unit_per_million"] / 1e6,
     )
-    # the upper bound (no netting within a batch): the run's mails are few and quick, so
-    # in its batches most of a mail's deltas cancel; at volume they span batches
-    ctr_wru = _interp(run.counters_by_batch, batch, "wru_no_netting") * volume * ctr_rpm
-    ctr_reads = (
-        _interp(run.counters_by_batch, batch, "dynamodb:Query")
-        + _interp(run.counters_by_batch, batch, "dynamodb:GetItem")
-    ) * 2
-    add("DynamoDB", "queue-size counters (writes)", ctr_wru * wru)
-    add(
-        "DynamoDB",
-        "queue-size counters (reads)",
-        ctr_reads * volume * ctr_rpm * ddb["read_request_unit_per_million"] / 1e6,
-    )
+    if run.counters_by_batch:  # a run of a revision with queue-size counters
+        # the upper bound (no netting within a batch): the run's mails are few and quick,
+        # so in its batches most of a mail's deltas cancel; at volume they span batches
+        ctr_wru = _interp(run.counters_by_batch, batch, "wru_no_netting") * volume * ctr_rpm
+        ctr_reads = (
+            _interp(run.counters_by_batch, batch, "dynamodb:Query")
+            + _interp(run.counters_by_batch, batch, "dynamodb:GetItem")
+        ) * 2
+        add("DynamoDB", "queue-size counters (writes)", ctr_wru * wru)
+        add(
+            "DynamoDB",
+            "queue-size counters (reads)",
+            ctr_reads * volume * ctr_rpm * ddb["read_request_unit_per_million"] / 1e6,
+        )
     # SQS: the functions' requests + the event sources' receive/delete per batch + idle polls
     sqs_p = p["sqs_standard"]["per_million_requests"] / 1e6
     sqs_fn = sum(n for k, n in ops.items() if k.startswith("sqs:"))
@@ -837,24 +787,13 @@ def model(run: Run, volume: int, tpl: Template, egress: str | None = "relay") ->
     inv_month: dict[str, float] = {}
 
     def seconds(f: str) -> float:
-        """The function's Lambda time in the run: its handler's CPU time, AWS's answer
-        time for each request it made, SMTP to the relay (delivery, bounce)."""
-        wait = 0.0
-        for k, n in run.ops(f).items():
-            if k.endswith(":items"):
-                continue
-            svc = k.split(":", 1)[0]
-            wait += n * LATENCY_MS.get(k, LATENCY_MS.get(svc, 10.0)) / 1000
-        if f in ("delivery", "bounce"):
-            smtp = run.mails if f == "delivery" else 0
-            wait += smtp * ASSUMPTIONS["smtp_ms_per_mail_relay"] / 1000
-        return run.cpu_s.get(f, run.busy_s[f]) + wait + 0.0005 * run.invocations[f]
+        return lambda_seconds(run, f, tpl.memory_mb[f])
 
     for f in ("ingress", "delivery", "bounce"):
         inv_month[f] = run.invocations[f] * per
         add(
             "Lambda",
-            f"{f}: GB-s ({tpl.memory_mb[f]} MB; CPU measured + AWS/SMTP latency)",
+            f"{f}: GB-s ({tpl.memory_mb[f]} MB; CPU measured × 1769/MB + AWS/SMTP latency)",
             seconds(f) * per * tpl.memory_mb[f] / 1024 * gbs_price,
         )
     ev_inv = max(1, run.invocations["events"])
@@ -939,6 +878,114 @@ def egress_monthly(mode: str, volume: int, mail_bytes: int = 10 * 1024) -> float
         return 0.0
     prices = egress_cost.load_prices()
     return float(egress_cost.direct_cost(volume, mail_bytes, prices).total)
+
+
+# ---------------------------------------------------------------- memory sizes
+MEMORY_SIZES = (128, 256, 512, 1024, 1769)
+#: copies of the largest content a function holds at once (assumed from the code, not
+#: measured): ingress the request or SES object and the bytes it stores; delivery and
+#: bounce the content read, its signed/DSN form and the SMTP client's dot-stuffed copy
+#: (and, for bounce, the original under RET=FULL); admin a 1 MiB body; events header
+#: sections; the sweeper none.
+CONTENT_COPIES = {"ingress": 3, "delivery": 4, "bounce": 4, "admin": 1, "events": 0, "sweeper": 0}
+MARGIN = 1.5  # memory chosen >= MARGIN x the estimated peak
+
+
+def handler_rss_mb(handler: str) -> float:
+    """Peak RSS (MB) of a fresh interpreter that imports the handler and creates the AWS
+    clients every function creates (no request made): the floor before any content."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import resource, app\n"
+        "from mailqueue.aws.clients import make_clients\n"
+        "make_clients(region='us-east-1')\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+    )
+    env = {
+        **{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
+        "AWS_LAMBDA_FUNCTION_NAME": f"mailqueue-{handler}",
+        "POWERTOOLS_TRACE_DISABLED": "true",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT / "functions" / handler,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return int(out.split()[-1]) / 1024  # ru_maxrss is in KB on Linux
+
+
+def memory_floor_mb(f: str, rss_mb: float, max_size: int = 40 * 2**20) -> float:
+    """Estimated peak: the measured floor plus the content copies the function holds."""
+    largest = {"admin": 2**20, "events": 11 * 1024}.get(f, max_size)
+    return rss_mb + CONTENT_COPIES.get(f, 0) * largest / 2**20
+
+
+def memory_sweep(
+    run: Run, tpl: Template, rss_mb: Mapping[str, float], volume: int = VOLUMES[-1]
+) -> dict[str, dict[str, Any]]:
+    """Per function: $ per million mails at each memory size (its Lambda GB-s lines of
+    the model at `volume`), the duration per invocation, the estimated peak and the
+    choice: the smallest size >= MARGIN x the peak (cost only falls with memory in this
+    model: the CPU part costs the same GB-s at any size below one vCPU, the waits cost
+    in proportion to memory)."""
+    out: dict[str, dict[str, Any]] = {}
+    for f in FUNCTIONS:
+        peak = memory_floor_mb(f, rss_mb.get(f, 0.0))
+        cost: dict[int, float] = {}
+        dur: dict[int, float] = {}
+        for m in MEMORY_SIZES:
+            t = replace(tpl, memory_mb={**tpl.memory_mb, f: m})
+            lines = model(run, volume, t)
+            cost[m] = (
+                sum(
+                    x.per_month
+                    for x in lines
+                    if x.service == "Lambda" and x.item.startswith(f"{f}:")
+                )
+                / volume
+                * 1e6
+            )
+            inv = run.invocations[f]
+            dur[m] = lambda_seconds(run, f, m) / inv * 1000 if inv else 0.0
+        fit = [m for m in MEMORY_SIZES if m >= MARGIN * peak]
+        out[f] = {
+            "peak_mb": peak,
+            "rss_mb": rss_mb.get(f, 0.0),
+            "cost": cost,
+            "ms_per_invocation": dur,
+            "chosen": fit[0] if fit else MEMORY_SIZES[-1],
+            "template": tpl.memory_mb[f],
+        }
+    return out
+
+
+def memory_report(run: Run, tpl: Template, rss_mb: Mapping[str, float]) -> list[str]:
+    sweep = memory_sweep(run, tpl, rss_mb)
+    L = [
+        "| function | RSS after import + clients (MB) | est. peak (MB) | "
+        + " | ".join(f"{m} MB: $/M (ms/inv.)" for m in MEMORY_SIZES)
+        + " | chosen | template |",
+        "|---|---:|---:|" + "---:|" * len(MEMORY_SIZES) + "---:|---:|",
+    ]
+    for f, r in sweep.items():
+        cells = " | ".join(
+            f"{r['cost'][m]:.3f} ({r['ms_per_invocation'][m]:.0f})"
+            if r["ms_per_invocation"][m]
+            else f"{r['cost'][m]:.3f}"
+            for m in MEMORY_SIZES
+        )
+        L.append(
+            f"| {f} | {r['rss_mb']:.0f} | {r['peak_mb']:.0f} | {cells} | {r['chosen']} | "
+            f"{r['template']} |"
+        )
+    return L
 
 
 # ---------------------------------------------------------------- the report
@@ -1048,22 +1095,23 @@ def report(run: Run, tpl: Template, title: str = "### Cost model") -> list[str]:
         f"event log {run.event_bytes / run.mails:,.0f} B per mail (gzip)."
     )
     L.append("")
-    L.append(
-        "Counters (replayed through `mailqueue.counters` at each batch size), per stream record:"
-    )
-    L.append("")
-    L.append(
-        "| records per batch | requests | items written | WRU | items, no netting | "
-        "WRU, no netting (used) |"
-    )
-    L.append("|---:|---:|---:|---:|---:|---:|")
-    for b, c in sorted(run.counters_by_batch.items()):
-        req = sum(v for k, v in c.items() if k.startswith("dynamodb:"))
+    if run.counters_by_batch:  # a run of a revision with queue-size counters
         L.append(
-            f"| {b} | {req:.3f} | {c.get('items', 0):.3f} | {c.get('wru', 0):.3f} | "
-            f"{c.get('items_no_netting', 0):.3f} | {c.get('wru_no_netting', 0):.3f} |"
+            "Counters (replayed through `mailqueue.counters` at each batch size), per stream record:"
         )
-    L.append("")
+        L.append("")
+        L.append(
+            "| records per batch | requests | items written | WRU | items, no netting | "
+            "WRU, no netting (used) |"
+        )
+        L.append("|---:|---:|---:|---:|---:|---:|")
+        for b, c in sorted(run.counters_by_batch.items()):
+            req = sum(v for k, v in c.items() if k.startswith("dynamodb:"))
+            L.append(
+                f"| {b} | {req:.3f} | {c.get('items', 0):.3f} | {c.get('wru', 0):.3f} | "
+                f"{c.get('items_no_netting', 0):.3f} | {c.get('wru_no_netting', 0):.3f} |"
+            )
+        L.append("")
     pr = path_requests(run, tpl, VOLUMES[-1])
     total_req = sum(pr.values())
     L.append(

@@ -17,7 +17,7 @@ import logging
 import re
 import secrets
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from email.parser import HeaderParser
@@ -413,12 +413,14 @@ class QueueAdmin:
         """Counts by state and recipient domain, read from the by_state index when asked
         (pages of up to 1,000 groups; ~0.5 read units per 4 KB of groups: see
         `mailqueue.admin.size`). Never a table scan."""
-        groups: list[Group] = []
-        pos: Position | None = (0, None)
-        while pos is not None:
-            page, pos = self.walk(SIZE_STATES, pos, 1000)
-            groups.extend(page)
-        return count_groups(groups)
+
+        def pages() -> Iterator[Group]:  # a page at a time: a large backlog is not held
+            pos: Position | None = (0, None)
+            while pos is not None:
+                page, pos = self.walk(SIZE_STATES, pos, 1000)
+                yield from page
+
+        return count_groups(pages())
 
     def shape(
         self,
