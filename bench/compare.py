@@ -2,26 +2,39 @@
 
     python -m bench.compare BEFORE.pkl [AFTER.pkl]
 
-BEFORE.pkl is a `cost.Run` measured on the revision before the changes (the old counters),
-AFTER.pkl one measured on this revision (measured now when not given). The template
-settings of each step are applied to the model: tracing, dashboard, the events filter.
+BEFORE.pkl is a `cost.Run` measured on revision d8f9a86 (queue-size counters, the events
+function's header GET), AFTER.pkl one measured on this revision (measured now when not
+given). The template settings of each step are applied to the model: the events filter,
+the memory sizes. (`first_round` priced the earlier steps from a run of revision 9986081.)
 """
 
 from __future__ import annotations
 
 import pickle
 import sys
+from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
 from bench import cost
+
+#: revision d8f9a86's template: the events filter without the mail item's INSERT, and
+#: its memory sizes
+D8F9A86_MEMORY = {
+    "ingress": 1024,
+    "delivery": 512,
+    "bounce": 512,
+    "events": 512,
+    "sweeper": 256,
+    "admin": 512,
+}
 
 
 def _total(run: cost.Run, tpl: cost.Template, volume: int) -> float:
     return sum(x.per_month for x in cost.model(run, volume, tpl)) / volume * 1e6
 
 
-def table(before: cost.Run, after: cost.Run) -> list[str]:
+def first_round(before: cost.Run, after: cost.Run) -> list[str]:
     now = cost.Template.load()
     old = replace(now, tracing=True, dashboards=1, events_filters=[], events_window_s=5)
     steps = [
@@ -59,6 +72,50 @@ def table(before: cost.Run, after: cost.Run) -> list[str]:
             replace(now, events_window_s=300),
         ),
     ]
+    return _rows(steps)
+
+
+def without_counters(run: cost.Run) -> cost.Run:
+    """A run of a revision with counters, priced as if it had none: no counter lines,
+    and the events function's counter requests (Query, TransactWriteItems) left out."""
+    requests = {
+        f: Counter(
+            {k: n for k, n in c.items() if not (f == "events" and k.startswith("dynamodb:"))}
+        )
+        for f, c in run.requests.items()
+    }
+    return replace(run, counters_by_batch={}, requests=requests)
+
+
+def second_round(before: cost.Run, after: cost.Run) -> list[str]:
+    now = cost.Template.load()
+    old_filters = [f for f in now.events_filters if "eventName" not in f]
+    old = replace(now, events_filters=old_filters, memory_mb=dict(D8F9A86_MEMORY))
+    steps = [
+        ("start: revision d8f9a86 (queue-size counters, a header GET per mail)", before, old),
+        (
+            "queue size read from the by_state index when asked; counters removed",
+            without_counters(before),
+            old,
+        ),
+        (
+            "+ Send headers from the mail item's `hdrs` (its INSERT to the events function) "
+            "instead of an S3 GET",
+            after,
+            replace(now, memory_mb=dict(D8F9A86_MEMORY)),
+        ),
+        (
+            "+ memory sizes from the sweep ("
+            + ", ".join(f"{f} {now.memory_mb[f]}" for f in cost.FUNCTIONS)
+            + " MB; = this revision)",
+            after,
+            now,
+        ),
+    ]
+    return _rows(steps)
+
+
+def _rows(steps: list[tuple[str, cost.Run, cost.Template]]) -> list[str]:
     lines = [
         "| step | $/M at 1 M/month | at 10 M | at 100 M | requests per mail |",
         "|---|---:|---:|---:|---:|",
@@ -83,7 +140,7 @@ def main() -> None:
         if not getattr(r, "replayed_per_mail", 0.0):
             fed = cost.delivered_to_events(cost.state_records(r.records), filters)
             r.replayed_per_mail = len(fed) / r.mails
-    print("\n".join(table(before, after)))
+    print("\n".join(second_round(before, after)))
     print()
     print("\n".join(cost.report(after, cost.Template.load())))
 

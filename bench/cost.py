@@ -889,6 +889,10 @@ MEMORY_SIZES = (128, 256, 512, 1024, 1769)
 #: sections; the sweeper none.
 CONTENT_COPIES = {"ingress": 3, "delivery": 4, "bounce": 4, "admin": 1, "events": 0, "sweeper": 0}
 MARGIN = 1.5  # memory chosen >= MARGIN x the estimated peak
+#: functions whose GB-s cost under $0.001 per million at 100 M/month at any size: not
+#: chosen by cost, but for their work — the sweeper's recovery after an outage (a large
+#: backlog in its 240 s; 14x slower CPU at 128 MB), admin's interactive answers and jobs
+NOT_BY_COST = {"sweeper": 256, "admin": 256}
 
 
 def handler_rss_mb(handler: str) -> float:
@@ -960,7 +964,7 @@ def memory_sweep(
             "rss_mb": rss_mb.get(f, 0.0),
             "cost": cost,
             "ms_per_invocation": dur,
-            "chosen": fit[0] if fit else MEMORY_SIZES[-1],
+            "chosen": NOT_BY_COST.get(f, fit[0] if fit else MEMORY_SIZES[-1]),
             "template": tpl.memory_mb[f],
         }
     return out
