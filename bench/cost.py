@@ -11,15 +11,16 @@ drained, and records:
 * read units from the items each read returned, write units from the stream's old and new
   images of every write (the larger of the two, per 1 KB), on the table and on each index
   the item is in (a key change is a delete plus a put), twice for transactional writes;
-* every stream record of the table, replayed through the real counter code
-  (`mailqueue.counters`) in the batch sizes Lambda would form at each volume, against a
-  scratch table, to count the counters' requests and write units per batch;
+* every stream record of the table (the events function's share, through the template's
+  filter; runs of revisions that kept queue-size counters also replayed the records
+  through them, `counters_by_batch`, and the model still prices those runs);
 * each function's invocations and time in the handler, its log bytes and EMF metrics;
 * the event-log objects written.
 
 `model()` turns a `Run` into $ per month at a volume, per service, from the prices in
 bench/aws-prices.json and the template's settings (memory, architecture, tracing, batch
-sizes, alarms, dashboards, schedules). Assumptions that are not measured are named in
+sizes, alarms, dashboards, schedules); Lambda's CPU scales with memory (`lambda_seconds`)
+and `memory_sweep` prices each function at each memory size. Assumptions that are not measured are named in
 `ASSUMPTIONS` and printed with the figures.
 """
 
@@ -1143,13 +1144,18 @@ def report(run: Run, tpl: Template, title: str = "### Cost model") -> list[str]:
         + "; ".join(f"{k} = {v}" for k, v in ASSUMPTIONS.items())
         + f"; events batch {tpl.events_batch_size} records / {tpl.events_window_s} s window, "
         "the records of one batch spread evenly over the shards; Lambda time is the handler "
-        "thread's CPU time measured in the run plus AWS's answer time per request "
+        "thread's CPU time measured in the run, stretched by 1769/MB below one vCPU "
+        "(Lambda's CPU is proportional to memory; 1,769 MB = 1 vCPU), plus AWS's answer "
+        "time per request "
         f"({', '.join(f'{k} {v:.0f} ms' for k, v in LATENCY_MS.items())}) and SMTP to the "
         "relay (moto's own answer time, slow and load-dependent here, is left out); "
         "the SQS event source's receive and delete counted once per "
         "invocation at the batch fill of the run (one message per batch locally: an upper "
         "bound); X-Ray at Lambda's default sampling (1/s then 5 %) when tracing is on; "
         "storage of content (deleted after delivery) and of state items not included; "
+        "a BatchGetItem is priced per key requested (a key without an item costs the "
+        "minimum read unit); `mailqueue size` reads the by_state index when asked (not "
+        "priced: no steady cost); "
         + (
             "egress: relay mode sends from outside any VPC (no NAT, no transfer charge); "
             "direct mode's NAT and transfer are in bench/egress_cost.py's section."

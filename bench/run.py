@@ -209,7 +209,15 @@ def main() -> None:
     # the cost model: a measured run through the local stack (bench/cost.py), and the
     # handlers' cold import times (bench/coldstart.py)
     run = cost.measure(20)
-    lines.extend(cost.report(run, cost.Template.load(), title="### Cost model (bench/cost.py)"))
+    tpl = cost.Template.load()
+    lines.extend(cost.report(run, tpl, title="### Cost model (bench/cost.py)"))
+    lines.append("")
+    lines += [
+        "#### Lambda memory sizes (bench.cost.memory_sweep; docs: issue 18, second round)",
+        "",
+    ]
+    rss = {f: cost.handler_rss_mb(f) for f in cost.FUNCTIONS}
+    lines.extend(cost.memory_report(run, tpl, rss))
     lines.append("")
     lines.extend(coldstart.report())
     lines.append("")

@@ -3,7 +3,7 @@
 `StreamReader(env).poll()` returns the records written since the previous poll, shaped
 like the records of a Lambda DynamoDB stream event (`eventID`, `eventName`,
 `eventSourceARN`, `dynamodb.Keys/NewImage/OldImage/SequenceNumber`), so stream consumers
-(counters, the event writer) are tested with what they will really receive.
+(the event writer) are tested with what they will really receive.
 """
 
 from __future__ import annotations

@@ -70,7 +70,7 @@ class Job:
     cursor: list[Any] | None = None  # [state index, index cursor]
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNT_KEYS, 0))
     busy: dict[str, int] = field(default_factory=dict)  # "mail_id/group" → first seen, ms
-    estimate: int | None = None  # groups in the states walked, from the counters
+    estimate: int | None = None  # groups in the states walked (Select=COUNT on the index)
     last_error: str | None = None
     lease_token: str | None = None
     lease_until: datetime | None = None
