@@ -631,6 +631,27 @@ class Line:
     per_month: float
 
 
+#: the events function's requests for the queue-size counters (runs of revisions that
+#: kept them; priced from `counters_by_batch`, not from the run's requests)
+_COUNTER_OPS = frozenset(
+    {
+        "dynamodb:Query",
+        "dynamodb:TransactWriteItems",
+        "dynamodb:PutItem",
+        "dynamodb:UpdateItem",
+    }
+)
+
+
+def _events_reads(run: Run) -> float:
+    """The events function's read units, the counters' left out (priced from the
+    replay): in a run with counters, its GetItems (a Send's header read of a mail item
+    under 4 KB, consistent: 1 unit each)."""
+    if run.counters_by_batch:
+        return float(run.ops("events").get("dynamodb:GetItem", 0))
+    return float(run.rru.get("events", 0.0))
+
+
 def _interp(table: dict[int, dict[str, float]], batch: float, key: str) -> float:
     xs = sorted(table)
     if not xs:
@@ -747,7 +768,7 @@ def model(run: Run, volume: int, tpl: Template, egress: str | None = "relay") ->
     wru = ddb["write_request_unit_per_million"] / 1e6
     add("DynamoDB", "state writes, table (WRU from item sizes)", wru_table * per * wru)
     add("DynamoDB", "state writes, by_state index", wru_gsi * per * wru)
-    rru = sum(v for f, v in run.rru.items() if f != "events")
+    rru = sum(v for f, v in run.rru.items() if f != "events") + _events_reads(run)
     add(
         "DynamoDB",
         "reads (RRU from items returned)",
@@ -1006,7 +1027,11 @@ def path_requests(run: Run, tpl: Template, volume: int) -> dict[str, float]:
     for f in ("ingress", "delivery", "bounce", "events"):
         for k, n in run.ops(f).items():
             if k.endswith(":items") or (
-                f == "events" and (k.startswith("dynamodb:") or k == "s3:PutObject")
+                f == "events"
+                and (
+                    k == "s3:PutObject"  # the event log: per batch, below
+                    or (k in _COUNTER_OPS and run.counters_by_batch)  # counters': below
+                )
             ):
                 continue
             out[k] += n / run.mails

@@ -141,7 +141,7 @@ def test_send_headers_come_from_the_mail_item_without_an_s3_get(aws: AwsEnv) -> 
     and the same headers as the ranged GET of the content."""
     from mailqueue.aws.limits import item_size
 
-    st = aws.storage()
+    st = aws.storage(inline_content_max_bytes=0)  # content in S3
     reader = StreamReader(aws)
     q = st.enqueue(f.envelope(), f.content(subject="stored"))
     item = _mail_item(aws, q.mail_id)
@@ -183,7 +183,7 @@ def test_large_headers_stay_off_the_mail_item(aws: AwsEnv) -> None:
     big = "".join(
         f"X-Noise-{i}: {noise[i * 500 : (i + 1) * 500]}\r\n" for i in range(6)
     ).encode() + f.content(subject="big")
-    st = aws.storage()
+    st = aws.storage(inline_content_max_bytes=0)  # content in S3
     reader = StreamReader(aws)
     q = st.enqueue(f.envelope(), big)
     item = _mail_item(aws, q.mail_id)
@@ -194,6 +194,31 @@ def test_large_headers_stay_off_the_mail_item(aws: AwsEnv) -> None:
     send = _send(aws)
     assert send["mail"]["commonHeaders"]["subject"] == "big"
     assert send["mail"]["headers"][0]["name"] == "X-Noise-0"
+
+
+def test_send_headers_of_a_small_mail_come_from_its_content_in_the_insert(
+    aws: AwsEnv,
+) -> None:
+    """A small mail's content is in its mail item (`body`); its INSERT in the batch gives
+    the Send its headers with no read at all (no GetItem, no GET), no `hdrs` besides."""
+    st = aws.storage()
+    reader = StreamReader(aws)
+    q = st.enqueue(f.envelope(), f.content(subject="inline"))
+    item = _mail_item(aws, q.mail_id)
+    assert "body" in item and "hdrs" not in item
+    records = reader.poll()
+    aws.counter.reset()
+    _service(aws).handle(records)
+    assert aws.counter.total == 1 and aws.counter.calls["s3:PutObject"] == 1  # the log
+    send = _send(aws)
+    assert send["mail"]["commonHeaders"]["subject"] == "inline"
+    assert [h["name"] for h in send["mail"]["headers"]] == [
+        "From",
+        "To",
+        "Subject",
+        "Message-ID",
+        "Date",
+    ]
 
 
 def test_header_sections_are_packed_as_text_or_compressed() -> None:
