@@ -409,9 +409,7 @@ class EventWriterService:
             EventWriterSettings, bucket=ss.bucket, region=ss.region, endpoint_url=ss.endpoint_url
         )
         clients = make_clients(region=ss.region, endpoint_url=ss.endpoint_url)
-        return cls(
-            settings, clients.s3, inline_content=inline_reader(clients.dynamodb, ss.table)
-        )
+        return cls(settings, clients.s3, inline_content=inline_reader(clients.dynamodb, ss.table))
 
     def handle(self, records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         events = stream_events(records, ctx=self.settings.context)
@@ -458,7 +456,6 @@ class EventWriterService:
         headers, truncated = parse_header_block(body)
         mail = replace(event.mail, headers=headers, headers_truncated=truncated)
         return replace(event, mail=mail)
-
 
 
 INLINE_PREFIX = "ddb:"  # = aws.backend.INLINE_PREFIX (not imported: cold start)
