@@ -92,6 +92,10 @@ DECLARED: dict[str, dict[tuple[str, str], str]] = {
         ),
     },
     "EventsFunction": {
+        ("InlineHeaders", "dynamodb:GetItem"): (
+            "a small mail's headers from its mail item only when the item's INSERT fell "
+            "into another stream batch (it usually arrives with the group items)"
+        ),
         ("HeadersOfSend", "s3:GetObject"): (
             "only for a mail item without `hdrs` (its headers too large for one write unit) "
             "or whose INSERT fell into another stream batch; the e2e's mails have `hdrs`"
