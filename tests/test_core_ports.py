@@ -25,9 +25,9 @@ SERVICES = (
     "mailqueue.fs",
 )
 # modules the admin service still reaches that hold an adapter next to their protocol
-# (the job store and the counter reader live with their DynamoDB implementations)
+# (the job store lives with its DynamoDB implementation)
 KNOWN: dict[str, frozenset[str]] = {
-    "mailqueue.admin.service": frozenset({"mailqueue.admin.jobs", "mailqueue.counters"}),
+    "mailqueue.admin.service": frozenset({"mailqueue.admin.jobs"}),
 }
 
 
