@@ -1,8 +1,8 @@
 """The MTA-STS policy cache (mailqueue.mtasts.PolicyCache) in the state table.
 
 Item: ``pk = "STS#<domain>"``, ``sk = "P"``. It never carries `st`/`due` (so it stays out
-of the by_state index) and its `sk` does not start with "G#" (so the stream counters skip
-it). Read with Query and written with UpdateItem, the two calls the delivery role already
+of the by_state index) and its `sk` does not start with "G#" (so the stream's event writer
+skips it). Read with Query and written with UpdateItem, the two calls the delivery role already
 has. ``expires_at`` (the table's TTL) lets DynamoDB drop it a day after the policy expired;
 an MX list is bounded by the 64 KiB policy file, far below the 400 KB item limit.
 """

@@ -5,7 +5,7 @@ workers. Why the state table rather than a table of its own: the delivery role a
 reads it with Query and writes it with UpdateItem (no new IAM, no new resource to back
 up or pay a minimum for), and like the MTA-STS cache the item never carries `st`/`due`
 (so it stays out of the by_state index) and its `sk` does not start with "G#" (so the
-stream counters skip it). Every write is conditional on `ver` (optimistic concurrency);
+stream's event writer skips it). Every write is conditional on `ver` (optimistic concurrency);
 a refused write returns the stored item (ReturnValuesOnConditionCheckFailure), so a
 conflict costs no extra read. ``expires_at`` (the table's TTL) drops idle sites after a
 week; a lost item only forgets old pacing (TATs in the past mean nothing anyway).

@@ -11,8 +11,8 @@ digit of the address's SHA-256: sixteen partitions. Why this key:
 - sixteen buckets spread a large list over partitions instead of one hot key range.
 
 Like the site and MTA-STS items, an entry never carries ``st``/``due`` (so it stays out of
-the by_state index) and its ``sk`` does not start with "G#" (the stream's counters and
-event writer skip it). ``expires_at`` is the table's TTL attribute: DynamoDB deletes an
+the by_state index) and its ``sk`` does not start with "G#" (the stream's event writer
+skips it). ``expires_at`` is the table's TTL attribute: DynamoDB deletes an
 expired entry eventually; readers check it themselves (``Entry.active``).
 """
 

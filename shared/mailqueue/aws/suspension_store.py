@@ -4,8 +4,8 @@ Items: ``pk = "SUSP"``, ``sk = "<scope>#<target>"``: one partition, since suspen
 few and every delivery container reads them all with one Query per refresh period (30 s
 by default: at most 2 Queries a minute per warm container, 0.5 read unit each for a
 handful of small items). ``expires_at`` (the table's TTL) is the suspension's end; readers
-check ``until`` themselves. No ``st``/``due``, no "G#" sort key: the index, the counters
-and the event writer ignore these items.
+check ``until`` themselves. No ``st``/``due``, no "G#" sort key: the index and the event
+writer ignore these items.
 """
 
 from __future__ import annotations

@@ -69,7 +69,7 @@ class Tracker:
         keys = self._image(ddb.get("Keys"))
         pk, sk = str(keys.get("pk", "")), str(keys.get("sk", ""))
         if not pk.startswith("M#"):
-            return []  # counters, outbox, jobs
+            return []  # sites, suppressions, suspensions, outbox, jobs
         mail_id = pk[2:]
         new, old = self._image(ddb.get("NewImage")), self._image(ddb.get("OldImage"))
         if sk == "M" and record["eventName"] == "INSERT":

@@ -1,10 +1,11 @@
 """moto's TransactWriteItems, made to cost what it touches: a patch for the local stack.
 
 moto 5.2 makes a transaction undoable by ``copy.deepcopy`` of every table it names: all
-items, and the table's stream with every record ever written. The event writer's
-counters write one transaction per stream batch (and a marker item per record), so in a
-long local run each transaction copies an ever larger table and stream, and moto, one
-process, slows everything down with it (see docs/benchmarks.md, "Local stack").
+items, and the table's stream with every record ever written, so in a long local run
+each transaction copies an ever larger table and stream, and moto, one process, slows
+everything down with it (see docs/benchmarks.md, "Local stack"). The queue's own
+TransactWriteItems were the stream counters' (removed: queue size is counted from the
+index); the patch stays for any transaction a test or tool issues.
 
 `install()` keeps moto's transaction code as it is and changes only its undo copy: the
 items the transaction names are copied before it runs (and the stream's length noted),
