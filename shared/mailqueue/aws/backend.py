@@ -63,7 +63,7 @@ from ..model import (
 from ..storage import ClaimRefused, InflightMail, PendingCleanup, Transition
 from ..transitions import envelope_digest
 from ..validate import check_no_ctl
-from .clients import AwsClients, ContentStream, error_code, translate
+from .clients import AwsClients, ContentStream, batch_write, error_code, translate
 
 log = logging.getLogger(__name__)
 
@@ -248,22 +248,7 @@ class AwsStorage:
 
     def _batch_write(self, requests: list[dict[str, Any]]) -> int:
         """BatchWriteItem in chunks of 25; unprocessed items are retried with backoff."""
-        calls = 0
-        for i in range(0, len(requests), 25):
-            pending: dict[str, Any] = {self.s.table: requests[i : i + 25]}
-            for attempt in range(_BATCH_RETRIES):
-                with translate("dynamodb:BatchWriteItem"):
-                    resp = self.c.dynamodb.batch_write_item(RequestItems=pending)
-                calls += 1
-                pending = resp.get("UnprocessedItems") or {}
-                if not pending:
-                    break
-                time.sleep(min(0.05 * (2**attempt), 1.0))
-            else:
-                raise TransientStorageError(
-                    "dynamodb:BatchWriteItem: unprocessed items after retries"
-                )
-        return calls
+        return batch_write(self.c.dynamodb, self.s.table, requests)
 
     # ---- priority: every trigger goes to its group's queue (transactional | bulk) ----
     def _send_triggers(

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -72,6 +73,42 @@ def translate(operation: str) -> Iterator[None]:
         raise TransientStorageError(f"{operation}: {type(e).__name__}") from e
     except BotoCoreError as e:
         raise PermanentStorageError(f"{operation}: {type(e).__name__}") from e
+
+
+BATCH_WRITE_MAX = 25  # DynamoDB: at most 25 put/delete requests per BatchWriteItem
+BATCH_WRITE_RETRIES = 8
+
+
+def batch_write(
+    ddb: Any,
+    table: str,
+    requests: Sequence[dict[str, Any]],
+    *,
+    what: str = "items",
+    sleep: Callable[[float], None] = time.sleep,
+    on_call: Callable[[], None] | None = None,
+) -> int:
+    """BatchWriteItem in chunks of 25; what DynamoDB leaves unprocessed (throttling) is
+    sent again after 50 ms doubling to 1 s, then TransientStorageError, so no caller
+    takes a partly written batch for a whole one. Returns the number of calls made."""
+    calls = 0
+    for i in range(0, len(requests), BATCH_WRITE_MAX):
+        pending: dict[str, Any] = {table: list(requests[i : i + BATCH_WRITE_MAX])}
+        for attempt in range(BATCH_WRITE_RETRIES):
+            if on_call is not None:
+                on_call()
+            with translate("dynamodb:BatchWriteItem"):
+                resp = ddb.batch_write_item(RequestItems=pending)
+            calls += 1
+            pending = resp.get("UnprocessedItems") or {}
+            if not pending:
+                break
+            sleep(min(0.05 * (2**attempt), 1.0))
+        else:
+            raise TransientStorageError(
+                f"dynamodb:BatchWriteItem: unprocessed {what} after retries"
+            )
+    return calls
 
 
 class ContentStream:

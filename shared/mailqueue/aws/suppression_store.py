@@ -28,11 +28,10 @@ from typing import Any
 
 from ..errors import InvalidInput, TransientStorageError
 from ..suppression import Entry
-from .clients import translate
+from .clients import batch_write, translate
 
 BUCKETS = "0123456789abcdef"
 _BATCH_GET = 100  # DynamoDB: at most 100 keys per BatchGetItem
-_BATCH_WRITE = 25  # DynamoDB: at most 25 requests per BatchWriteItem
 _RETRIES = 8
 
 
@@ -110,20 +109,14 @@ class DynamoSuppressionStore:
         # one request per key: BatchWriteItem refuses duplicate keys within a batch
         by_key = {e.address: e for e in entries}
         puts = [{"PutRequest": {"Item": _item(e)}} for e in by_key.values()]
-        for i in range(0, len(puts), _BATCH_WRITE):
-            pending: dict[str, Any] = {self.table: puts[i : i + _BATCH_WRITE]}
-            for attempt in range(_RETRIES):
-                self._count()
-                with translate("dynamodb:BatchWriteItem"):
-                    resp = self.ddb.batch_write_item(RequestItems=pending)
-                pending = resp.get("UnprocessedItems") or {}
-                if not pending:
-                    break
-                self.sleep(min(0.05 * (2**attempt), 1.0))
-            else:
-                raise TransientStorageError(
-                    "dynamodb:BatchWriteItem: unprocessed suppression entries after retries"
-                )
+        batch_write(
+            self.ddb,
+            self.table,
+            puts,
+            what="suppression entries",
+            sleep=self.sleep,
+            on_call=self._count,
+        )
 
     def delete(self, address: str) -> Entry | None:
         self._count()

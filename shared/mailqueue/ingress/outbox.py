@@ -14,8 +14,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any
 
-from ..aws.clients import translate
-from ..errors import TransientStorageError
+from ..aws.clients import batch_write
 from ..events import QueueEvent, dumps
 from ..model import utcnow
 
@@ -53,16 +52,4 @@ class TableOutboxEmitter:
         # one item per eventId: BatchWriteItem refuses duplicate keys within a batch
         by_id = {e.event_id: e for e in events}
         puts = [{"PutRequest": {"Item": self.item(e)}} for e in by_id.values()]
-        for i in range(0, len(puts), _BATCH):
-            pending: dict[str, Any] = {self.table: puts[i : i + _BATCH]}
-            for attempt in range(_RETRIES):
-                with translate("dynamodb:BatchWriteItem"):
-                    resp = self.ddb.batch_write_item(RequestItems=pending)
-                pending = resp.get("UnprocessedItems") or {}
-                if not pending:
-                    break
-                self.sleep(min(0.05 * (2**attempt), 1.0))
-            else:
-                raise TransientStorageError(
-                    "dynamodb:BatchWriteItem: unprocessed outbox items after retries"
-                )
+        batch_write(self.ddb, self.table, puts, what="outbox items", sleep=self.sleep)
