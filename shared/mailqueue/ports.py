@@ -9,13 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from .model import MailRef, Priority
-from .mtasts import PolicyCache
-from .shaping import ShapingStore
-from .suppression import SuppressionStore
-from .suspensions import SuspensionStore
+
+if TYPE_CHECKING:  # annotations only: the admin, bounce and sweeper functions need none
+    # of these modules, and importing them costs every cold start (~10 ms)
+    from .mtasts import PolicyCache
+    from .shaping import ShapingStore
+    from .suppression import SuppressionStore
+    from .suspensions import SuspensionStore
 
 
 class Triggers(Protocol):
