@@ -21,6 +21,7 @@ from typing import Any
 from .bounce import BounceService, BounceStats, parse_ref
 from .delivery import DeliveryService
 from .errors import NotFound
+from .local.runtime import PollResult  # one batch's outcome, as the local Lambda runtime's
 from .model import MailRef, Priority
 from .mtasts import MemoryPolicyCache
 from .ports import DeliveryPorts
@@ -294,17 +295,6 @@ class InProcess:
 
 
 # ----------------------------------------------------------------------------- workers
-
-
-@dataclass
-class PollResult:
-    """As `mailqueue.local.runtime.PollResult`: what one batch did."""
-
-    received: int
-    failed: int
-    deleted: int
-    receipts: list[str]
-    error: BaseException | None = None
 
 
 BatchHandler = Callable[[list[Received], Callable[[], float]], set[str]]

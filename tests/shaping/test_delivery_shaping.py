@@ -14,6 +14,7 @@ from typing import Any
 
 from mailqueue.model import GroupState, MailRef, RecipientState
 
+from bench.shaping import max_in_window
 from functions.delivery import app as delivery_app
 from tests.events.test_ses_schema import errors, read_log, service
 from tests.support import factories as f
@@ -34,16 +35,6 @@ def metric(name: str) -> float:
     """What the handler published (Powertools' metric set, before the flush)."""
     entry = delivery_app.metrics.metric_set.get(name)
     return sum(entry["Value"]) if entry else 0
-
-
-def max_in_window(times: list[float], seconds: float) -> int:
-    times = sorted(times)
-    best, j = 0, 0
-    for i, t in enumerate(times):
-        while times[j] <= t - seconds:
-            j += 1
-        best = max(best, i - j + 1)
-    return best
 
 
 PEER = Behaviour(rate_limit=(8, 1.0), max_connections=2)

@@ -30,8 +30,8 @@ from mailqueue.local.cfn import default_template_path, load_template
 from mailqueue.local.stack import parse_concurrency, trigger_concurrency
 from mailqueue.local.wiring import DELIVERY_MAX_CONCURRENCY, from_template
 
+from bench.shaping import max_in_window
 from tests.local.test_run import PYTHON, REPO, Stack, _stop, _wait_ready
-from tests.shaping.test_delivery_shaping import max_in_window
 from tests.support.smtp_peers import Behaviour, SmtpPeer, smtp_sink
 
 
