@@ -213,8 +213,9 @@ def handle(
     actor = _actor(event)
     if not api.service.s.is_operator(actor):
         # The route-scoped IAM policy should already have kept this caller out (a
-        # submitter's policy names only /v1/messages and /v1/uploads); this is the second
-        # lock: only principals on the operator allow-list reach the queue's contents.
+        # submitter's policy names only the submission routes, /v1/messages[/batch] and
+        # /v1/uploads); this is the second lock: only principals on the operator
+        # allow-list reach the queue's contents.
         logger.warning("admin call refused: not an operator")
         if metrics is not None:
             metrics.add_metric(name="AdminRefused", unit=MetricUnit.Count, value=1)

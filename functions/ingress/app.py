@@ -2,6 +2,7 @@
 
 Routes (the template declares them with `AuthorizationType: AWS_IAM`):
   POST /v1/messages  submit a mail (inline base64 content or an upload id)  → 202
+  POST /v1/messages/batch  up to MQ_MAX_BATCH mails, one result each       → 207
   POST /v1/uploads   a presigned S3 PUT URL for content too large to inline → 201
 SES: a receipt rule's S3 action stores the raw mail, its Lambda action invokes us.
 """
@@ -92,14 +93,19 @@ def _body(event: Mapping[str, Any]) -> bytes | None:
 def make_router(service: IngressService, metrics: Metrics | None = None) -> APIGatewayHttpResolver:
     router = APIGatewayHttpResolver()
 
+    def count(a: Answer) -> None:
+        if metrics is None:
+            return
+        if a.error and a.status < 500:  # a storage failure is no refusal
+            metrics.add_metric(name="Rejected", unit=MetricUnit.Count, value=1)
+        elif a.status == 202:
+            metrics.add_metric(name="Accepted", unit=MetricUnit.Count, value=1)
+            if a.duplicate:
+                metrics.add_metric(name="Replayed", unit=MetricUnit.Count, value=1)
+
     def answer(a: Answer) -> Response[str]:
-        if metrics is not None:
-            if a.error:
-                metrics.add_metric(name="Rejected", unit=MetricUnit.Count, value=1)
-            elif a.status == 202:
-                metrics.add_metric(name="Accepted", unit=MetricUnit.Count, value=1)
-                if a.duplicate:
-                    metrics.add_metric(name="Replayed", unit=MetricUnit.Count, value=1)
+        for one in a.batch or (a,):  # a batch counts per mail, as the single route does
+            count(one)
         return _json(a.status, a.body, a.headers)
 
     @router.post("/v1/messages")
@@ -110,6 +116,17 @@ def make_router(service: IngressService, metrics: Metrics | None = None) -> APIG
                 _body(ev.raw_event),
                 principal=_principal(ev.raw_event),
                 idempotency_key=ev.headers.get("idempotency-key"),
+                client_ip=_source_ip(ev.raw_event),
+            )
+        )
+
+    @router.post("/v1/messages/batch")
+    def post_batch() -> Response[str]:
+        ev = router.current_event
+        return answer(
+            service.submit_batch(
+                _body(ev.raw_event),
+                principal=_principal(ev.raw_event),
                 client_ip=_source_ip(ev.raw_event),
             )
         )

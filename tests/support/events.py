@@ -92,6 +92,27 @@ def http_send(
     return event
 
 
+def http_batch(
+    messages: list[Any] | None = None,
+    *,
+    body: str | bytes | None = None,
+    principal: str | None | object = _MISSING,
+    base64_body: bool = False,
+) -> dict[str, Any]:
+    """`POST /v1/messages/batch` with `{"messages": messages}` (or `body` verbatim); no
+    Idempotency-Key header (a batch's keys are fields of its messages)."""
+    event = http_send(
+        body if body is not None else json.dumps({"messages": messages}),
+        key=None,
+        principal=principal,
+        base64_body=base64_body,
+    )
+    path = "/v1/messages/batch"
+    event["routeKey"] = event["requestContext"]["routeKey"] = f"POST {path}"
+    event["rawPath"] = event["requestContext"]["http"]["path"] = path
+    return event
+
+
 def http_upload(*, principal: str | None | object = _MISSING) -> dict[str, Any]:
     event = load_event("http_upload")
     _principal(event, principal)

@@ -115,8 +115,10 @@ def required(service: str, op: str, params: dict[str, Any]) -> list[tuple[str, s
         return [(action, arn)]
     if service == "lambda":
         name = params["FunctionName"]
-        arn = name if name.startswith("arn:") else (
-            f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{name}"
+        arn = (
+            name
+            if name.startswith("arn:")
+            else (f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{name}")
         )
         return [(action, arn)]
     raise AssertionError(f"no IAM mapping for {service}:{op}: add one to tests/template/iam.py")

@@ -18,9 +18,23 @@ pytestmark = pytest.mark.slow
 
 # (cryptography left this list: the admin function's doctor derives DKIM public records)
 FORBIDDEN = {
-    "moto", "pytest", "pyspark", "duckdb", "hypothesis", "aiosmtpd", "mypy", "ruff",
-    "aws_sam_cli", "aws_sam_translator", "cfn_lint", "werkzeug", "flask",
-    "docker", "py4j", "pandas", "pyarrow",
+    "moto",
+    "pytest",
+    "pyspark",
+    "duckdb",
+    "hypothesis",
+    "aiosmtpd",
+    "mypy",
+    "ruff",
+    "aws_sam_cli",
+    "aws_sam_translator",
+    "cfn_lint",
+    "werkzeug",
+    "flask",
+    "docker",
+    "py4j",
+    "pandas",
+    "pyarrow",
 }
 FUNCTIONS = ("Ingress", "Delivery", "Bounce", "Sweeper", "Admin", "Events")
 ELF_AARCH64 = 0xB7
@@ -57,8 +71,11 @@ def build(sam_venv: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_functions_are_their_handler_only(build: Path) -> None:
     for name in FUNCTIONS:
-        files = {p.relative_to(build / f"{name}Function").as_posix()
-                 for p in (build / f"{name}Function").rglob("*") if p.is_file()}
+        files = {
+            p.relative_to(build / f"{name}Function").as_posix()
+            for p in (build / f"{name}Function").rglob("*")
+            if p.is_file()
+        }
         assert files == {"app.py"}, (name, files)
 
 

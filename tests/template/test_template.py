@@ -236,6 +236,7 @@ def test_http_api_routes_and_iam_auth(template: dict[str, Any]) -> None:
     }
     assert routes == {
         ("POST", "/v1/messages"): "IngressFunction",
+        ("POST", "/v1/messages/batch"): "IngressFunction",
         ("POST", "/v1/uploads"): "IngressFunction",
         ("ANY", "/v1/queue/{proxy+}"): "AdminFunction",
     }
@@ -254,11 +255,15 @@ def _invoke_arns(template: dict[str, Any], lid: str) -> list[str]:
 
 
 def test_submitters_and_operators_get_route_scoped_policies(template: dict[str, Any]) -> None:
-    """A submitter's policy names the two submission routes and nothing under /v1/queue;
+    """A submitter's policy names the three submission routes and nothing under /v1/queue;
     the operator's names only /v1/queue/...; both are stack outputs to attach."""
     prefix = "arn:${AWS::Partition}:execute-api:${AWS::Region}:${AWS::AccountId}:${HttpApi}/*/"
     submit = _invoke_arns(template, "SubmitterPolicy")
-    assert submit == [prefix + "POST/v1/messages", prefix + "POST/v1/uploads"]
+    assert submit == [
+        prefix + "POST/v1/messages",
+        prefix + "POST/v1/messages/batch",
+        prefix + "POST/v1/uploads",
+    ]
     operate = _invoke_arns(template, "OperatorPolicy")
     assert operate == [prefix + "*/v1/queue/*"]
     # an ARN pattern for Invoke matches as a glob: no submitter grant reaches the admin routes

@@ -363,14 +363,35 @@ def _not_before(raw: Any, now: datetime, max_delay_seconds: int) -> datetime | N
     return ts
 
 
-def check_idempotency_key(key: str) -> str:
+def check_idempotency_key(key: str, field: str = "Idempotency-Key") -> str:
     if not IDEMPOTENCY_KEY_RE.match(key):
         raise InvalidInput(
             "invalid_idempotency_key",
-            "Idempotency-Key must be 1..255 printable ASCII characters without spaces",
-            "Idempotency-Key",
+            f"{field} must be 1..255 printable ASCII characters without spaces",
+            field,
         )
     return key
+
+
+def parse_batch(doc: dict[str, Any], *, max_batch: int) -> list[Any]:
+    """The mails of a `POST /v1/messages/batch` body, `{"messages": [...]}`, unparsed:
+    each is taken by the single route's code, so a bad one is that mail's refusal. Only
+    the request's own shape is checked here (its problems refuse the whole request)."""
+    unknown = sorted(set(doc) - {"messages"})
+    if unknown:
+        raise InvalidInput("unknown_field", f"unknown field {unknown[0]!r}", unknown[0])
+    if "messages" not in doc:
+        raise InvalidInput("missing_field", "messages is required", "messages")
+    messages = doc["messages"]
+    if not isinstance(messages, list):
+        raise _type_error("messages", "a list of messages")
+    if not messages:
+        raise InvalidInput("empty_batch", "messages must not be empty", "messages")
+    if len(messages) > max_batch:
+        raise InvalidInput(
+            "too_many_messages", f"at most {max_batch} messages per request", "messages"
+        )
+    return messages
 
 
 def printable(value: str) -> str:

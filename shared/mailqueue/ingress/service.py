@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import secrets
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -19,7 +20,13 @@ from typing import Any, Protocol
 from ..authz import principal_matches
 from ..dkim import header_from_domain, header_section
 from ..dsn import Action, DsnRecipient, DsnRequest, build_dsn, dsn_wanted
-from ..errors import Conflict, InvalidInput, NotFound
+from ..errors import (
+    Conflict,
+    InvalidInput,
+    NotFound,
+    PermanentStorageError,
+    TransientStorageError,
+)
 from ..events import EventEmitter, MailInfo, QueueEvent
 from ..model import (
     PRIORITY_TAG,
@@ -51,6 +58,7 @@ from .request import (
     body_limit,
     check_idempotency_key,
     guard_parse,
+    parse_batch,
     parse_body,
     parse_submission,
     preview,
@@ -84,6 +92,9 @@ _STATUS = {
     "too_large": 413,
 }
 
+
+# a batch item's idempotency key: the field in place of the single route's header
+BATCH_KEY_FIELD = "idempotency_key"
 
 # how far before the stored arrival the first Received: date may lie (see _enqueue_traced)
 _TRACE_SKEW_SECONDS = 2
@@ -135,6 +146,7 @@ class Answer:
     headers: dict[str, str] = field(default_factory=dict)
     error: str | None = None  # the error code of a refusal
     duplicate: bool = False
+    batch: tuple[Answer, ...] = ()  # a batch's answer: each mail's own, in order
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +162,32 @@ class SesResult:
 
 def _refusal(e: InvalidInput) -> Answer:
     return Answer(http_status(e.code), e.to_json(), error=e.code)
+
+
+def _error(code: str, message: str) -> dict[str, Any]:
+    return {"error": code, "message": message, "field": None}
+
+
+def _unavailable(code: str, message: str) -> Answer:
+    """What the single route answers when storage is unavailable: 503, retry."""
+    return Answer(503, _error(code, message), {"Retry-After": "1"}, error=code)
+
+
+def batch_body(results: Sequence[Answer]) -> dict[str, Any]:
+    """A batch's 207 body: per mail, in request order, the status, body and headers the
+    single route would have answered; and how many were accepted, refused, unavailable."""
+    out: list[dict[str, Any]] = []
+    for a in results:
+        one: dict[str, Any] = {"status": a.status, "body": a.body}
+        if a.headers:
+            one["headers"] = a.headers
+        out.append(one)
+    return {
+        "results": out,
+        "accepted": sum(1 for a in results if a.status == 202),
+        "refused": sum(1 for a in results if 400 <= a.status < 500),
+        "failed": sum(1 for a in results if a.status >= 500),
+    }
 
 
 class IngressService:
@@ -221,9 +259,7 @@ class IngressService:
     ) -> Answer:
         """POST /v1/messages: 202 only once content, state and trigger are durable."""
         now = self.clock()
-        doc: Any = None
         key: str | None = None
-        size = 0
         try:
             if not principal:
                 raise InvalidInput("unauthenticated", "no IAM principal in the request", None)
@@ -231,6 +267,88 @@ class IngressService:
                 key = self._key(principal, check_idempotency_key(idempotency_key))
             # parsing and validation: whatever fails in them is a 4xx (guard_parse)
             doc = guard_parse(lambda: parse_body(body, max_body=self.max_body))
+        except InvalidInput as e:
+            self._reject_request(e, None, key, now, 0)
+            return _refusal(e)
+        return self._submit_doc(doc, principal, key, "Idempotency-Key", client_ip, now)
+
+    def submit_batch(
+        self,
+        body: bytes | str | None,
+        *,
+        principal: str | None,
+        client_ip: str | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> Answer:
+        """POST /v1/messages/batch: up to `max_batch` mails, each taken exactly as
+        `submit` takes one (its `idempotency_key` field in place of the header), with
+        one result per mail, in order.
+
+        A problem of the request as a whole (not JSON, no `messages` list, too many, too
+        large, no principal) is one 4xx and nothing is queued. Otherwise the answer is
+        207 with each mail's own status and body: 202 means that mail is durable, as for
+        the single route. A storage failure ends only its own mail (503, retryable, as
+        the single route answers); mails not started within `batch_time_budget` are
+        answered 503 `not_attempted` without being tried.
+        """
+        started = monotonic()
+        now = self.clock()
+        try:
+            if not principal:
+                raise InvalidInput("unauthenticated", "no IAM principal in the request", None)
+            doc = guard_parse(lambda: parse_body(body, max_body=self.s.max_batch_body))
+            items = guard_parse(lambda: parse_batch(doc, max_batch=self.s.max_batch))
+        except InvalidInput as e:
+            self._reject_request(e, None, None, now, len(body or b""))
+            return _refusal(e)
+        results: list[Answer] = []
+        for item in items:
+            if monotonic() - started >= self.s.batch_time_budget:
+                results.append(_unavailable("not_attempted", "not attempted in time; retry it"))
+                continue
+            try:
+                results.append(self._submit_item(item, principal, client_ip))
+            except TransientStorageError as e:
+                log.warning("storage unavailable for a mail of a batch", extra={"cause": str(e)})
+                results.append(_unavailable("unavailable", "try again"))
+            except PermanentStorageError:
+                log.exception("storage failure for a mail of a batch")
+                results.append(Answer(500, _error("internal", "storage failure"), error="internal"))
+        return Answer(207, batch_body(results), batch=tuple(results))
+
+    def _submit_item(self, item: Any, principal: str, client_ip: str | None) -> Answer:
+        """One mail of a batch: what `submit` does with a body, the key from its field."""
+        now = self.clock()
+        key: str | None = None
+        try:
+            if not isinstance(item, dict):  # what parse_body says of a body that is no object
+                raise InvalidInput("invalid_json", "a message must be a JSON object", None)
+            doc = dict(item)
+            raw_key = doc.pop(BATCH_KEY_FIELD, None)
+            if raw_key is not None:
+                if not isinstance(raw_key, str):
+                    raise InvalidInput(
+                        "invalid_idempotency_key", "must be a string", BATCH_KEY_FIELD
+                    )
+                key = self._key(principal, check_idempotency_key(raw_key, BATCH_KEY_FIELD))
+        except InvalidInput as e:
+            self._reject_request(e, item, key, now, 0)
+            return _refusal(e)
+        return self._submit_doc(doc, principal, key, BATCH_KEY_FIELD, client_ip, now)
+
+    def _submit_doc(
+        self,
+        doc: dict[str, Any],
+        principal: str,
+        key: str | None,
+        key_field: str,
+        client_ip: str | None,
+        now: datetime,
+    ) -> Answer:
+        """A parsed submission: validated, then queued; 202 once durable, else a 4xx."""
+        keyed = key is not None
+        size = 0
+        try:
             sub = guard_parse(
                 lambda: parse_submission(
                     doc,
@@ -278,7 +396,7 @@ class IngressService:
             self._reject_request(e, doc, key, now, size)
             return _refusal(e)
         except Conflict as e:
-            field = "Idempotency-Key" if idempotency_key is not None else "upload_id"
+            field = key_field if keyed else "upload_id"
             err = InvalidInput("idempotency_conflict", str(e), field)
             self._reject_request(err, doc, key, now, size)
             return _refusal(err)

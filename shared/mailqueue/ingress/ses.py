@@ -121,9 +121,7 @@ def screen(
             continue
         domain = rcpt.rpartition("@")[2].lower().rstrip(".")
         if domain not in receiving_domains:
-            refused.append(
-                (rcpt, InvalidInput("relay_denied", "not a receiving domain", field))
-            )
+            refused.append((rcpt, InvalidInput("relay_denied", "not a receiving domain", field)))
             continue
         accepted.append(rcpt)
     return Screening(tuple(accepted), tuple(refused))

@@ -15,6 +15,10 @@ from ..suppression import SUPPRESSION_POLICIES
 from ..trace import TRACE_RESERVE
 
 VERDICT_POLICIES = ("reject", "accept")
+# the largest batch body: Lambda's synchronous payload limit (6 MB for the whole event)
+# holds a 4 MiB body even when API Gateway passes it base64 encoded (× 4/3), with room
+# for the event's headers and context; API Gateway's own 10 MB limit is further away
+MAX_BATCH_BODY = 4 * 1024 * 1024
 _DOMAIN_RE = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)(?:\.(?!-)[a-z0-9-]{1,63}(?<!-))+$")
 
 
@@ -54,6 +58,15 @@ class IngressSettings:
     upload_prefix: str = "uploads/"
     upload_expires: int = 900  # seconds a presigned upload URL stays valid
     max_delay_seconds: int = 30 * 86400  # how far in the future `not_before` may lie
+    # POST /v1/messages/batch: at most this many mails per call, within this many octets
+    # of request body (docs/ingress.md "Batch submission"). 50 mails of the bench's 10 KB
+    # are ~0.7 MB of JSON, and at ~40 ms of AWS requests each about 2 s of a 30 s timeout
+    max_batch: int = 50
+    max_batch_body: int = MAX_BATCH_BODY
+    # mails of a batch not started within this many seconds of the request's start are
+    # answered 503 (not attempted, retryable): API Gateway gives up after 30 s, and a
+    # storage outage makes every mail wait for its retries
+    batch_time_budget: float = 20.0
     events_table: str = ""  # outbox table for Reject events; "" = the state table
     hostname: str = "mailqueue.invalid"  # the `by` of the Received: field ingress prepends
     # Received: of HTTP submissions without the client's IP address and IAM principal ARN
@@ -118,6 +131,12 @@ class IngressSettings:
             raise ConfigError("upload_prefix must differ from the content prefix")
         if not 1 <= self.upload_expires <= 7 * 86400:
             raise ConfigError("upload_expires must be within 1..604800 seconds")
+        if not 1 <= self.max_batch <= 500:
+            raise ConfigError("max_batch must be within 1..500")
+        if not 1024 <= self.max_batch_body <= MAX_BATCH_BODY:
+            raise ConfigError(f"max_batch_body must be within 1024..{MAX_BATCH_BODY}")
+        if not 0 < self.batch_time_budget <= 25:
+            raise ConfigError("batch_time_budget must be within (0, 25] seconds")
         if self.max_delay_seconds < 0:
             raise ConfigError("max_delay_seconds must not be negative")
         if not _DOMAIN_RE.match(self.hostname.lower()):

@@ -87,6 +87,7 @@ class Route:
 
 DEFAULT_ROUTES: tuple[Route, ...] = (
     Route("POST", "/v1/messages", "ingress"),
+    Route("POST", "/v1/messages/batch", "ingress"),
     Route("POST", "/v1/uploads", "ingress"),
     Route("ANY", "/v1/queue/{proxy+}", "admin"),
 )
