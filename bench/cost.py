@@ -313,6 +313,7 @@ class Run:
     counters_by_batch: dict[int, dict[str, float]] = field(default_factory=dict)
     replayed_per_mail: float = 0.0  # records per mail the counters replay was fed
     wall_s: float = 0.0
+    mails_per_call: int = 1  # mails per API request (POST /v1/messages/batch when > 1)
 
     def ops(self, function: str | None = None) -> Counter[str]:
         out: Counter[str] = Counter()
@@ -420,14 +421,20 @@ def _content(i: int, size: int) -> bytes:
     return head + line * max(1, (size - len(head)) // len(line))
 
 
-def measure(mails: int = 20, size: int = 10 * 1024, var_dir: Path | None = None) -> Run:
-    """A measured run through the local stack (moto + the real handlers + the SMTP sink)."""
+def measure(
+    mails: int = 20, size: int = 10 * 1024, var_dir: Path | None = None, per_call: int = 1
+) -> Run:
+    """A measured run through the local stack (moto + the real handlers + the SMTP sink).
+
+    `per_call` > 1 submits the mails `per_call` at a time through the batch route
+    (`POST /v1/messages/batch`); each must be accepted, delivered and cleaned up as
+    in a run of one mail per call."""
     import tempfile
 
     from mailqueue.local.sink import SinkEvent, SinkRules
     from mailqueue.local.stack import LocalStack, StackOptions
 
-    run = Run(mails=mails)
+    run = Run(mails=mails, mails_per_call=per_call)
     hooks = _Hooks(run)
     delivered: set[str] = set()
     lock = threading.Lock()
@@ -460,8 +467,13 @@ def measure(mails: int = 20, size: int = 10 * 1024, var_dir: Path | None = None)
             api0 = _size(stack.log_dir / "api-access.log")
             t0 = time.monotonic()
             # one recipient per mail, over 20 domains (a Zipf-ish mix would repeat fewer)
-            for i in range(mails):
-                _submit(stack, f"c{i}@d{i % 20}.cost.example", _content(i, size))
+            todo = [(f"c{i}@d{i % 20}.cost.example", _content(i, size)) for i in range(mails)]
+            if per_call == 1:
+                for rcpt, body in todo:
+                    _submit(stack, rcpt, body)
+            else:
+                for k in range(0, mails, per_call):
+                    _submit_batch(stack, todo[k : k + per_call])
             _wait(lambda: len(delivered) >= mails, 120, "delivery")
             d = stack.deployment
             assert d is not None
@@ -522,6 +534,29 @@ def _submit(stack: Any, rcpt: str, body: bytes) -> None:
     with urllib.request.urlopen(req, timeout=60) as resp:
         if resp.status != 202:
             raise RuntimeError(f"HTTP {resp.status}")
+
+
+def _submit_batch(stack: Any, mails: list[tuple[str, bytes]]) -> None:
+    doc = {
+        "messages": [
+            {
+                "sender": "bench@example.org",
+                "recipients": [rcpt],
+                "content": base64.b64encode(body).decode(),
+            }
+            for rcpt, body in mails
+        ]
+    }
+    req = urllib.request.Request(
+        f"{stack.api_url}/v1/messages/batch",
+        data=json.dumps(doc).encode(),
+        headers={"content-type": "application/json", "authorization": f"Bearer {stack.token}"},
+        method="POST",
+    )
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        answer = json.loads(resp.read())
+        if resp.status != 207 or [r["status"] for r in answer["results"]] != [202] * len(mails):
+            raise RuntimeError(f"HTTP {resp.status}: {answer}")
 
 
 def _wait(cond: Callable[[], bool], timeout: float, what: str) -> None:
@@ -708,6 +743,7 @@ def model(run: Run, volume: int, tpl: Template, egress: str | None = "relay") ->
         "HTTP API requests",
         volume
         * ASSUMPTIONS["api_requests_per_mail"]
+        / run.mails_per_call  # 1 unless the run submitted through the batch route
         * p["apigateway_http_api"]["per_million_requests"]
         / 1e6,
     )
@@ -1189,6 +1225,74 @@ def report(run: Run, tpl: Template, title: str = "### Cost model") -> list[str]:
             "`egress_monthly()` is the hook."
         )
     )
+    return L
+
+
+#: the ingress measurements a batch run replaces in `with_ingress_of`
+_INGRESS_FIELDS = ("requests", "rru", "invocations", "busy_s", "cpu_s", "log_bytes", "log_events")
+
+
+def with_ingress_of(run: Run, other: Run) -> Run:
+    """`run` with its submission side — API requests per mail, the ingress function's
+    invocations, AWS requests, read units, CPU and busy time, logs, the API access log —
+    taken from `other` (a run of the same mails through the batch route). Delivery and
+    the rest stay `run`'s, so a difference in price is the submission route's alone."""
+    if other.mails != run.mails:
+        raise ValueError("the runs must have the same number of mails")
+    out = replace(run, mails_per_call=other.mails_per_call, api_log_bytes=other.api_log_bytes)
+    for name in _INGRESS_FIELDS:
+        mine = dict(getattr(run, name))
+        theirs = getattr(other, name)
+        if "ingress" in theirs:
+            mine["ingress"] = theirs["ingress"]
+        else:
+            mine.pop("ingress", None)
+        setattr(out, name, Counter(mine) if isinstance(getattr(run, name), Counter) else mine)
+    return out
+
+
+def batch_report(run: Run, batch: Run, tpl: Template, more: tuple[int, ...] = (50,)) -> list[str]:
+    """The figure with batch submission (issue 18): `run` (one mail per call) priced
+    again with `batch`'s submission side, and for each of `more` mails per call the
+    API requests at 1/N with the ingress function as measured in `batch`."""
+    rows: list[tuple[str, Run]] = [
+        ("one mail per call (the model above)", run),
+        (f"batches of {batch.mails_per_call} (measured)", with_ingress_of(run, batch)),
+    ]
+    for n in more:
+        rows.append(
+            (
+                f"batches of {n} (API requests 1/{n}; ingress as measured with "
+                f"{batch.mails_per_call})",
+                replace(with_ingress_of(run, batch), mails_per_call=n),
+            )
+        )
+    L = [
+        "#### With batch submission (`POST /v1/messages/batch`)",
+        "",
+        f"Measured: the same {batch.mails} mails of 10 KB submitted {batch.mails_per_call} "
+        f"per call through the local stack's batch route ({batch.invocations['ingress']} "
+        f"ingress invocation(s)), each accepted, delivered and cleaned up, in "
+        f"{batch.wall_s:.0f} s. Priced: the one-mail-per-call run with its submission side "
+        "(API requests, ingress invocations, the ingress function's AWS requests, CPU and "
+        "logs, the API access log) taken from the batch run; delivery and the rest stay "
+        "the first run's, so the difference is the route's alone. Each mail of a batch is "
+        "enqueued as from the single route (one BatchWriteItem + one SendMessageBatch).",
+        "",
+        "| submission | API requests per mail | ingress Lambda ms per mail | AWS requests "
+        "per mail | " + " | ".join(f"$/M at {v // 1_000_000} M" for v in VOLUMES) + " |",
+        "|---|---:|---:|---:|" + "---:|" * len(VOLUMES),
+    ]
+    for name, r in rows:
+        tot = [sum(x.per_month for x in model(r, v, tpl)) for v in VOLUMES]
+        ms = lambda_seconds(r, "ingress", tpl.memory_mb["ingress"]) / r.mails * 1000
+        api = ASSUMPTIONS["api_requests_per_mail"] / r.mails_per_call
+        req = sum(path_requests(r, tpl, VOLUMES[-1]).values())
+        L.append(
+            f"| {name} | {api:.3f} | {ms:.1f} | {req:.2f} | "
+            + " | ".join(f"{t / v * 1e6:.2f}" for t, v in zip(tot, VOLUMES, strict=True))
+            + " |"
+        )
     return L
 
 

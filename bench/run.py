@@ -212,6 +212,9 @@ def main() -> None:
     tpl = cost.Template.load()
     lines.extend(cost.report(run, tpl, title="### Cost model (bench/cost.py)"))
     lines.append("")
+    # the same mails through the batch route, all 20 in one call (issue 18)
+    lines.extend(cost.batch_report(run, cost.measure(20, per_call=20), tpl))
+    lines.append("")
     lines += [
         "#### Lambda memory sizes (bench.cost.memory_sweep; docs: issue 18, second round)",
         "",

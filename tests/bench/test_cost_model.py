@@ -231,3 +231,47 @@ def test_the_model_prices_every_line(run: cost.Run) -> None:
     esm = req["sqs:ReceiveMessage + DeleteMessageBatch (event source)"]
     assert esm == pytest.approx(2 * run.invocations["delivery"] / run.mails)
     assert sum(v for k, v in req.items() if k in per_mail) == 7
+
+
+@pytest.fixture(scope="module")
+def batch_run() -> cost.Run:
+    """The 3 mails of `run` through the local stack's batch route, in one call."""
+    return cost.measure(3, per_call=3)
+
+
+def test_a_batch_run_delivers_each_mail_with_one_ingress_invocation(
+    run: cost.Run, batch_run: cost.Run
+) -> None:
+    # measure() returned: every mail of the batch was delivered to the SMTP sink and
+    # cleaned up; one API request, one ingress invocation for the three
+    assert batch_run.mails_per_call == 3 and batch_run.invocations["ingress"] == 1
+    # each mail enqueued as from the single route: the same requests per mail
+    assert batch_run.ops("ingress") == run.ops("ingress")
+    assert Counter(r["eventName"] for r in batch_run.records) == {
+        "INSERT": 2 * batch_run.mails,
+        "MODIFY": 2 * batch_run.mails,
+        "REMOVE": 2 * batch_run.mails,
+    }
+    # one access-log line for the call instead of one per mail
+    assert 0 < batch_run.api_log_bytes < run.api_log_bytes
+
+
+def test_the_batch_figure_prices_api_requests_per_call(run: cost.Run, batch_run: cost.Run) -> None:
+    tpl = cost.Template.load()
+    v = 100_000_000
+    priced = cost.with_ingress_of(run, batch_run)
+    assert priced.invocations["ingress"] == 1 and priced.mails_per_call == 3
+    assert priced.invocations["delivery"] == run.invocations["delivery"]  # delivery: run's
+
+    def line(r: cost.Run, item: str) -> float:
+        return next(x.per_month for x in cost.model(r, v, tpl) if x.item == item)
+
+    api = "HTTP API requests"
+    assert line(run, api) == pytest.approx(v * 1.00 / 1e6)  # one per mail, $1.00/M
+    assert line(priced, api) == pytest.approx(line(run, api) / 3)
+    # the rest of the submission side is the batch run's: fewer Lambda requests
+    lam = "requests"
+    assert line(priced, lam) < line(run, lam)
+    lines = cost.batch_report(run, batch_run, tpl, more=(50,))
+    assert any(x.startswith("| batches of 3 (measured) | 0.333 |") for x in lines)
+    assert any(x.startswith("| batches of 50 ") and "| 0.020 |" in x for x in lines)
