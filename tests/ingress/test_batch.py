@@ -308,3 +308,28 @@ def test_the_batch_settings_are_validated(aws: AwsEnv) -> None:
     assert (s.max_batch, s.batch_time_budget) == (10, 7.5)
     # a 4 MiB body fits Lambda's 6 MB event even base64 encoded by API Gateway
     assert MAX_BATCH_BODY * 4 / 3 + 64 * 1024 < 6 * 1024 * 1024
+
+
+def test_metrics_count_each_mail_as_the_single_route_does(ingress: Ingress) -> None:
+    from aws_lambda_powertools import Metrics
+
+    metrics = Metrics(namespace="mailqueue-test", service="ingress")
+    metrics.clear_metrics()
+    try:
+        event = ev.http_batch(
+            [
+                mail(1, idempotency_key="m"),
+                mail(2, sender="bad address"),
+                mail(1, idempotency_key="m"),
+            ]
+        )
+        app.handle(event, ingress.context, ingress.service, metrics)  # type: ignore[arg-type]
+        doc = metrics.serialize_metric_set()
+    finally:
+        metrics.clear_metrics()
+    count = {
+        k: sum(v) if isinstance(v, list) else v
+        for k, v in doc.items()
+        if k in ("Accepted", "Rejected", "Replayed")
+    }
+    assert count == {"Accepted": 2, "Rejected": 1, "Replayed": 1}
