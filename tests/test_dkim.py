@@ -9,6 +9,8 @@ import dkim as dkimpy
 import pytest
 from mailqueue.cli import main as cli_main
 from mailqueue.dkim import (
+    OVERSIGNED,
+    SIGNED_HEADERS,
     DkimConfig,
     DkimError,
     DkimSigner,
@@ -102,6 +104,32 @@ def test_a_broken_key_is_unavailable_not_a_crash() -> None:
         DkimSigner(c, {}.__getitem__, prefix="mq/").sign(
             MAIL, from_domain="example.com", null_sender=False
         )
+
+
+def test_rsa_signature_is_dkimpys_byte_for_byte() -> None:
+    """The RSA signature is made by OpenSSL (cryptography), not dkimpy's Python
+    arithmetic: RSASSA-PKCS1-v1_5 is deterministic, so each field must equal the one
+    dkimpy itself makes over the same message in the same second (t=)."""
+    private = generate_key("rsa-sha256")
+    folded = (
+        b'From: "A, B" <a@example.com>\r\nTo: b@example.net,\r\n  c@example.net\r\n'
+        b"Subject: a long subject\r\n\tfolded once\r\nMIME-Version: 1.0\r\n\r\n"
+        b"body  with   runs \r\n\r\n\r\n"
+    )
+    for mail, body in ((MAIL, "relaxed"), (folded, "relaxed"), (folded, "simple")):
+        for _ in range(5):  # both in the same second, so both carry the same t=
+            ours = sign_one(mail, "example.com", "s1", "rsa-sha256", private, body=body)  # type: ignore[arg-type]
+            d = dkimpy.DKIM(mail, signature_algorithm=b"rsa-sha256", linesep=b"\r\n")
+            present = {bytes(n).lower() for n, _ in d.headers}
+            include = [h.encode() for h in (*SIGNED_HEADERS, *OVERSIGNED) if h.encode() in present]
+            canon = (b"relaxed", body.encode())
+            theirs = d.sign(
+                b"s1", b"example.com", private.encode(), canonicalize=canon, include_headers=include
+            )
+            if signatures(ours + mail)[0][b"t"] == signatures(theirs + mail)[0][b"t"]:
+                break
+        assert ours == bytes(theirs)
+        assert ours.startswith(b"DKIM-Signature: v=1; a=rsa-sha256;")
 
 
 @pytest.mark.parametrize(
