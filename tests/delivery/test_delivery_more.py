@@ -102,3 +102,36 @@ def test_one_delay_warning_after_four_hours(rig: RigFactory) -> None:
     assert g.recipients[0].delay_warned and g.recipients[0].state.value == "queued"
     assert g.recipients[0].attempts == 4
     assert LocalContext("x").get_remaining_time_in_millis() > 0
+
+
+def test_the_invocations_metrics_are_the_counts_that_happened(rig: RigFactory) -> None:
+    """One EMF document per invocation, with GroupsAttempted and the non-zero counts
+    only: a zero adds nothing to a Sum, and eight declarations were most of the
+    delivery log's bytes."""
+    with smtp_sink(Behaviour(rcpt_replies={"no@x.example": "550 5.1.1 no such user"})) as peer:
+        r = rig(routes=relay_to(peer.port))
+        st = r.storage()
+        st.enqueue(f.envelope("a@x.example"), f.content())
+        st.enqueue(f.envelope("no@x.example"), f.content())
+        delivery_app.metrics.clear_metrics()
+        assert r.poll().received == 2
+        doc = delivery_app.metrics.serialize_metric_set()
+        delivery_app.metrics.clear_metrics()
+    names = [m["Name"] for m in doc["_aws"]["CloudWatchMetrics"][0]["Metrics"]]
+    assert sorted(names) == [
+        "GroupsAttempted", "RecipientsBounced", "RecipientsDelivered", "Suppressed"
+    ]  # fmt: skip
+    assert doc["GroupsAttempted"] == [2.0]
+    assert doc["RecipientsDelivered"] == doc["RecipientsBounced"] == doc["Suppressed"] == [1.0]
+    # an invocation where nothing was attempted (an unreadable trigger) still publishes
+    unreadable = {
+        "messageId": "m1",
+        "receiptHandle": "h1",
+        "body": "not json",
+        "eventSource": "aws:sqs",
+        "eventSourceARN": "arn:aws:sqs:us-east-1:1:q",
+    }
+    delivery_app.handle({"Records": [unreadable]}, LocalContext("delivery"), r.service)
+    doc = delivery_app.metrics.serialize_metric_set()
+    delivery_app.metrics.clear_metrics()
+    assert doc["GroupsAttempted"] == [0.0] and "RecipientsDelivered" not in doc
