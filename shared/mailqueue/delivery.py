@@ -48,7 +48,7 @@ from .routing import (
     resolve_next_hops,
 )
 from .shaping import Permit, Shaper, check_transaction_limits, load_rules, reclassified
-from .smtp import ConnectionPool, DeliveryOutcome, SmtpClient, Timeouts
+from .smtp import CachedTlsContexts, ConnectionPool, DeliveryOutcome, SmtpClient, Timeouts
 from .storage import QueueStorage
 from .suppression import (
     DEFAULT_STATUSES,
@@ -235,6 +235,8 @@ class DeliveryService:
         self.clock = clock
         self.rng = rng or random.Random()
         self.timeouts = timeouts
+        # TLS contexts per container, not per invocation's client (smtp.CachedTlsContexts)
+        self.tls_contexts = CachedTlsContexts()
         self.mta_sts: MtaSts | None = None
         if settings.mta_sts:
             if ports.mta_sts_cache is None:
@@ -282,6 +284,7 @@ class DeliveryService:
             pool=pool,
             credentials=self.credentials,
             max_sessions=self.settings.smtp_max_sessions,
+            tls_context_factory=self.tls_contexts,
         )
         inv = Invocation(self, client, time_left or (lambda: 900.0))
         try:

@@ -134,6 +134,19 @@ def test_starttls_required_verify_with_untrusted_cert_defers(rig: RigFactory) ->
     assert not r2.storage().content_exists(q2.mail_id)
 
 
+def test_a_verifying_tls_context_is_built_once_per_container(rig: RigFactory) -> None:
+    """Loading a CA store costs ~22 ms of CPU (the system bundle): the service keeps its
+    contexts for the container's life instead of one per invocation's client."""
+    ca = str(pki().ca_file)
+    with smtp_sink(Behaviour(starttls=True)) as peer:
+        r = rig(routes=relay_to(peer.port, tls="required-verify", ca_file=ca))
+        for n in range(3):  # three invocations, one mail each
+            r.storage().enqueue(f.envelope(f"m{n}@x.example"), f.content())
+            assert r.poll().failed == 0
+        assert [m.tls for m in peer.messages] == [True, True, True]
+        assert r.service.tls_contexts.built == 1
+
+
 def test_first_mx_refusing_second_accepting(rig: RigFactory) -> None:
     with smtp_sink() as peer:
         zone = {
