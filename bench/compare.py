@@ -1,6 +1,7 @@
 """Before/after of issue 18's cost changes, each step priced by the same model.
 
     python -m bench.compare BEFORE.pkl [AFTER.pkl]
+    python -m bench.compare --third B1.pkl,B2.pkl,... A1.pkl,A2.pkl,...   (third round)
 
 BEFORE.pkl is a `cost.Run` measured on the revision before these steps (queue-size
 counters, the events function's header read per mail: revision 6cfeda2, or d8f9a86 before
@@ -117,6 +118,62 @@ def second_round(before: cost.Run, after: cost.Run) -> list[str]:
     return _rows(steps)
 
 
+def _third_figures(run: cost.Run, tpl: cost.Template) -> dict[str, float]:
+    lines = cost.model(run, cost.VOLUMES[-1], tpl)
+
+    def line(prefix: str) -> float:
+        return sum(x.per_month for x in lines if x.item.startswith(prefix)) / cost.VOLUMES[-1] * 1e6
+
+    out = {
+        "CPU per mail, ingress (ms)": run.cpu_s.get("ingress", 0.0) / run.mails * 1e3,
+        "CPU per mail, delivery (ms)": run.cpu_s.get("delivery", 0.0) / run.mails * 1e3,
+        "CPU per stream record, events (ms)": run.cpu_s.get("events", 0.0)
+        / max(1, len(run.records))
+        * 1e3,
+        "log bytes per mail, ingress": run.log_bytes["ingress"] / run.mails,
+        "log bytes per mail, delivery": run.log_bytes["delivery"] / run.mails,
+        "log bytes per invocation, delivery": run.log_bytes["delivery"]
+        / max(1, run.invocations["delivery"]),
+        "log bytes per invocation, events": run.log_bytes["events"]
+        / max(1, run.invocations["events"]),
+        "EMF metrics seen in the run": float(len(run.metrics)),
+        "$/M at 100 M: ingress Lambda": line("ingress:"),
+        "$/M at 100 M: delivery Lambda": line("delivery:"),
+        "$/M at 100 M: events Lambda": line("events:"),
+        "$/M at 100 M: Logs ingestion": line("Logs ingestion"),
+    }
+    for v in cost.VOLUMES:
+        out[f"all-in $/M at {v // 1_000_000} M"] = _total(run, tpl, v)
+    return out
+
+
+def third_round(before: list[cost.Run], after: list[cost.Run]) -> list[str]:
+    """Medians over repeated runs of each side (this machine's load moves one run's CPU
+    by ±20 %), and the after side's totals priced with the before side's EMF metric set
+    (the model counts the metrics a run saw; a happy-path run of the after side sees
+    fewer, since delivery no longer publishes zeros)."""
+    import statistics
+
+    tpl = cost.Template.load()
+    b = [_third_figures(r, tpl) for r in before]
+    a = [_third_figures(r, tpl) for r in after]
+    same = [replace(r, metrics=set(before[0].metrics)) for r in after]
+    a_same = [_third_figures(r, tpl) for r in same]
+    lines = [
+        f"| figure | before (median of {len(b)}) | after (median of {len(a)}) |",
+        "|---|---:|---:|",
+    ]
+    for k in b[0]:
+        mb, ma = statistics.median(x[k] for x in b), statistics.median(x[k] for x in a)
+        nd = 0 if "bytes" in k or "metrics" in k else 3 if k.startswith("$") else 2
+        lines.append(f"| {k} | {mb:,.{nd}f} | {ma:,.{nd}f} |")
+    for v in cost.VOLUMES:
+        k = f"all-in $/M at {v // 1_000_000} M"
+        ma = statistics.median(x[k] for x in a_same)
+        lines.append(f"| {k}, after with the before side's EMF metrics | | {ma:,.2f} |")
+    return lines
+
+
 def _rows(steps: list[tuple[str, cost.Run, cost.Template]]) -> list[str]:
     lines = [
         "| step | $/M at 1 M/month | at 10 M | at 100 M | requests per mail |",
@@ -130,6 +187,10 @@ def _rows(steps: list[tuple[str, cost.Run, cost.Template]]) -> list[str]:
 
 
 def main() -> None:
+    if sys.argv[1] == "--third":  # --third B1.pkl,B2.pkl,... A1.pkl,A2.pkl,...
+        runs = [[pickle.loads(Path(p).read_bytes()) for p in a.split(",")] for a in sys.argv[2:4]]
+        print("\n".join(third_round(runs[0], runs[1])))
+        return
     before = pickle.loads(Path(sys.argv[1]).read_bytes())
     if len(sys.argv) > 2:
         after = pickle.loads(Path(sys.argv[2]).read_bytes())

@@ -537,6 +537,18 @@ def measure(
     return run
 
 
+def _init_note(run: Run) -> str:
+    init = getattr(run, "init_cpu_s", None)  # runs pickled before the warm-up have none
+    if not init:
+        return " Handler CPU includes each function's first-invocation set-up (a cold run)."
+    return (
+        " Handler CPU is a warm container's: each function's service was built before the run"
+        " (once per container, not priced per mail: "
+        + ", ".join(f"{f} {init[f] * 1000:.0f} ms" for f in ("ingress", "delivery") if f in init)
+        + ")."
+    )
+
+
 def _scheduled_event() -> dict[str, Any]:
     return {"orphans": False}  # the template's 5-minute rule's constant Input
 
@@ -1187,7 +1199,7 @@ def report(run: Run, tpl: Template, title: str = "### Cost model") -> list[str]:
             f"{f} {run.log_bytes[f] / run.mails:,.0f}" for f in ("ingress", "delivery", "events")
         )
         + f", API access log {run.api_log_bytes / run.mails:,.0f}; EMF metrics seen: {len(run.metrics)}; "
-        f"event log {run.event_bytes / run.mails:,.0f} B per mail (gzip)."
+        f"event log {run.event_bytes / run.mails:,.0f} B per mail (gzip)." + _init_note(run)
     )
     L.append("")
     if run.counters_by_batch:  # a run of a revision with queue-size counters

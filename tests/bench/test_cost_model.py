@@ -191,6 +191,9 @@ def test_a_measured_run_counts_each_functions_requests(run: cost.Run) -> None:
     assert all(cost.item_size(i) <= 1024 for i in mail_items)
     assert run.invocations["ingress"] == run.mails
     assert run.log_bytes["ingress"] > 0 and run.metrics
+    # each function's service was built before the measured window (a warm container):
+    # its CPU is recorded apart, not spread over the run's few mails
+    assert run.init_cpu_s["delivery"] > 0 and run.init_cpu_s["ingress"] > 0
 
 
 def test_the_model_prices_every_line(run: cost.Run) -> None:
