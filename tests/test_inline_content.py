@@ -42,7 +42,7 @@ def _content_objects(aws: AwsEnv) -> list[str]:
 def test_a_small_mail_is_queued_in_two_requests_with_its_content_in_the_mail_item(
     aws: AwsEnv,
 ) -> None:
-    st = aws.storage()
+    st = aws.storage(solo_item_max_bytes=0)  # one group and small: solo (tests/test_solo.py)
     body = f.content(10 * 1024)  # text: compresses to a few hundred bytes
     aws.counter.reset()
     q = st.enqueue(f.envelope(), body)
@@ -82,7 +82,7 @@ def test_incompressible_or_large_content_stays_in_s3(aws: AwsEnv) -> None:
 
 
 def test_claim_to_cleanup_of_a_small_mail_takes_four_requests(aws: AwsEnv) -> None:
-    st = aws.storage()
+    st = aws.storage(solo_item_max_bytes=0)
     body = f.content(10 * 1024)
     q = st.enqueue(f.envelope(), body)
     aws.counter.reset()
@@ -105,7 +105,7 @@ def test_claim_to_cleanup_of_a_small_mail_takes_four_requests(aws: AwsEnv) -> No
 
 
 def test_content_gone_under_a_live_group_is_not_found(aws: AwsEnv) -> None:
-    st = aws.storage()
+    st = aws.storage(solo_item_max_bytes=0)
     q = st.enqueue(f.envelope(), f.content())
     aws.clients.dynamodb.delete_item(
         TableName=aws.resources.table, Key={"pk": {"S": f"M#{q.mail_id}"}, "sk": {"S": "M"}}

@@ -81,6 +81,14 @@ class StorageSettings:
     # delete (2 WRU per KB at $0.625/M) cost less than one S3 PUT ($5/M) and GETs
     # (docs/benchmarks.md, "Content in the mail item"). 0: always S3.
     inline_content_max_bytes: int = 4096
+    # A one-group mail (most mail) without an idempotency key whose content is inline and
+    # whose whole group item, content included, is at most this many bytes at enqueue is
+    # stored as that one item ("solo"): no mail item to put and delete, no read for the
+    # content (the claim returns it), and a finished solo group leaves the state index at
+    # once (TTL backstop). Cheaper only while the claimed item stays within one write unit
+    # (the lease adds ~110 bytes): 1024 - 128 (docs/benchmarks.md, "Solo mails";
+    # tests/test_solo.py derives it). 0: always a mail item.
+    solo_item_max_bytes: int = 896
     # the bulk delivery path (template: BulkDeliveryQueue); "" = bulk mail shares the
     # delivery queue (one path, as before priorities)
     bulk_delivery_queue_url: str = ""
@@ -99,6 +107,8 @@ class StorageSettings:
             raise ConfigError("max_size and max_recipients must be positive")
         if not 0 <= self.inline_content_max_bytes <= 65536:
             raise ConfigError("inline_content_max_bytes must be within 0..65536")
+        if not 0 <= self.solo_item_max_bytes <= 65536:
+            raise ConfigError("solo_item_max_bytes must be within 0..65536")
         if not self.content_prefix.endswith("/"):
             raise ConfigError("content_prefix must end with '/'")
         if self.bulk_delivery_queue_url and self.bulk_delivery_queue_url in (

@@ -127,6 +127,8 @@ def derive_events(
     expires = to_iso(mail.timestamp + timedelta(seconds=ctx.queue_lifetime_s))
     if old is None and after:
         key = new.get("content_key")
+        if key == SOLO_MARK:  # a solo mail: its content is in this item
+            key = f"{INLINE_PREFIX}{pk}|{sk}"
         out.append(QueueEvent("Send", mail, None, mail.timestamp, extra={"content_key": key}))
     for rid, r in after.items():
         b = before.get(rid)
@@ -273,14 +275,16 @@ def stream_events(
 def stored_headers(records: Iterable[Mapping[str, Any]]) -> dict[str, bytes]:
     """Mail id -> header section, from the mail items' INSERTs in `records`: their `hdrs`
     (content in S3), or the start of the content the item itself holds (`body`, zlib:
-    a small mail's content in the mail item)."""
+    a small mail's content in the mail item, or in a solo mail's only group item)."""
     out: dict[str, bytes] = {}
     for rec in records:
         if rec.get("eventName") != "INSERT":
             continue
         new = (rec.get("dynamodb") or {}).get("NewImage") or {}
         pk = str((new.get("pk") or {}).get("S", ""))
-        if not pk.startswith("M#") or (new.get("sk") or {}).get("S") != "M":
+        sk = str((new.get("sk") or {}).get("S", ""))
+        # a mail item, or a solo mail's group item (it holds the mail's content)
+        if not pk.startswith("M#") or not (sk == "M" or (sk.startswith("G#") and "body" in new)):
             continue
         block: bytes | None = None
         if "hdrs" in new:
@@ -459,6 +463,7 @@ class EventWriterService:
 
 
 INLINE_PREFIX = "ddb:"  # = aws.backend.INLINE_PREFIX (not imported: cold start)
+SOLO_MARK = "ddb:|"  # = aws.backend.SOLO_MARK
 
 
 def inline_reader(dynamodb: Any, table: str) -> Callable[[str], bytes | None]:

@@ -45,7 +45,11 @@ SES_BOUNCE_TYPES: Mapping[str, tuple[str, ...]] = {
     "Undetermined": ("Undetermined",),
     "Permanent": ("General", "NoEmail", "Suppressed", "OnAccountSuppressionList"),
     "Transient": (
-        "General", "MailboxFull", "MessageTooLarge", "ContentRejected", "AttachmentRejected",
+        "General",
+        "MailboxFull",
+        "MessageTooLarge",
+        "ContentRejected",
+        "AttachmentRejected",
     ),
 }
 SES_DELAY_TYPES = (
@@ -341,8 +345,15 @@ def _domain(address: str) -> str:
 
 
 _COMMON = {
-    "from": "from", "to": "to", "cc": "cc", "bcc": "bcc", "reply-to": "replyTo",
-    "return-path": "returnPath", "message-id": "messageId", "subject": "subject", "date": "date",
+    "from": "from",
+    "to": "to",
+    "cc": "cc",
+    "bcc": "bcc",
+    "reply-to": "replyTo",
+    "return-path": "returnPath",
+    "message-id": "messageId",
+    "subject": "subject",
+    "date": "date",
 }
 _LISTS = {"from", "to", "cc", "bcc", "replyTo"}
 
@@ -357,9 +368,7 @@ def common_headers(headers: Iterable[tuple[str, str]]) -> dict[str, Any]:
         if key is None or key in out:
             continue
         if key in _LISTS:
-            out[key] = [
-                f"{n} <{a}>" if n else a for n, a in getaddresses([value]) if a
-            ] or [value]
+            out[key] = [f"{n} <{a}>" if n else a for n, a in getaddresses([value]) if a] or [value]
         else:
             out[key] = value
     return out

@@ -467,6 +467,9 @@ class Claim:
     # the queue (URL) the receipt handle belongs to, from the record's eventSourceARN;
     # None: the group's own priority queue
     receipt_queue: str | None = None
+    # the content, when the storage returned it with the claim (a solo mail on AWS): the
+    # attempt then reads nothing more
+    content: bytes | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         # Fixed when the claim is taken: a transaction with mixed results is recorded in

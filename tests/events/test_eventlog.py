@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
 from mailqueue.eventlog import EventWriterService, EventWriterSettings, inline_reader, iter_jsonl
 from mailqueue.model import Claim, MailRef, Result, utcnow
 
@@ -196,15 +197,26 @@ def test_large_headers_stay_off_the_mail_item(aws: AwsEnv) -> None:
     assert send["mail"]["headers"][0]["name"] == "X-Noise-0"
 
 
+@pytest.mark.parametrize("solo", [False, True])
 def test_send_headers_of_a_small_mail_come_from_its_content_in_the_insert(
-    aws: AwsEnv,
+    aws: AwsEnv, solo: bool
 ) -> None:
-    """A small mail's content is in its mail item (`body`); its INSERT in the batch gives
-    the Send its headers with no read at all (no GetItem, no GET), no `hdrs` besides."""
-    st = aws.storage()
+    """A small mail's content is in its mail item (`body`), or in its only group item (a
+    solo mail); that INSERT in the batch gives the Send its headers with no read at all
+    (no GetItem, no GET), no `hdrs` besides."""
+    st = aws.storage(solo_item_max_bytes=896 if solo else 0)
     reader = StreamReader(aws)
     q = st.enqueue(f.envelope(), f.content(subject="inline"))
-    item = _mail_item(aws, q.mail_id)
+    if solo:
+        item = aws.clients.dynamodb.get_item(
+            TableName=aws.resources.table,
+            Key={"pk": {"S": f"M#{q.mail_id}"}, "sk": {"S": f"G#{q.groups[0]}"}},
+        )["Item"]
+        assert "Item" not in aws.clients.dynamodb.get_item(
+            TableName=aws.resources.table, Key={"pk": {"S": f"M#{q.mail_id}"}, "sk": {"S": "M"}}
+        )
+    else:
+        item = _mail_item(aws, q.mail_id)
     assert "body" in item and "hdrs" not in item
     records = reader.poll()
     aws.counter.reset()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -108,8 +109,10 @@ def test_finished_mail_whose_cleanup_died_is_cleaned(aws: AwsEnv, content: str) 
     from tests.support.faults import InjectedCrash, short_circuit
 
     clock = FakeClock()
-    st, sw = make(aws, clock)
-    # small: the content is in the mail item; incompressible: in S3
+    st = AwsStorage(replace(aws.settings, solo_item_max_bytes=0), aws.clients, clock=clock)
+    sw = sweeper(SweeperSettings(), st, clock=clock)
+    # small: the content is in the mail item (a solo mail, one item, is expired by TTL
+    # instead: tests/test_solo.py); incompressible: in S3
     body = f.content() if content == "small" else f.incompressible()
     q = st.enqueue(f.envelope(), body)
     c = st.send_start(MailRef(q.mail_id, q.groups[0]), clock(), lease_seconds=60)

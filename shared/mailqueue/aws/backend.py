@@ -3,6 +3,8 @@
 Table layout (one table, see README "Data model"):
   pk = "M#<mail_id>"  sk = "M"            the mail: envelope summary, content key, sha256
   pk = "M#<mail_id>"  sk = "G#<group>"    a destination group: recipients map, schedule, lease
+A "solo" mail (one group, no idempotency key, small inline content) is its group item
+alone: the mail's fields and content live in it (`solo_item_max_bytes`).
 GSI "by_state" (sparse): partition `st` (queued | inflight | held | dsn | done), sort `due`
 (epoch ms: next attempt for queued, lease end for inflight, finish time for done/dsn).
 A group item carries everything an attempt needs, so a claim returns it whole and an
@@ -103,6 +105,51 @@ def inline_key(mail_id: str) -> str:
     return f"{INLINE_PREFIX}M#{mail_id}"
 
 
+# ---- solo mails (issue 18, third round) -------------------------------------------------
+# A one-group mail with small inline content is one item: its group item carries the
+# mail's fields and the content. Its content key names that item: "ddb:M#<id>|G#<group>";
+# the item itself stores only SOLO_MARK (every byte counts, see _SOLO_DROPS).
+_SOLO_SEP = "|"
+SOLO_MARK = f"{INLINE_PREFIX}{_SOLO_SEP}"  # = eventlog.SOLO_MARK
+_MAIL_FIELDS = (
+    "pk", "sender", "arrival", "content_key", "size", "ret", "envid", "smtputf8", "tags",
+)  # fmt: skip
+# What a solo item leaves out of the mail item's fields: the envelope digest serves keyed
+# retries only, and the rest is derived (`_mail_view`). Every byte counts: the item must
+# stay within one write unit through its claim.
+_SOLO_DROPS = ("sk", "env_sha", "sha256", "groups", "rcpt_count")
+
+
+def solo_key(mail_id: str, group: str) -> str:
+    return f"{INLINE_PREFIX}M#{mail_id}{_SOLO_SEP}G#{group}"
+
+
+def is_solo(content_key: str | None) -> bool:
+    """Whether a content key names content kept in the group item itself (a solo mail)."""
+    return is_inline(content_key) and _SOLO_SEP in str(content_key)
+
+
+def _content_key_of(item: dict[str, Any]) -> str | None:
+    """A group item's content key, a solo item's mark expanded to name the item."""
+    key = item.get("content_key")
+    if key == SOLO_MARK:
+        return solo_key(str(item["pk"])[2:], str(item["sk"])[2:])
+    return str(key) if key else None
+
+
+def _mail_view(item: dict[str, Any]) -> dict[str, Any]:
+    """A solo group item seen as the mail item it stands for (no content, no state)."""
+    body = inline_body(item)
+    return {
+        **{k: item[k] for k in _MAIL_FIELDS if k in item},
+        "sk": "M",
+        "content_key": solo_key(str(item["pk"])[2:], str(item["sk"])[2:]),
+        "sha256": hashlib.sha256(body).hexdigest() if body is not None else None,
+        "groups": [str(item["sk"])[2:]],
+        "rcpt_count": len(item.get("rcpts") or {}),
+    }
+
+
 def inline_body(item: dict[str, Any] | None) -> bytes | None:
     """The content held by a mail item (DynamoDB JSON or plain), or None."""
     if not item or _BODY not in item:
@@ -118,11 +165,11 @@ def inline_body(item: dict[str, Any] | None) -> bytes | None:
 
 def read_inline(dynamodb: Any, table: str, content_key: str) -> bytes | None:
     """The content behind an inline content key (one consistent GetItem), None if gone."""
-    pk = content_key[len(INLINE_PREFIX) :]
+    pk, _, sk = content_key[len(INLINE_PREFIX) :].partition(_SOLO_SEP)
     with translate("dynamodb:GetItem"):
         got = dynamodb.get_item(
             TableName=table,
-            Key={"pk": {"S": pk}, "sk": {"S": "M"}},
+            Key={"pk": {"S": pk}, "sk": {"S": sk or "M"}},
             ConsistentRead=True,
             ProjectionExpression="#b",
             ExpressionAttributeNames={"#b": _BODY},
@@ -234,7 +281,7 @@ class AwsStorage:
             state=state,
             next_attempt_at=next_at,
             arrival=arrival,
-            content_key=d.get("content_key") or self.content_key(d["pk"][2:]),
+            content_key=_content_key_of(d) or self.content_key(d["pk"][2:]),
             size=int(d.get("size", 0)),
             ret=Ret(d["ret"]) if d.get("ret") else None,
             envid=d.get("envid"),
@@ -450,6 +497,18 @@ class AwsStorage:
         items = self._items_for(
             mail_id, sha, envelope, recipients, groups, now, due, key, size, body=packed
         )
+        if not keyed and len(groups) == 1:
+            solo = self._solo_item(items, mail_id, next(iter(groups)))
+            if solo is not None:
+                # one item, fresh id: nothing to race with; durable (3 AZs) when it returns
+                with translate("dynamodb:PutItem"):
+                    self.c.dynamodb.put_item(TableName=self.s.table, Item=solo)
+                self._send_triggers(
+                    [MailRef(mail_id, g) for g in groups],
+                    int((due - now).total_seconds()),
+                    priority_of(envelope.tags),
+                )
+                return answer
         rest = items
         if keyed:
             try:
@@ -492,6 +551,22 @@ class AwsStorage:
             priority_of(envelope.tags),
         )
         return answer
+
+    def _solo_item(
+        self, items: list[dict[str, Any]], mail_id: str, group: str
+    ) -> dict[str, Any] | None:
+        """The mail item folded into its only group item, if that stays small enough."""
+        from .limits import item_size
+
+        if self.s.solo_item_max_bytes <= 0:
+            return None
+        mail, grp = items
+        solo = {
+            **grp,
+            **{k: v for k, v in mail.items() if k not in _SOLO_DROPS},
+            "content_key": {"S": SOLO_MARK},
+        }
+        return solo if item_size(solo) <= self.s.solo_item_max_bytes else None
 
     def _mail_item(self, mail_id: str) -> dict[str, Any] | None:
         with translate("dynamodb:GetItem"):
@@ -655,6 +730,9 @@ class AwsStorage:
         mail = next((it for it in items if it["sk"] == "M"), None)
         if mail is not None:
             mail = {k: v for k, v in mail.items() if k != _BODY}  # content: read_content
+        else:
+            solo = next((it for it in items if is_solo(it.get("content_key"))), None)
+            mail = _mail_view(solo) if solo is not None else None
         groups = [self._group_from_item(it) for it in items if it["sk"].startswith("G#")]
         return mail, groups
 
@@ -823,8 +901,14 @@ class AwsStorage:
             if got.reason == "unrecorded":
                 return self._hold_unrecorded(ref, now)
             return got
-        group, token = got
-        return Claim(group=group, token=token, receipt_handle=receipt_handle, started_at=now)
+        group, token, body = got
+        return Claim(
+            group=group,
+            token=token,
+            receipt_handle=receipt_handle,
+            started_at=now,
+            content=body,
+        )
 
     def admin_claim(
         self, ref: MailRef, now: datetime, *, lease_seconds: int = 60
@@ -842,7 +926,7 @@ class AwsStorage:
         )
         if isinstance(got, ClaimRefused):
             return ClaimRefused("finished") if got.reason == "not_due" else got
-        group, token = got
+        group, token, _ = got
         # held recipients count as pending for an operator claim
         group = replace(
             group,
@@ -855,8 +939,11 @@ class AwsStorage:
 
     def _lease(
         self, ref: MailRef, now: datetime, lease_seconds: int, condition: str
-    ) -> tuple[Group, str] | ClaimRefused:
-        """One conditional write: the group becomes inflight under a fresh lease token."""
+    ) -> tuple[Group, str, bytes | None] | ClaimRefused:
+        """One conditional write: the group becomes inflight under a fresh lease token.
+
+        Returns the group, the token and, for a solo mail, its content (from the same
+        answer)."""
         token = secrets.token_hex(8)
         lease_until = now + timedelta(seconds=lease_seconds)
         values = {
@@ -895,7 +982,11 @@ class AwsStorage:
                     raise
         except _Refused as r:
             return self._refusal(r.item, now)
-        return self._group_from_item(_from_ddb(resp["Attributes"])), token
+        item = _from_ddb(resp["Attributes"])
+        group = self._group_from_item(item)
+        # a solo mail: the claim returned the content, so the attempt needs no read for it
+        body = inline_body(item) if is_solo(group.content_key) else None
+        return group, token, body
 
     def mark(
         self,
@@ -982,6 +1073,10 @@ class AwsStorage:
         return ClaimRefused("finished")
 
     def read_inflight(self, claim: Claim) -> InflightMail:
+        if claim.content is not None:  # a solo mail: the claim brought it
+            return InflightMail(
+                group=claim.group, content=io.BytesIO(claim.content), size=len(claim.content)
+            )
         if is_inline(claim.group.content_key):  # content in the mail item (issue 18)
             data = read_inline(self.c.dynamodb, self.s.table, claim.group.content_key)
             if data is None:
@@ -1144,13 +1239,23 @@ class AwsStorage:
         if release:
             state = derive_group_state(resting_rcpts)
             due = next_at if state == GroupState.QUEUED else now
-            values[":st"] = {"S": state.value}
-            values[":due"] = {"N": str(_ms(due))}
             values[":next"] = {"S": to_iso(next_at)}
-            sets += ["st = :st", "due = :due", "next_at = :next"]
+            sets.append("next_at = :next")
             removes += ["lease_token", "lease_until"]
+            ttl = int(now.timestamp()) + self.s.done_ttl_seconds
+            if state == GroupState.DONE and is_solo(group.content_key):
+                # A finished solo mail leaves the state index now (one index write, not a
+                # move to `done` and then a delete) and expires at once: the delete that
+                # follows is its cleanup, and if we die before it, DynamoDB's TTL removes
+                # the item (free, within days). Nothing is left for the sweeper to find.
+                removes += ["st", "due"]
+                ttl = int(now.timestamp())
+            else:
+                values[":st"] = {"S": state.value}
+                values[":due"] = {"N": str(_ms(due))}
+                sets += ["st = :st", "due = :due"]
             if state == GroupState.DONE:
-                values[":ttl"] = {"N": str(int(now.timestamp()) + self.s.done_ttl_seconds)}
+                values[":ttl"] = {"N": str(ttl)}
                 sets.append("expires_at = :ttl")
         elif next_attempt_at is not None:
             values[":next"] = {"S": to_iso(next_at)}
@@ -1191,6 +1296,13 @@ class AwsStorage:
         (or, if we crash here, found by `find_pending_cleanup`). A mail of one group
         (most mail) needs no read: its only group just finished under our lease.
         """
+        if group is not None and is_solo(group.content_key):
+            with translate("dynamodb:DeleteItem"):  # the mail is this one item
+                self.c.dynamodb.delete_item(
+                    TableName=self.s.table,
+                    Key={"pk": {"S": _pk(mail_id)}, "sk": {"S": _gsk(gkey)}},
+                )
+            return True, True
         if group is not None and group.groups_in_mail == 1 and not mail_id.startswith("K"):
             if not is_inline(group.content_key):  # inline content goes with the mail item
                 with translate("s3:DeleteObject"):
@@ -1446,7 +1558,7 @@ class AwsStorage:
         }
 
     def content_exists(self, mail_id: str) -> bool:
-        item = self._mail_item(mail_id)
+        item = self._mail_item(mail_id) or self._solo_of(mail_id)
         if item is not None and is_inline(item.get("content_key")):
             return _BODY in item
         with translate("s3:HeadObject"):
@@ -1458,13 +1570,19 @@ class AwsStorage:
                 raise
         return True
 
+    def _solo_of(self, mail_id: str) -> dict[str, Any] | None:
+        """A mail without a mail item: its solo group item, if it is one (one Query)."""
+        return next(
+            (it for it in self._query_mail(mail_id) if is_solo(it.get("content_key"))), None
+        )
+
     def read_content(self, mail_id: str) -> BinaryIO:
         """The content, wherever it is: the mail item (small mails) or S3.
 
         One consistent GetItem of the mail item first (the bounce path and `show` read
         rarely; the item says where the content is), then S3 if it is not inline.
         """
-        item = self._mail_item(mail_id)
+        item = self._mail_item(mail_id) or self._solo_of(mail_id)
         key = str(item.get("content_key") or "") if item is not None else ""
         if is_inline(key):
             data = inline_body(item)

@@ -72,18 +72,23 @@ class Tracker:
             return []  # sites, suppressions, suspensions, outbox, jobs
         mail_id = pk[2:]
         new, old = self._image(ddb.get("NewImage")), self._image(ddb.get("OldImage"))
-        if sk == "M" and record["eventName"] == "INSERT":
+        solo = sk.startswith("G#") and "body" in new  # a solo mail: stored as its group
+        if (sk == "M" or solo) and record["eventName"] == "INSERT":
             if mail_id not in self.labels and new.get("sender", None) == "":
                 self.labels[mail_id] = "DSN"
             label = self.labels.get(mail_id, mail_id[:10])
             rcpts = int(new.get("rcpt_count", 0))
-            return [(label, f"stored: {mail_id}, {rcpts} recipient(s), {new.get('size')} octets")]
+            stored = (label, f"stored: {mail_id}, {rcpts} recipient(s), {new.get('size')} octets")
+            if not solo:
+                return [stored]
         if not sk.startswith("G#"):
             return []
         label = self.labels.get(mail_id, mail_id[:10])
         if record["eventName"] == "REMOVE":
             return [(label, f"group {sk[2:]}: cleaned up (content and state removed)")]
         out: list[tuple[str, str]] = []
+        if solo and record["eventName"] == "INSERT":
+            out.append(stored)
         st_old, st_new = old.get("st"), new.get("st")
         before = old.get("rcpts") or {}
         after = new.get("rcpts") or {}

@@ -1,0 +1,218 @@
+"""Solo mails (issue 18, third round): a one-group mail with small content is one item.
+
+Against moto under the limits guard; request counts with the botocore counter, item
+sizes read back and priced in write units as DynamoDB does (1 KB each, index included).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import zlib
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from mailqueue.aws.backend import SOLO_MARK, is_solo, read_inline, solo_key
+from mailqueue.aws.limits import item_size
+from mailqueue.config import ConfigError, StorageSettings
+from mailqueue.eventlog import SOLO_MARK as EVENTLOG_SOLO_MARK
+from mailqueue.model import Claim, GroupState, MailRef, Result, utcnow
+
+from tests.support import factories as f
+from tests.support.aws import AwsEnv
+
+OK = Result(250, "2.0.0", "2.0.0 Ok: queued as 4XyzABCD1234", "mx.example.net")
+TEMP = Result(451, "4.7.1", "4.7.1 try again later", "mx.example.net")
+WRITE_UNIT = 1024
+
+
+def _items(aws: AwsEnv, mail_id: str) -> dict[str, dict[str, Any]]:
+    resp = aws.clients.dynamodb.query(
+        TableName=aws.resources.table,
+        KeyConditionExpression="pk = :pk",
+        ExpressionAttributeValues={":pk": {"S": f"M#{mail_id}"}},
+        ConsistentRead=True,
+    )
+    return {it["sk"]["S"]: it for it in resp["Items"]}
+
+
+def _indexed(aws: AwsEnv, mail_id: str) -> list[str]:
+    """The mail's entries in the by_state index, as `st` values (a scan of the index)."""
+    resp = aws.clients.dynamodb.scan(TableName=aws.resources.table, IndexName="by_state")
+    return [it["st"]["S"] for it in resp["Items"] if it["pk"]["S"] == f"M#{mail_id}"]
+
+
+def test_a_one_group_small_mail_is_one_item_put_in_one_request(aws: AwsEnv) -> None:
+    st = aws.storage()
+    body = f.content(10 * 1024)
+    aws.counter.reset()
+    q = st.enqueue(f.envelope(), body)
+    assert aws.counter.snapshot() == {"dynamodb:PutItem": 1, "sqs:SendMessageBatch": 1}
+    items = _items(aws, q.mail_id)
+    assert list(items) == [f"G#{q.groups[0]}"]  # no mail item
+    item = items[f"G#{q.groups[0]}"]
+    assert zlib.decompress(item["body"]["B"]) == body
+    assert item["content_key"]["S"] == SOLO_MARK  # the key names this item: not stored
+    assert st.get_group(MailRef(q.mail_id, q.groups[0])).content_key == solo_key(
+        q.mail_id, q.groups[0]
+    )
+    assert item_size(item) <= st.s.solo_item_max_bytes
+    assert _indexed(aws, q.mail_id) == ["queued"]
+    # what only keyed retries need, or what is derived, is left out
+    assert not {"env_sha", "sha256", "groups", "rcpt_count"} & set(item)
+
+
+def test_claim_returns_the_content_and_the_mail_ends_in_three_requests(aws: AwsEnv) -> None:
+    st = aws.storage()
+    body = f.content(10 * 1024)
+    q = st.enqueue(f.envelope(), body)
+    aws.counter.reset()
+    c = st.send_start(MailRef(q.mail_id, q.groups[0]), utcnow(), lease_seconds=60)
+    assert isinstance(c, Claim)
+    mail = st.read_inflight(c)
+    assert mail.content.read() == body and mail.size == len(body)
+    assert _indexed(aws, q.mail_id) == ["inflight"]
+    t = st.send_done(c, ["r0"], OK)
+    assert t.mail_finished and t.cleaned
+    # claim (the content comes back with it), the result, the delete: no read at all
+    calls = {k: n for k, n in aws.counter.snapshot().items() if k != "dynamodb:Scan"}
+    assert calls == {"dynamodb:UpdateItem": 2, "dynamodb:DeleteItem": 1}  # Scan: the test's
+    assert _items(aws, q.mail_id) == {}
+    assert not st.content_exists(q.mail_id)
+
+
+def _units(size: int) -> int:
+    return -(-size // WRITE_UNIT)
+
+
+def test_every_write_of_a_solo_mail_is_one_write_unit_and_cheaper_than_two_items(
+    aws: AwsEnv,
+) -> None:
+    """Write units per delivered mail, table and by_state index (projection ALL), priced
+    from the sizes of the items the code wrote, read back after each step (the image the
+    cleanup deletes is caught by cutting the cleanup short)."""
+    from tests.support.faults import InjectedCrash, short_circuit
+
+    body = f.content(10 * 1024)
+
+    def die(_: dict[str, Any]) -> None:
+        raise InjectedCrash("stop before the cleanup")
+
+    def run(solo_max: int) -> tuple[int, int]:
+        st = aws.storage(solo_item_max_bytes=solo_max)
+        q = st.enqueue(f.envelope(), body)
+        gk = f"G#{q.groups[0]}"
+        put = _items(aws, q.mail_id)
+        c = st.send_start(MailRef(q.mail_id, q.groups[0]), utcnow(), lease_seconds=60)
+        assert isinstance(c, Claim)
+        claimed = _items(aws, q.mail_id)[gk]
+        st.read_inflight(c)
+        with (
+            short_circuit(aws.clients.dynamodb, "DeleteItem", die),
+            short_circuit(aws.clients.dynamodb, "BatchWriteItem", die),
+            pytest.raises(InjectedCrash),
+        ):
+            st.send_done(c, ["r0"], OK)
+        done = _items(aws, q.mail_id)[gk]
+        assert st.cleanup(q.mail_id) and _items(aws, q.mail_id) == {}
+        g0, g1, g2 = (_units(item_size(it)) for it in (put[gk], claimed, done))
+        m = _units(item_size(put["M"])) if "M" in put else 0
+        table = 2 * m + g0 + g1 + g2 + g2  # puts, claim, result, deletes
+        if solo_max:  # the result takes it out of the index; its delete then costs none
+            assert "st" not in done and m == 0
+            index = g0 + (g0 + g1) + g1
+        else:  # moved on claim and on the result, deleted by the cleanup
+            index = g0 + (g0 + g1) + (g1 + g2) + g2
+        return table, index
+
+    solo = run(896)
+    two = run(0)
+    assert solo == (4, 4), solo  # every write one unit: 8 in all
+    assert two[0] + two[1] >= 12, two  # mail item put + delete, and two more index moves
+
+
+def test_the_solo_limit_leaves_room_for_the_lease_in_one_write_unit(aws: AwsEnv) -> None:
+    """The default is 1 KB less what a claim adds (lease, token, times, counters)."""
+    st = aws.storage()
+    assert st.s.solo_item_max_bytes == WRITE_UNIT - 128
+    for body in (f.content(600), f.content(10 * 1024), f.content(3000, subject="x" * 200)):
+        q = st.enqueue(f.envelope(), body)
+        gk = f"G#{q.groups[0]}"
+        before = _items(aws, q.mail_id).get(gk)
+        if before is None or not is_solo(before["content_key"]["S"]):
+            continue
+        st.send_start(MailRef(q.mail_id, q.groups[0]), utcnow(), lease_seconds=60)
+        after = _items(aws, q.mail_id)[gk]
+        growth = item_size(after) - item_size(before)
+        assert 0 < growth <= 128, growth
+        assert item_size(after) <= WRITE_UNIT
+
+
+@pytest.mark.parametrize(
+    ("why", "kw", "envelope", "body"),
+    [
+        ("keyed", {"idempotency_key": "k-1"}, ("bob@example.net",), 1024),
+        ("two groups", {}, ("bob@example.net", "carol@example.com"), 1024),
+        ("too large", {}, ("bob@example.net",), 40 * 1024),
+    ],
+)
+def test_what_is_not_solo_keeps_its_mail_item(
+    aws: AwsEnv, why: str, kw: dict[str, str], envelope: tuple[str, ...], body: int
+) -> None:
+    st = aws.storage()
+    content = f.incompressible(body) if why == "too large" else f.content(body)
+    q = st.enqueue(f.envelope(*envelope), content, **kw)  # type: ignore[arg-type]
+    items = _items(aws, q.mail_id)
+    assert "M" in items, why
+    assert not any(is_solo(it["content_key"]["S"]) for it in items.values())
+
+
+def test_zero_turns_it_off_and_the_setting_is_bounded(aws: AwsEnv) -> None:
+    st = aws.storage(solo_item_max_bytes=0)
+    q = st.enqueue(f.envelope(), f.content())
+    assert set(_items(aws, q.mail_id)) == {"M", f"G#{q.groups[0]}"}
+    base = {"table": "t", "bucket": "b", "delivery_queue_url": "d", "bounce_queue_url": "q"}
+    with pytest.raises(ConfigError):
+        StorageSettings(**base, solo_item_max_bytes=-1)  # type: ignore[arg-type]
+
+
+def test_readers_see_a_solo_mail_as_a_mail(aws: AwsEnv) -> None:
+    """get_mail, read_content, content_exists, the events function's reader."""
+    st = aws.storage()
+    body = f.content(2048, subject="solo")
+    q = st.enqueue(f.envelope(), body)
+    mail, groups = st.get_mail(q.mail_id)
+    assert mail is not None and "body" not in mail
+    assert mail["sha256"] == hashlib.sha256(body).hexdigest()
+    assert mail["groups"] == list(q.groups) and mail["rcpt_count"] == 1
+    assert mail["sender"] == "alice@example.org" and int(mail["size"]) == len(body)
+    assert [g.key for g in groups] == list(q.groups)
+    assert st.content_exists(q.mail_id)
+    assert st.read_content(q.mail_id).read() == body
+    key = solo_key(q.mail_id, q.groups[0])
+    assert read_inline(aws.clients.dynamodb, aws.resources.table, key) == body
+
+
+def test_a_deferred_solo_mail_stays_one_item_and_its_retry_brings_the_content(
+    aws: AwsEnv,
+) -> None:
+    st = aws.storage()
+    body = f.content(1024)
+    q = st.enqueue(f.envelope(), body)
+    ref = MailRef(q.mail_id, q.groups[0])
+    c = st.send_start(ref, utcnow(), lease_seconds=60)
+    assert isinstance(c, Claim)
+    t = st.reschedule(c, {"r0": TEMP}, utcnow() + timedelta(seconds=1))
+    assert t.group.state == GroupState.QUEUED and not t.cleaned
+    assert _indexed(aws, q.mail_id) == ["queued"]
+    aws.counter.reset()
+    c2 = st.send_start(ref, utcnow() + timedelta(seconds=2), lease_seconds=60)
+    assert isinstance(c2, Claim)
+    assert st.read_inflight(c2).content.read() == body
+    assert aws.counter.snapshot() == {"dynamodb:UpdateItem": 1}
+    st.send_done(c2, ["r0"], OK)
+    assert _items(aws, q.mail_id) == {}
+
+
+def test_the_events_function_knows_the_solo_mark() -> None:
+    assert EVENTLOG_SOLO_MARK == SOLO_MARK
