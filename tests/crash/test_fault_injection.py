@@ -76,7 +76,8 @@ def run(clients: Clients, peers: Peers, sc: Scenario, at: int, kind: str) -> int
     w = World(
         clients, peers.ok.port, inj, failing_port=peers.failing.port if sc.temporary_first else None
     )
-    w.enqueue(f.envelope(*sc.recipients), f.content(), key=f"fault-{sc.name}-{at}-{kind}")
+    key = f"fault-{sc.name}-{at}-{kind}" if sc.keyed else None  # no key: a solo mail
+    w.enqueue(f.envelope(*sc.recipients), f.content(), key=key)
     w.run_until_quiet()
     msgs = peers.ok.messages[starts[0] :] + peers.failing.messages[starts[1] :]
     got = Counter(r for m in msgs if m.mail_from not in ("", "<>") for r in m.rcpt_tos)
@@ -97,7 +98,9 @@ _BY_NAME = {s.name: s for s in SCENARIOS}
 
 
 @pytest.mark.parametrize(
-    "sc", [_BY_NAME[n] for n in ("deliverable", "mixed3", "max50")], ids=lambda s: s.name
+    "sc",
+    [_BY_NAME[n] for n in ("deliverable", "solo-deliverable", "mixed3", "max50")],
+    ids=lambda s: s.name,
 )
 def test_a_fault_on_each_call_in_turn(
     clients: Clients,
