@@ -74,7 +74,7 @@ def test_the_template_as_the_model_reads_it() -> None:
     assert on.tracing is True
     # the events source's batch size and window are template parameters (!Ref), read at
     # their defaults: the window chosen from the model (docs/benchmarks.md)
-    assert (tpl.events_batch_size, tpl.events_window_s) == (100, 60)
+    assert (tpl.events_batch_size, tpl.events_window_s) == (1000, 60)
 
     # the events function sees group items, outbox events and a mail item's INSERT (its
     # headers), not the mail item's later writes nor other items
