@@ -54,6 +54,10 @@ ASSUMPTIONS = {
     "cw_log_event_overhead_bytes": 26,  # CloudWatch Logs bills 26 B per event on top
     "api_requests_per_mail": 1,  # one mail per API call, under 512 KB
     "smtp_ms_per_mail_relay": 30,  # SMTP exchange with an in-region relay, TLS amortised
+    # StateTableCapacity=provisioned: the share of the provisioned capacity consumed over a
+    # month. Auto scaling aims at the target (70 %) but scales in at most ~27 times a day
+    # and only after 15 min below target-20 %; a daily curve and bursts leave it lower
+    "provisioned_average_utilization": 0.5,
 }
 #: AWS's answer time per request inside a region (typical published figures), added to the
 #: handler's own CPU time to get a Lambda duration (moto's answer time is not AWS's).
@@ -167,6 +171,10 @@ class Template:
     delivery_batch_size: int
     indexes: tuple[Index, ...]
     sqs_sources: int = 2  # SQS event source mappings (delivery, bulk delivery, bounce)
+    # the state table's capacity mode (StateTableCapacity) and, when provisioned, the
+    # least capacity units kept on the table and on each index (write, read)
+    state_capacity: str = "on-demand"
+    state_min_units: tuple[int, int] = (0, 0)
 
     @classmethod
     def load(cls, path: Path = ROOT / "template.yaml", tracing: bool | None = None) -> Template:
@@ -213,7 +221,16 @@ class Template:
             or str(params.get(str(v.get("Condition")), {}).get("Default", "")) == "true"
         )
         retention = int(params.get("LogRetentionDays", {}).get("Default", 30))
+
+        def default(name: str, fallback: Any) -> Any:
+            return params.get(name, {}).get("Default", fallback)
+
         return cls(
+            state_capacity=str(default("StateTableCapacity", "on-demand")),
+            state_min_units=(
+                int(default("StateTableWriteCapacityMin", 0)),
+                int(default("StateTableReadCapacityMin", 0)),
+            ),
             memory_mb=mem,
             architecture=(glob.get("Architectures") or ["x86_64"])[0],
             tracing=bool(tracing),
@@ -843,14 +860,41 @@ def model(run: Run, volume: int, tpl: Template, egress: str | None = "relay") ->
         wru_table += w.get("table", 0)
         wru_gsi += sum(v for n, v in w.items() if n != "table")
     wru = ddb["write_request_unit_per_million"] / 1e6
-    add("DynamoDB", "state writes, table (WRU from item sizes)", wru_table * per * wru)
-    add("DynamoDB", "state writes, by_state index", wru_gsi * per * wru)
+    rru_price = ddb["read_request_unit_per_million"] / 1e6
     rru = sum(v for f, v in run.rru.items() if f != "events") + _events_reads(run)
-    add(
-        "DynamoDB",
-        "reads (RRU from items returned)",
-        rru * per * ddb["read_request_unit_per_million"] / 1e6,
-    )
+    if tpl.state_capacity == "provisioned":
+        # capacity units by the hour: the month's units spread over its seconds, divided by
+        # the utilization auto scaling achieves, never below the configured minimum (the
+        # table and each index keep their own); a write unit per second for an hour is one
+        # WCU-hour, an eventually consistent read costs half a unit as on demand
+        prov = p["dynamodb_provisioned"]
+        util = ASSUMPTIONS["provisioned_average_utilization"]
+        n_tables = 1 + len(tpl.indexes)
+
+        def hours(units_month: float, minimum: int, tables: int) -> float:
+            return max(units_month / SECONDS_PER_MONTH / util, minimum * tables) * 730
+
+        w_floor, r_floor = tpl.state_min_units
+        wcu_h = prov["write_capacity_unit_hour"]
+        add(
+            "DynamoDB",
+            f"state writes, table (provisioned WCU at {util:.0%} use)",
+            hours(wru_table * per, w_floor, 1) * wcu_h,
+        )
+        add(
+            "DynamoDB",
+            f"state writes, by_state index (provisioned WCU at {util:.0%} use)",
+            hours(wru_gsi * per, w_floor, n_tables - 1) * wcu_h,
+        )
+        add(
+            "DynamoDB",
+            f"reads (provisioned RCU at {util:.0%} use)",
+            hours(rru * per, r_floor, n_tables) * prov["read_capacity_unit_hour"],
+        )
+    else:
+        add("DynamoDB", "state writes, table (WRU from item sizes)", wru_table * per * wru)
+        add("DynamoDB", "state writes, by_state index", wru_gsi * per * wru)
+        add("DynamoDB", "reads (RRU from items returned)", rru * per * rru_price)
     if run.counters_by_batch:  # a run of a revision with queue-size counters
         # the upper bound (no netting within a batch): the run's mails are few and quick,
         # so in its batches most of a mail's deltas cancel; at volume they span batches

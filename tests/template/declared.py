@@ -71,6 +71,10 @@ DECLARED: dict[str, dict[tuple[str, str], str]] = {
         ),
         ("Content", "s3:DeleteObject"): "the same cleanup (and orphans older than 36 h)",
         ("State", "dynamodb:Query"): "cleanup and find_orphans read a mail's items",
+        ("State", "dynamodb:DeleteItem"): (
+            "a solo mail the sweeper finishes (expired, NOTIFY=NEVER: no DSN) is deleted "
+            "as one item; the e2e's expired mail wants its DSN"
+        ),
     },
     "AdminFunction": {
         ("RunJobs", "lambda:InvokeFunction"): (

@@ -104,8 +104,19 @@ def test_table_matches_resources_py(template: dict[str, Any]) -> None:
     table = props(template, "StateTable")
     assert sorted(table["AttributeDefinitions"], key=str) == sorted(TABLE_ATTRIBUTES, key=str)
     assert table["KeySchema"] == TABLE_KEYS
-    assert table["GlobalSecondaryIndexes"] == [STATE_INDEX]
-    assert table["BillingMode"] == "PAY_PER_REQUEST"
+    # capacity is a deployment choice (StateTableCapacity): on demand unless provisioned,
+    # then the same minimum on the table and the index (tests/template/test_capacity_mode.py)
+    provisioned = {
+        "ReadCapacityUnits": {"Ref": "StateTableReadCapacityMin"},
+        "WriteCapacityUnits": {"Ref": "StateTableWriteCapacityMin"},
+    }
+    throughput = {"Fn::If": ["ProvisionedState", provisioned, {"Ref": "AWS::NoValue"}]}
+    (index,) = table["GlobalSecondaryIndexes"]
+    assert index == {**STATE_INDEX, "ProvisionedThroughput": throughput}
+    assert table["BillingMode"] == {
+        "Fn::If": ["ProvisionedState", "PROVISIONED", "PAY_PER_REQUEST"]
+    }
+    assert table["ProvisionedThroughput"] == throughput
     assert table["StreamSpecification"] == {"StreamViewType": "NEW_AND_OLD_IMAGES"}
     assert table["PointInTimeRecoverySpecification"] == {"PointInTimeRecoveryEnabled": True}
     # the attribute backend.py writes on finished items and outbox.py on events
