@@ -1313,6 +1313,79 @@ def report(run: Run, tpl: Template, title: str = "### Cost model") -> list[str]:
     return L
 
 
+def _crossover(run: Run, tpl: Template, prov: Template, total: Any, u: float) -> str:
+    """Where provisioned capacity (at `u`) becomes the cheaper, in whole 0.5 M steps."""
+    for half in range(1, 201):
+        v = half * 500_000
+        if total(run, prov, v, u) < total(run, tpl, v, u):
+            return f"at {u:.0%} use, provisioned is the cheaper from {v / 1e6:g} M mails a month."
+    return "provisioned is not the cheaper below 100 M mails a month at this use."
+
+
+def capacity_report(
+    run: Run,
+    tpl: Template,
+    batch: Run | None = None,
+    utilizations: tuple[float, ...] = (0.35, 0.5, 0.7),
+) -> list[str]:
+    """The same runs priced with the state table in provisioned capacity mode
+    (StateTableCapacity=provisioned) at several average utilizations, and the utilization
+    at which each volume's floor is met."""
+    prov = replace(tpl, state_capacity="provisioned")
+    saved = ASSUMPTIONS["provisioned_average_utilization"]
+
+    def total(r: Run, t: Template, v: int, u: float) -> float:
+        ASSUMPTIONS["provisioned_average_utilization"] = u
+        try:
+            return sum(x.per_month for x in model(r, v, t)) / v * 1e6
+        finally:
+            ASSUMPTIONS["provisioned_average_utilization"] = saved
+
+    L = [
+        "#### With provisioned capacity (`StateTableCapacity=provisioned`)",
+        "",
+        "The state table and its index at provisioned capacity with auto scaling (target "
+        "70 %), priced by the hour (bench/aws-prices.json `dynamodb_provisioned`: "
+        "$0.00065 per WCU-hour, $0.00013 per RCU-hour, us-east-1) at an assumed average "
+        "use of what is provisioned — auto scaling follows a daily curve with a lag and "
+        "scales in at most ~27 times a day, so the month's use stays below the target — "
+        "and never below the template's minimum (10 write, 5 read units on the table and "
+        "on the index). On demand is the default: " + _crossover(run, tpl, prov, total, saved),
+        "",
+        "| submission | capacity | "
+        + " | ".join(f"$/M at {v // 1_000_000} M" for v in VOLUMES)
+        + " |",
+        "|---|---|" + "---:|" * len(VOLUMES),
+    ]
+    rows: list[tuple[str, Run]] = [("one mail per call", run)]
+    if batch is not None:
+        rows.append((f"batches of {batch.mails_per_call}", batch))
+    for name, r in rows:
+        L.append(
+            f"| {name} | on demand | "
+            + " | ".join(f"{total(r, tpl, v, saved):.2f}" for v in VOLUMES)
+            + " |"
+        )
+        for u in utilizations:
+            L.append(
+                f"| {name} | provisioned, {u:.0%} used | "
+                + " | ".join(f"{total(r, prov, v, u):.2f}" for v in VOLUMES)
+                + " |"
+            )
+    L.append("")
+    notes = []
+    for v in VOLUMES[1:]:
+        fl = FLOORS[v]
+        us = [u / 100 for u in range(20, 91)]
+        met = next((u for u in us if total(run, prov, v, u) <= fl), None)
+        notes.append(
+            f"at {v // 1_000_000} M/month the ${fl:.2f} floor (one mail per call) is met from "
+            + (f"{met:.0%} average use" if met is not None else "no utilization up to 90 %")
+        )
+    L.append("Break-even: " + "; ".join(notes) + ".")
+    return L
+
+
 #: the ingress measurements a batch run replaces in `with_ingress_of`
 _INGRESS_FIELDS = ("requests", "rru", "invocations", "busy_s", "cpu_s", "log_bytes", "log_events")
 

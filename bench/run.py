@@ -213,7 +213,10 @@ def main() -> None:
     lines.extend(cost.report(run, tpl, title="### Cost model (bench/cost.py)"))
     lines.append("")
     # the same mails through the batch route, all 20 in one call (issue 18)
-    lines.extend(cost.batch_report(run, cost.measure(20, per_call=20), tpl))
+    batch_run = cost.measure(20, per_call=20)
+    lines.extend(cost.batch_report(run, batch_run, tpl))
+    lines.append("")
+    lines.extend(cost.capacity_report(run, tpl, batch=cost.with_ingress_of(run, batch_run)))
     lines.append("")
     lines += [
         "#### Lambda memory sizes (bench.cost.memory_sweep; docs: issue 18, second round)",

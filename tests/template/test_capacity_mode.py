@@ -169,3 +169,20 @@ def test_provisioned_capacity_is_priced_by_the_hour_at_the_assumed_utilization()
     small = cost.model(run, 1_000_000, tpl)
     floor = next(x.per_month for x in small if x.item.startswith("state writes, table"))
     assert floor == pytest.approx(tpl.state_min_units[0] * 730 * wcu_h)
+
+
+def test_the_capacity_report_prices_each_utilization_and_finds_the_break_even() -> None:
+    tpl = cost.Template.load()
+    run = _run(10, 8)
+    lines = cost.capacity_report(run, tpl)
+    rows = [x for x in lines if x.startswith("| one mail per call |")]
+    assert [r.split("|")[2].strip() for r in rows] == [
+        "on demand",
+        "provisioned, 35% used",
+        "provisioned, 50% used",
+        "provisioned, 70% used",
+    ]
+    at_100m = [float(r.split("|")[-2]) for r in rows]
+    assert at_100m[1] > at_100m[2] > at_100m[3]  # more use, less per mail
+    assert at_100m[3] < at_100m[0]  # at volume, provisioned is the cheaper
+    assert any(x.startswith("Break-even: at 10 M/month") for x in lines)
