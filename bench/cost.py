@@ -173,6 +173,9 @@ class Template:
     sqs_sources: int = 2  # SQS event source mappings (delivery, bulk delivery, bounce)
     # the state table's capacity mode (StateTableCapacity) and, when provisioned, the
     # least capacity units kept on the table and on each index (write, read)
+    # delivery containers at most (the SQS event sources' MaximumConcurrency, summed): the
+    # per-container caches (DKIM keys) refresh per container, not per mail
+    delivery_containers: int = 30
     state_capacity: str = "on-demand"
     state_min_units: tuple[int, int] = (0, 0)
 
@@ -226,6 +229,18 @@ class Template:
             return params.get(name, {}).get("Default", fallback)
 
         return cls(
+            delivery_containers=sum(
+                int(
+                    _param(
+                        (v["Properties"].get("ScalingConfig") or {}).get("MaximumConcurrency", 0),
+                        params,
+                    )
+                )
+                for v in res.values()
+                if v.get("Type") == "AWS::Lambda::EventSourceMapping"
+                and v["Properties"].get("FunctionName") == {"Ref": "DeliveryFunction"}
+            )
+            or 30,
             state_capacity=str(default("StateTableCapacity", "on-demand")),
             state_min_units=(
                 int(default("StateTableWriteCapacityMin", 0)),
@@ -956,6 +971,20 @@ def model(run: Run, volume: int, tpl: Template, egress: str | None = "relay") ->
         sweeps * sweep_s * tpl.memory_mb["sweeper"] / 1024 * gbs_price,
     )
     add("Lambda", "requests", sum(inv_month.values()) * lam["per_million_requests"] / 1e6)
+    # Secrets Manager: the DKIM keys delivery reads (cached per container), and storing them
+    sm = p["secrets_manager"]
+    calls = sum(per_container_share(run, tpl, volume, f, op) for f, op in PER_CONTAINER) * volume
+    add(
+        "Secrets Manager",
+        "GetSecretValue (per container and 5 min)",
+        calls * sm["per_10000_api_calls"] / 1e4,
+    )
+    keys = run.ops("delivery").get("secretsmanager:GetSecretValue", 0)
+    add(
+        "Secrets Manager",
+        f"secrets stored ({keys:.0f} DKIM keys read in the run)",
+        keys * sm["per_secret_month"],
+    )
     # X-Ray
     xr = p["xray"]["per_million_traces_recorded"] / 1e6
     if tpl.tracing:
@@ -1140,6 +1169,23 @@ FLOORS = {1_000_000: 20.0, 10_000_000: 10.0, 100_000_000: 8.0}
 REQUEST_FLOOR = 6.5
 
 
+#: Requests made per container and cache period, not per mail: (function, op) → cache
+#: seconds (dkim.py: Powertools' parameters, max_age 300)
+PER_CONTAINER = {("delivery", "secretsmanager:GetSecretValue"): 300}
+
+
+def per_container_share(run: Run, tpl: Template, volume: int, f: str, op: str) -> float:
+    """Per mail at `volume`: the run's rate (one warm container: a cache miss per key), or
+    the most every delivery container could make refreshing its cache, whichever is less."""
+    seen = run.ops(f).get(op, 0)
+    if not seen:
+        return 0.0
+    containers = run.invocations[f] and 1  # the run: one warm container per function
+    keys = seen / max(1, containers)
+    refreshes = SECONDS_PER_MONTH / PER_CONTAINER[(f, op)]
+    return min(seen / run.mails, tpl.delivery_containers * keys * refreshes / volume)
+
+
 def path_requests(run: Run, tpl: Template, volume: int) -> dict[str, float]:
     """AWS requests per delivered mail, accepted → cleaned: the functions' own, the
     counters' and the event log's share of each stream batch, and the SQS event source's
@@ -1154,6 +1200,9 @@ def path_requests(run: Run, tpl: Template, volume: int) -> dict[str, float]:
                     or (k in _COUNTER_OPS and run.counters_by_batch)  # counters': below
                 )
             ):
+                continue
+            if (f, k) in PER_CONTAINER:
+                out[k] += per_container_share(run, tpl, volume, f, k)
                 continue
             out[k] += n / run.mails
     recs = delivered_to_events(state_records(run.records), tpl.events_filters)

@@ -278,3 +278,28 @@ def test_the_batch_figure_prices_api_requests_per_call(run: cost.Run, batch_run:
     lines = cost.batch_report(run, batch_run, tpl, more=(50,))
     assert any(x.startswith("| batches of 3 (measured) | 0.333 |") for x in lines)
     assert any(x.startswith("| batches of 50 ") and "| 0.020 |" in x for x in lines)
+
+
+def test_secrets_are_priced_per_container_and_cache_period_not_per_mail() -> None:
+    """A warm delivery container reads each DKIM key once per 5 minutes: at volume the
+    share per mail is what every delivery container could read, not the run's rate."""
+    tpl = cost.Template.load()
+    assert tpl.delivery_containers == 30  # DeliveryMaxConcurrency 20 + bulk 10
+    run = cost.Run(mails=20)
+    run.invocations["delivery"] = 4
+    run.requests["delivery"] = Counter({"secretsmanager:GetSecretValue": 2})
+    for i in range(20):  # a group item inserted per mail (the model needs a stream)
+        keys = {"pk": {"S": f"M#{i}"}, "sk": {"S": "G#a.example"}}
+        run.records.append({"eventName": "INSERT", "dynamodb": {"Keys": keys, "NewImage": keys}})
+    f, op = "delivery", "secretsmanager:GetSecretValue"
+    # 1 M a month: the run's rate (2 reads per 20 mails) is below the containers' most
+    assert cost.per_container_share(run, tpl, 1_000_000, f, op) == pytest.approx(0.1)
+    # 100 M: 30 containers x 2 keys x one read per 300 s
+    most = 30 * 2 * cost.SECONDS_PER_MONTH / 300 / 100_000_000
+    assert cost.per_container_share(run, tpl, 100_000_000, f, op) == pytest.approx(most)
+    assert cost.path_requests(run, tpl, 100_000_000)[op] == pytest.approx(most)
+    lines = {x.item: x.per_month for x in cost.model(run, 100_000_000, tpl)}
+    assert lines["GetSecretValue (per container and 5 min)"] == pytest.approx(
+        most * 100_000_000 * 0.05 / 1e4
+    )
+    assert lines["secrets stored (2 DKIM keys read in the run)"] == pytest.approx(0.80)
