@@ -422,16 +422,35 @@ class _Hooks:
     def installed(self) -> Iterator[None]:
         from botocore import handlers as builtin
 
+        # module-level dispatchers, not bound methods: a client made in an earlier run and
+        # kept by its module (Powertools' parameters client) must count in the run in
+        # progress, not in the run that created it
         added = [
-            ("before-parameter-build.*.*", self.before),
-            ("after-call.*.*", self.after),
+            ("before-parameter-build.*.*", _dispatch_before),
+            ("after-call.*.*", _dispatch_after),
         ]
         builtin.BUILTIN_HANDLERS.extend(added)
+        _ACTIVE.append(self)
         try:
             yield
         finally:
+            _ACTIVE.remove(self)
             for spec in added:
                 builtin.BUILTIN_HANDLERS.remove(spec)
+
+
+#: the hooks of the run in progress (bench only; see `_Hooks.installed`)
+_ACTIVE: list[_Hooks] = []
+
+
+def _dispatch_before(**kw: Any) -> None:
+    if _ACTIVE:
+        _ACTIVE[-1].before(**kw)
+
+
+def _dispatch_after(**kw: Any) -> None:
+    if _ACTIVE:
+        _ACTIVE[-1].after(**kw)
 
 
 def _wrap(name: str, handler: Callable[..., Any], cpu: dict[str, float]) -> Callable[..., Any]:

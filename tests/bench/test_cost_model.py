@@ -303,3 +303,24 @@ def test_secrets_are_priced_per_container_and_cache_period_not_per_mail() -> Non
         most * 100_000_000 * 0.05 / 1e4
     )
     assert lines["secrets stored (2 DKIM keys read in the run)"] == pytest.approx(0.80)
+
+
+def test_a_client_kept_from_an_earlier_run_counts_in_the_run_in_progress(
+    moto_endpoint: str,
+) -> None:
+    """A module keeps its client across runs (Powertools' parameters client does): its
+    requests belong to the run in progress, not to the run that made the client."""
+    from tests.support.aws import REGION, session
+
+    first, second = cost.Run(mails=1), cost.Run(mails=1)
+    with cost._Hooks(first).installed():
+        client = session().client("sqs", endpoint_url=moto_endpoint, region_name=REGION)
+    cost._local.function = "delivery"
+    try:
+        with cost._Hooks(second).installed():
+            client.list_queues()
+        client.list_queues()  # between runs: nobody's
+    finally:
+        cost._local.function = None
+    assert second.ops("delivery") == {"sqs:ListQueues": 1}
+    assert first.requests == {}
