@@ -62,7 +62,18 @@ def test_a_one_group_small_mail_is_one_item_put_in_one_request(aws: AwsEnv) -> N
     assert not {"env_sha", "sha256", "groups", "rcpt_count"} & set(item)
 
 
-def test_claim_returns_the_content_and_the_mail_ends_in_three_requests(aws: AwsEnv) -> None:
+def _expired_left(aws: AwsEnv, mail_id: str) -> dict[str, Any]:
+    """The one item a finished solo mail leaves to DynamoDB's TTL: no content, no state
+    key (out of by_state), already expired."""
+    items = _items(aws, mail_id)
+    assert len(items) == 1, items
+    (item,) = items.values()
+    assert not {"body", "st", "due"} & set(item)
+    assert int(item["expires_at"]["N"]) <= utcnow().timestamp()
+    return item
+
+
+def test_claim_returns_the_content_and_the_mail_ends_in_two_requests(aws: AwsEnv) -> None:
     st = aws.storage()
     body = f.content(10 * 1024)
     q = st.enqueue(f.envelope(), body)
@@ -73,12 +84,30 @@ def test_claim_returns_the_content_and_the_mail_ends_in_three_requests(aws: AwsE
     assert mail.content.read() == body and mail.size == len(body)
     assert _indexed(aws, q.mail_id) == ["inflight"]
     t = st.send_done(c, ["r0"], OK)
-    assert t.mail_finished and t.cleaned
-    # claim (the content comes back with it), the result, the delete: no read at all
+    assert t.mail_finished and t.cleaned  # nothing left to clean: the TTL deletes the item
+    # claim (the content comes back with it), the result: no read, no delete
     calls = {k: n for k, n in aws.counter.snapshot().items() if k != "dynamodb:Scan"}
-    assert calls == {"dynamodb:UpdateItem": 2, "dynamodb:DeleteItem": 1}  # Scan: the test's
-    assert _items(aws, q.mail_id) == {}
+    assert calls == {"dynamodb:UpdateItem": 2}  # (the Scan is the test's own)
+    item = _expired_left(aws, q.mail_id)
+    assert item["rcpts"]["M"]["r0"]["M"]["state"]["S"] == "delivered"
+    assert _indexed(aws, q.mail_id) == []
     assert not st.content_exists(q.mail_id)
+    assert list(st.find_pending_cleanup(utcnow() + timedelta(hours=1))) == []
+    # what an operator sees until the TTL: the mail, finished, without content
+    _, groups = st.get_mail(q.mail_id)
+    assert [g.state for g in groups] == [GroupState.DONE]
+
+
+def test_solo_delete_deletes_the_finished_item_at_once(aws: AwsEnv) -> None:
+    st = aws.storage(solo_delete=True)
+    q = st.enqueue(f.envelope(), f.content(10 * 1024))
+    c = st.send_start(MailRef(q.mail_id, q.groups[0]), utcnow(), lease_seconds=60)
+    assert isinstance(c, Claim)
+    aws.counter.reset()
+    t = st.send_done(c, ["r0"], OK)
+    assert t.mail_finished and t.cleaned
+    assert aws.counter.snapshot() == {"dynamodb:UpdateItem": 1, "dynamodb:DeleteItem": 1}
+    assert _items(aws, q.mail_id) == {}
 
 
 def _units(size: int) -> int:
@@ -99,7 +128,7 @@ def test_every_write_of_a_solo_mail_is_one_write_unit_and_cheaper_than_two_items
         raise InjectedCrash("stop before the cleanup")
 
     def run(solo_max: int) -> tuple[int, int]:
-        st = aws.storage(solo_item_max_bytes=solo_max)
+        st = aws.storage(solo_item_max_bytes=solo_max, solo_delete=True)
         q = st.enqueue(f.envelope(), body)
         gk = f"G#{q.groups[0]}"
         put = _items(aws, q.mail_id)
@@ -127,7 +156,8 @@ def test_every_write_of_a_solo_mail_is_one_write_unit_and_cheaper_than_two_items
 
     solo = run(896)
     two = run(0)
-    assert solo == (4, 4), solo  # every write one unit: 8 in all
+    assert solo == (4, 4), solo  # every write one unit: 8 in all (solo_delete)
+    # by default the delete is DynamoDB's TTL, which costs no write unit: 3 + 4
     assert two[0] + two[1] >= 12, two  # mail item put + delete, and two more index moves
 
 
@@ -211,7 +241,7 @@ def test_a_deferred_solo_mail_stays_one_item_and_its_retry_brings_the_content(
     assert st.read_inflight(c2).content.read() == body
     assert aws.counter.snapshot() == {"dynamodb:UpdateItem": 1}
     st.send_done(c2, ["r0"], OK)
-    assert _items(aws, q.mail_id) == {}
+    _expired_left(aws, q.mail_id)
 
 
 def test_the_events_function_knows_the_solo_mark() -> None:

@@ -89,6 +89,10 @@ class StorageSettings:
     # (the lease adds ~110 bytes): 1024 - 128 (docs/benchmarks.md, "Solo mails";
     # tests/test_solo.py derives it). 0: always a mail item.
     solo_item_max_bytes: int = 896
+    # A finished solo mail's item (its content already dropped by the result) is left to
+    # DynamoDB's TTL, which deletes it for free within days, instead of a DeleteItem (one
+    # write unit). True: delete it at once.
+    solo_delete: bool = False
     # the bulk delivery path (template: BulkDeliveryQueue); "" = bulk mail shares the
     # delivery queue (one path, as before priorities)
     bulk_delivery_queue_url: str = ""

@@ -50,7 +50,9 @@ class Transition:
     group: Group  # the group after the change
     released: bool  # the lease was released by this call (no recipient left unresolved)
     mail_finished: bool  # every group of the mail is final and needs no DSN
-    cleaned: bool  # cleanup ran to completion as part of this call
+    # cleanup ran to completion as part of this call: nothing is left for anyone to clean
+    # (a finished solo mail's expired item, without content, is DynamoDB's TTL's)
+    cleaned: bool
 
 
 @runtime_checkable

@@ -42,6 +42,10 @@ DECLARED: dict[str, dict[tuple[str, str], str]] = {
             "queue (backend._rearm); the e2e observes only the bounce queue's"
         ),
         ("MissingKeysAre404", "s3:ListBucket"): NOT_FOUND,
+        ("State", "dynamodb:DeleteItem"): (
+            "MQ_SOLO_DELETE=true deletes a finished solo mail's item at once; by default "
+            "DynamoDB's TTL does (StorageSettings.solo_delete)"
+        ),
         ("RelayCredentials", "secretsmanager:GetSecretValue"): (
             "a route with credentials 'secretsmanager:<id>' (Powertools' own client)"
         ),
@@ -72,8 +76,8 @@ DECLARED: dict[str, dict[tuple[str, str], str]] = {
         ("Content", "s3:DeleteObject"): "the same cleanup (and orphans older than 36 h)",
         ("State", "dynamodb:Query"): "cleanup and find_orphans read a mail's items",
         ("State", "dynamodb:DeleteItem"): (
-            "a solo mail the sweeper finishes (expired, NOTIFY=NEVER: no DSN) is deleted "
-            "as one item; the e2e's expired mail wants its DSN"
+            "with MQ_SOLO_DELETE=true, a solo mail the sweeper finishes (expired, "
+            "NOTIFY=NEVER) is deleted at once; by default DynamoDB's TTL does"
         ),
     },
     "AdminFunction": {

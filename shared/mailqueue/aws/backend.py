@@ -1300,7 +1300,12 @@ class AwsStorage:
         (most mail) needs no read: its only group just finished under our lease.
         """
         if group is not None and is_solo(group.content_key):
-            with translate("dynamodb:DeleteItem"):  # the mail is this one item
+            # The mail is this one item, already out of the index, without its content and
+            # expired: DynamoDB's TTL deletes it for free (the envelope and the results stay
+            # readable until then, as they are in the event log), unless told to now.
+            if not self.s.solo_delete:
+                return True, True
+            with translate("dynamodb:DeleteItem"):
                 self.c.dynamodb.delete_item(
                     TableName=self.s.table,
                     Key={"pk": {"S": _pk(mail_id)}, "sk": {"S": _gsk(gkey)}},
