@@ -148,6 +148,9 @@ def stored_state(ready: dict[str, Any]) -> Stored:
                 items.add((pk[2:], "M" if sk == "M" else sk.removeprefix("G#")))
                 if sk == "M" and "body" in it:  # a small mail's content, in its mail item
                     content.add(pk[2:])
+                if sk.startswith("G#") and "body" in it:  # a solo mail: its one item holds
+                    content.add(pk[2:])  # the content and stands for the mail item
+                    items.add((pk[2:], "M"))
     triggers = 0
     for url in sqs.list_queues().get("QueueUrls", []):
         if "delivery" not in url.rsplit("/", 1)[-1]:
