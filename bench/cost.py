@@ -1100,11 +1100,14 @@ def handler_rss_mb(handler: str) -> float:
     import subprocess
     import sys
 
+    # VmHWM, the peak of this process's own memory: Linux carries ru_maxrss over from the
+    # parent at fork and keeps it across exec, so a child of a big bench process reported
+    # the bench's size (297 MB for every handler) instead of its own
     code = (
-        "import resource, app\n"
+        "import app\n"
         "from mailqueue.aws.clients import make_clients\n"
         "make_clients(region='us-east-1')\n"
-        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+        "print(next(l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM:')))"
     )
     env = {
         **{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
@@ -1120,7 +1123,7 @@ def handler_rss_mb(handler: str) -> float:
         text=True,
         check=True,
     ).stdout
-    return int(out.split()[-1]) / 1024  # ru_maxrss is in KB on Linux
+    return int(out.split()[-1]) / 1024  # VmHWM is in kB
 
 
 def memory_floor_mb(f: str, rss_mb: float, max_size: int = 40 * 2**20) -> float:

@@ -323,3 +323,13 @@ def test_a_client_kept_from_an_earlier_run_counts_in_the_run_in_progress(
         cost._local.function = None
     assert second.ops("delivery") == {"sqs:ListQueues": 1}
     assert first.requests == {}
+
+
+def test_a_handlers_memory_floor_is_its_own_not_its_parents() -> None:
+    """Measured in a child interpreter: a big parent (the bench, with moto's client side
+    and its runs in memory) must not show up in the child's figure."""
+    ballast = bytearray(300 * 2**20)  # the parent at > 300 MB
+    ballast[::4096] = b"x" * len(ballast[::4096])  # touched: resident
+    rss = cost.handler_rss_mb("events")
+    assert 20 < rss < 200, rss
+    del ballast
