@@ -8,6 +8,7 @@ as conditional transitions under the delivery lease, bulk actions as resumable j
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime
 
 from ..aws.backend import AwsStorage
@@ -60,7 +61,10 @@ def build_admin(
     from ..aws.suspension_store import DynamoSuspensionStore
 
     table = settings.storage.table
-    storage = AwsStorage(settings.storage, clients, clock=clock)
+    # An operator's delete or bounce of a solo mail removes it at once (postsuper -d
+    # semantics: gone from `show`), rather than leaving it to DynamoDB's TTL; rare, so
+    # the write unit does not matter
+    storage = AwsStorage(replace(settings.storage, solo_delete=True), clients, clock=clock)
     return QueueAdmin(
         settings,
         storage,
