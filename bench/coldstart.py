@@ -25,23 +25,29 @@ FLOOR_MS = 300.0
 _LINE = re.compile(r"import time:\s+(\d+)\s+\|\s+(\d+)\s+\|(\s*)(\S+)")
 
 
-def import_profile(handler: str, root: Path = ROOT) -> dict[str, int]:
-    """One cold import: cumulative microseconds of each module imported at top level of
-    the handler (``app`` itself included)."""
+def in_handler(handler: str, *args: str, root: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    """A fresh interpreter in functions/<handler>/ with the environment a Lambda container
+    of it has (its name, tracing off, the region; .pyc files used)."""
     env = {
         **{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
         "AWS_LAMBDA_FUNCTION_NAME": f"mailqueue-{handler}",
         "POWERTOOLS_TRACE_DISABLED": "true",
         "AWS_DEFAULT_REGION": "us-east-1",
     }
-    out = subprocess.run(
-        [sys.executable, "-X", "importtime", "-c", "import app"],
+    return subprocess.run(
+        [sys.executable, *args],
         cwd=root / "functions" / handler,
         env=env,
         capture_output=True,
         text=True,
         check=True,
-    ).stderr
+    )
+
+
+def import_profile(handler: str, root: Path = ROOT) -> dict[str, int]:
+    """One cold import: cumulative microseconds of each module imported at top level of
+    the handler (``app`` itself included)."""
+    out = in_handler(handler, "-X", "importtime", "-c", "import app", root=root).stderr
     result: dict[str, int] = {}
     for line in out.splitlines():
         m = _LINE.match(line)

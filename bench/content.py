@@ -103,8 +103,13 @@ def main() -> None:
         "default, incompressible 10 KB body (stays in S3)": _measure(mails, None, incompressible),
         "default, 10 KB of English prose (zlib ~4.6 KB: stays in S3)": _measure(mails, None, prose),
     }
-    Path("var").mkdir(exist_ok=True)
-    Path("var/cost-content.pkl").write_bytes(pickle.dumps(runs))
+    save_and_print(runs, "var/cost-content.pkl")
+
+
+def save_and_print(runs: dict[str, cost.Run], path: str) -> None:
+    """Keep the runs (for bench.compare) and print them priced: totals, then line by line."""
+    Path(path).parent.mkdir(exist_ok=True)
+    Path(path).write_bytes(pickle.dumps(runs))
     tpl = cost.Template.load()
     print("| run | $/M at 1 M/month | at 10 M | at 100 M | requests per mail |")
     print("|---|---:|---:|---:|---:|")

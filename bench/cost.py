@@ -178,6 +178,8 @@ class Template:
     delivery_containers: int = 30
     state_capacity: str = "on-demand"
     state_min_units: tuple[int, int] = (0, 0)
+    # provisioned only: the share of the provisioned capacity used over a month (assumed)
+    state_use: float = ASSUMPTIONS["provisioned_average_utilization"]
 
     @classmethod
     def load(cls, path: Path = ROOT / "template.yaml", tracing: bool | None = None) -> Template:
@@ -611,44 +613,37 @@ def _size(p: Path) -> int:
         return 0
 
 
-def _submit(stack: Any, rcpt: str, body: bytes) -> None:
-    doc = {
+def _mail_doc(rcpt: str, body: bytes) -> dict[str, Any]:
+    """One submission's JSON (the single route's body, a batch route's item)."""
+    return {
         "sender": "bench@example.org",
         "recipients": [rcpt],
         "content": base64.b64encode(body).decode(),
     }
+
+
+def _post(stack: Any, path: str, doc: dict[str, Any]) -> tuple[int, Any]:
     req = urllib.request.Request(
-        f"{stack.api_url}/v1/messages",
+        f"{stack.api_url}{path}",
         data=json.dumps(doc).encode(),
         headers={"content-type": "application/json", "authorization": f"Bearer {stack.token}"},
         method="POST",
     )
     with urllib.request.urlopen(req, timeout=60) as resp:
-        if resp.status != 202:
-            raise RuntimeError(f"HTTP {resp.status}")
+        return resp.status, json.loads(resp.read() or b"null")
+
+
+def _submit(stack: Any, rcpt: str, body: bytes) -> None:
+    status, _ = _post(stack, "/v1/messages", _mail_doc(rcpt, body))
+    if status != 202:
+        raise RuntimeError(f"HTTP {status}")
 
 
 def _submit_batch(stack: Any, mails: list[tuple[str, bytes]]) -> None:
-    doc = {
-        "messages": [
-            {
-                "sender": "bench@example.org",
-                "recipients": [rcpt],
-                "content": base64.b64encode(body).decode(),
-            }
-            for rcpt, body in mails
-        ]
-    }
-    req = urllib.request.Request(
-        f"{stack.api_url}/v1/messages/batch",
-        data=json.dumps(doc).encode(),
-        headers={"content-type": "application/json", "authorization": f"Bearer {stack.token}"},
-        method="POST",
-    )
-    with urllib.request.urlopen(req, timeout=60) as resp:
-        answer = json.loads(resp.read())
-        if resp.status != 207 or [r["status"] for r in answer["results"]] != [202] * len(mails):
-            raise RuntimeError(f"HTTP {resp.status}: {answer}")
+    doc = {"messages": [_mail_doc(rcpt, body) for rcpt, body in mails]}
+    status, answer = _post(stack, "/v1/messages/batch", doc)
+    if status != 207 or [r["status"] for r in answer["results"]] != [202] * len(mails):
+        raise RuntimeError(f"HTTP {status}: {answer}")
 
 
 def _wait(cond: Callable[[], bool], timeout: float, what: str) -> None:
@@ -909,7 +904,7 @@ def model(run: Run, volume: int, tpl: Template, egress: str | None = "relay") ->
         # table and each index keep their own); a write unit per second for an hour is one
         # WCU-hour, an eventually consistent read costs half a unit as on demand
         prov = p["dynamodb_provisioned"]
-        util = ASSUMPTIONS["provisioned_average_utilization"]
+        util = tpl.state_use
         n_tables = 1 + len(tpl.indexes)
 
         def hours(units_month: float, minimum: int, tables: int) -> float:
@@ -1096,9 +1091,7 @@ NOT_BY_COST = {"sweeper": 256, "admin": 256}
 def handler_rss_mb(handler: str) -> float:
     """Peak RSS (MB) of a fresh interpreter that imports the handler and creates the AWS
     clients every function creates (no request made): the floor before any content."""
-    import os
-    import subprocess
-    import sys
+    from bench.coldstart import in_handler
 
     # VmHWM, the peak of this process's own memory: Linux carries ru_maxrss over from the
     # parent at fork and keeps it across exec, so a child of a big bench process reported
@@ -1109,20 +1102,7 @@ def handler_rss_mb(handler: str) -> float:
         "make_clients(region='us-east-1')\n"
         "print(next(l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM:')))"
     )
-    env = {
-        **{k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
-        "AWS_LAMBDA_FUNCTION_NAME": f"mailqueue-{handler}",
-        "POWERTOOLS_TRACE_DISABLED": "true",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }
-    out = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=ROOT / "functions" / handler,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    out = in_handler(handler, "-c", code).stdout
     return int(out.split()[-1]) / 1024  # VmHWM is in kB
 
 
@@ -1206,13 +1186,9 @@ PER_CONTAINER = {("delivery", "secretsmanager:GetSecretValue"): 300}
 def per_container_share(run: Run, tpl: Template, volume: int, f: str, op: str) -> float:
     """Per mail at `volume`: the run's rate (one warm container: a cache miss per key), or
     the most every delivery container could make refreshing its cache, whichever is less."""
-    seen = run.ops(f).get(op, 0)
-    if not seen:
-        return 0.0
-    containers = run.invocations[f] and 1  # the run: one warm container per function
-    keys = seen / max(1, containers)
-    refreshes = SECONDS_PER_MONTH / PER_CONTAINER[(f, op)]
-    return min(seen / run.mails, tpl.delivery_containers * keys * refreshes / volume)
+    keys = run.ops(f).get(op, 0)  # the run has one warm container per function: one read
+    refreshes = SECONDS_PER_MONTH / PER_CONTAINER[(f, op)]  # per key, cached for the period
+    return min(keys / run.mails, tpl.delivery_containers * keys * refreshes / volume)
 
 
 def path_requests(run: Run, tpl: Template, volume: int) -> dict[str, float]:
@@ -1410,14 +1386,10 @@ def capacity_report(
     (StateTableCapacity=provisioned) at several average utilizations, and the utilization
     at which each volume's floor is met."""
     prov = replace(tpl, state_capacity="provisioned")
-    saved = ASSUMPTIONS["provisioned_average_utilization"]
+    saved = tpl.state_use
 
     def total(r: Run, t: Template, v: int, u: float) -> float:
-        ASSUMPTIONS["provisioned_average_utilization"] = u
-        try:
-            return sum(x.per_month for x in model(r, v, t)) / v * 1e6
-        finally:
-            ASSUMPTIONS["provisioned_average_utilization"] = saved
+        return sum(x.per_month for x in model(r, v, replace(t, state_use=u))) / v * 1e6
 
     L = [
         "#### With provisioned capacity (`StateTableCapacity=provisioned`)",

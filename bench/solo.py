@@ -10,12 +10,10 @@ qualifies; which real mails do is a matter of their compressed size (docs/benchm
 
 from __future__ import annotations
 
-import pickle
 import sys
-from pathlib import Path
 
 from bench import cost
-from bench.content import _env, lines, row
+from bench.content import _env, save_and_print
 
 
 def main() -> None:
@@ -24,18 +22,7 @@ def main() -> None:
     with _env("MQ_SOLO_ITEM_MAX_BYTES", "0"):
         runs["a mail item and a group item (MQ_SOLO_ITEM_MAX_BYTES=0)"] = cost.measure(mails)
     runs["solo: one item (default)"] = cost.measure(mails)
-    Path("var").mkdir(exist_ok=True)
-    Path("var/cost-solo.pkl").write_bytes(pickle.dumps(runs))
-    tpl = cost.Template.load()
-    print("| run | $/M at 1 M/month | at 10 M | at 100 M | requests per mail |")
-    print("|---|---:|---:|---:|---:|")
-    for name, run in runs.items():
-        print(row(name, run, tpl))
-    for name, run in runs.items():
-        print(f"\n{name} (100 M/month, $ per million):")
-        print("\n".join(lines(run, tpl)))
-        reqs = cost.path_requests(run, tpl, cost.VOLUMES[-1])
-        print("  requests: " + ", ".join(f"{k} {n:.2f}" for k, n in reqs.items()))
+    save_and_print(runs, "var/cost-solo.pkl")
 
 
 if __name__ == "__main__":

@@ -25,13 +25,7 @@ PRICES = Path(__file__).resolve().parents[1] / "bench" / "aws-prices.json"
 
 
 def _items(aws: AwsEnv, mail_id: str) -> dict[str, dict]:  # type: ignore[type-arg]
-    resp = aws.clients.dynamodb.query(
-        TableName=aws.resources.table,
-        KeyConditionExpression="pk = :pk",
-        ExpressionAttributeValues={":pk": {"S": f"M#{mail_id}"}},
-        ConsistentRead=True,
-    )
-    return {it["sk"]["S"]: it for it in resp["Items"]}
+    return aws.mail_items(mail_id)
 
 
 def _content_objects(aws: AwsEnv) -> list[str]:

@@ -27,13 +27,7 @@ WRITE_UNIT = 1024
 
 
 def _items(aws: AwsEnv, mail_id: str) -> dict[str, dict[str, Any]]:
-    resp = aws.clients.dynamodb.query(
-        TableName=aws.resources.table,
-        KeyConditionExpression="pk = :pk",
-        ExpressionAttributeValues={":pk": {"S": f"M#{mail_id}"}},
-        ConsistentRead=True,
-    )
-    return {it["sk"]["S"]: it for it in resp["Items"]}
+    return aws.mail_items(mail_id)
 
 
 def _indexed(aws: AwsEnv, mail_id: str) -> list[str]:

@@ -235,13 +235,7 @@ def footprint(aws: AwsEnv) -> Footprint:
 
 
 def _mail_keys(aws: AwsEnv, mail_id: str) -> set[tuple[str, str]]:
-    resp = aws.clients.dynamodb.query(
-        TableName=aws.resources.table,
-        KeyConditionExpression="pk = :pk",
-        ExpressionAttributeValues={":pk": {"S": f"M#{mail_id}"}},
-        ConsistentRead=True,
-    )
-    return {(it["pk"]["S"], it["sk"]["S"]) for it in resp["Items"]}
+    return {(f"M#{mail_id}", sk) for sk in aws.mail_items(mail_id)}
 
 
 def _groups(body: dict[str, Any]) -> set[str]:

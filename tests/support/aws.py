@@ -11,6 +11,7 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import boto3
 from mailqueue.aws.accounting import RequestCounter
@@ -67,6 +68,16 @@ class AwsEnv:
 
             settings = replace(settings, **overrides)  # type: ignore[arg-type]
         return AwsStorage(settings, self.clients)
+
+    def mail_items(self, mail_id: str) -> dict[str, dict[str, Any]]:
+        """A mail's items as stored (DynamoDB JSON) by sort key: `M`, `G#<group>`."""
+        resp = self.clients.dynamodb.query(
+            TableName=self.resources.table,
+            KeyConditionExpression="pk = :pk",
+            ExpressionAttributeValues={":pk": {"S": f"M#{mail_id}"}},
+            ConsistentRead=True,
+        )
+        return {it["sk"]["S"]: it for it in resp["Items"]}
 
 
 def make_env(endpoint: str, limits: LimitRecorder | None = None) -> AwsEnv:
