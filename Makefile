@@ -19,7 +19,7 @@ test: $(STAMP) postfix-peer
 	$(MAKE) --no-print-directory test-emr-spark
 
 run: $(STAMP)
-	$(PY) -m mailqueue.local.run $(RUN_ARGS)
+	$(PY) -m mailqueue_local.run $(RUN_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check shared functions tests pipeline

@@ -183,7 +183,7 @@ class Template:
 
     @classmethod
     def load(cls, path: Path = ROOT / "template.yaml", tracing: bool | None = None) -> Template:
-        from mailqueue.local.cfn import load_template
+        from mailqueue_local.cfn import load_template
 
         t = load_template(path)
         res = t["Resources"]
@@ -364,7 +364,7 @@ _local = threading.local()
 
 
 class _Hooks:
-    """botocore hooks on every session made while installed (as mailqueue.aws.limits does)."""
+    """botocore hooks on every session made while installed (as mailqueue.backends.aws.limits does)."""
 
     def __init__(self, run: Run) -> None:
         self.run = run
@@ -511,8 +511,8 @@ def measure(
     of the mails (runs before 2026-11-25)."""
     import tempfile
 
-    from mailqueue.local.sink import SinkEvent, SinkRules
-    from mailqueue.local.stack import LocalStack, StackOptions
+    from mailqueue_local.sink import SinkEvent, SinkRules
+    from mailqueue_local.stack import LocalStack, StackOptions
 
     run = Run(mails=mails, mails_per_call=per_call)
     hooks = _Hooks(run)
@@ -1098,7 +1098,7 @@ def handler_rss_mb(handler: str) -> float:
     # the bench's size (297 MB for every handler) instead of its own
     code = (
         "import app\n"
-        "from mailqueue.aws.clients import make_clients\n"
+        "from mailqueue.backends.aws.clients import make_clients\n"
         "make_clients(region='us-east-1')\n"
         "print(next(l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM:')))"
     )

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 
-from mailqueue.dkim import ALGORITHMS, DkimConfig, DkimSigner, generate_key, key_json
+from mailqueue.outbound.dkim import ALGORITHMS, DkimConfig, DkimSigner, generate_key, key_json
 
 LINE = b"The quick brown fox jumps over the lazy dog 0123456789 and some more text here.\r\n"
 

@@ -23,10 +23,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from mailqueue.aws.compose import delivery_service
-from mailqueue.delivery import DeliveryService, DeliverySettings
-from mailqueue.local.runtime import LocalContext, sqs_event
-from mailqueue.model import Envelope, Recipient
+from mailqueue.compose.aws import delivery_service
+from mailqueue.core.model import Envelope, Recipient
+from mailqueue.services.delivery import DeliveryService, DeliverySettings
+from mailqueue_local.runtime import LocalContext, sqs_event
 
 from bench import coldstart, cost, egress_cost
 from functions.delivery import app as delivery_app

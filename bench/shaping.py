@@ -3,7 +3,7 @@
     .venv/bin/python -m bench.shaping [--mails 1000] [--rate 20] [--concurrency 5]
                                       [--blocks 1,5] [--no-write]
 
-The local stack (`mailqueue.local.stack`, the real handlers, moto in its own process)
+The local stack (`mailqueue_local.stack`, the real handlers, moto in its own process)
 runs 5 delivery containers polling the queue at once, shaping on, relaying to an
 aiosmtpd peer that plays the provider: it answers 421 4.7.28 (Gmail's text) above
 `--peer-limit` messages in any second or above 10 connections. ``--mails`` one-recipient
@@ -202,11 +202,11 @@ def measure(
     timeout: float = 600.0,
     shaping: bool = True,
 ) -> Result:
-    from mailqueue.aws.backend import AwsStorage
-    from mailqueue.aws.clients import make_clients
-    from mailqueue.config import StorageSettings, settings_from_env
-    from mailqueue.local.stack import LocalStack, StackOptions
-    from mailqueue.model import Envelope, Recipient
+    from mailqueue.backends.aws.backend import AwsStorage
+    from mailqueue.backends.aws.clients import make_clients
+    from mailqueue.core.config import StorageSettings, settings_from_env
+    from mailqueue.core.model import Envelope, Recipient
+    from mailqueue_local.stack import LocalStack, StackOptions
 
     from tests.support.smtp_peers import Behaviour, smtp_sink
 

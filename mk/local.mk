@@ -12,7 +12,7 @@ BENCH_ARGS ?=
 .PHONY: demo bench-local
 
 demo: $(STAMP)
-	$(PY) -m mailqueue.local.demo $(DEMO_ARGS)
+	$(PY) -m mailqueue_local.demo $(DEMO_ARGS)
 
 bench-local: $(STAMP)
-	$(PY) -m mailqueue.local.bench $(BENCH_ARGS)
+	$(PY) -m mailqueue_local.bench $(BENCH_ARGS)

@@ -12,7 +12,7 @@ settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True
 settings.register_profile("explore", deadline=None, print_blob=True)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
-from mailqueue.aws.limits import LimitRecorder, strict_limits  # noqa: E402
+from mailqueue_local.limitguard import LimitRecorder, strict_limits  # noqa: E402
 
 from tests.support.aws import AwsEnv, LimitsCheck, make_env, moto_server, reset_moto  # noqa: E402
 

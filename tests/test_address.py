@@ -1,4 +1,4 @@
-"""The mailbox grammar (mailqueue.address): RFC 5321 §4.1.2/§4.1.3 + RFC 6531.
+"""The mailbox grammar (mailqueue.core.address): RFC 5321 §4.1.2/§4.1.3 + RFC 6531.
 
 Examples pin the decisions documented in the module; the properties generate mailboxes
 from the RFC's ABNF (every production, not only the common ones) and check that each is
@@ -14,10 +14,10 @@ import re
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from mailqueue import address
-from mailqueue.address import AddressError, parse, parse_path, wire_path
-from mailqueue.errors import InvalidInput
-from mailqueue.validate import validate_address
+from mailqueue.core import address
+from mailqueue.core.address import AddressError, parse, parse_path, wire_path
+from mailqueue.core.errors import InvalidInput
+from mailqueue.core.validate import validate_address
 
 # ------------------------------------------------------------------ examples
 

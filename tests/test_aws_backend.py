@@ -7,10 +7,10 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from mailqueue.aws.accounting import RequestCounter
-from mailqueue.aws.clients import make_clients
-from mailqueue.errors import PermanentStorageError, TransientStorageError
-from mailqueue.model import Claim, MailRef, RecipientState, Result, utcnow
+from mailqueue.backends.aws.accounting import RequestCounter
+from mailqueue.backends.aws.clients import make_clients
+from mailqueue.core.errors import PermanentStorageError, TransientStorageError
+from mailqueue.core.model import Claim, MailRef, RecipientState, Result, utcnow
 
 from tests.support import factories as f
 from tests.support.aws import AwsEnv, make_env, session
@@ -153,7 +153,7 @@ def test_throttling_maps_to_a_transient_error(moto_endpoint: str) -> None:
 def test_access_denied_maps_to_a_permanent_error(aws: AwsEnv) -> None:
     from dataclasses import replace
 
-    from mailqueue.aws.backend import AwsStorage
+    from mailqueue.backends.aws.backend import AwsStorage
 
     st = AwsStorage(replace(aws.settings, table="no-such-table"), aws.clients)
     with pytest.raises(PermanentStorageError):
@@ -326,8 +326,8 @@ def test_a_recorded_attempt_resets_the_unrecorded_count(aws: AwsEnv) -> None:
 def test_startup_refuses_a_group_size_whose_worst_write_does_not_fit(aws: AwsEnv) -> None:
     """50 fits (the default); 150 would overflow a 4 KB expression or the 400 KB item with
     512-octet replies for everyone, so the storage refuses to start with it."""
-    from mailqueue.aws.capacity import max_group_size, worst_case
-    from mailqueue.config import ConfigError
+    from mailqueue.backends.aws.capacity import max_group_size, worst_case
+    from mailqueue.core.config import ConfigError
 
     st = aws.storage()
     cap = worst_case(st, 50)

@@ -7,8 +7,8 @@ import re
 
 import dkim as dkimpy
 import pytest
-from mailqueue.cli import main as cli_main
-from mailqueue.dkim import (
+from mailqueue.cli.main import main as cli_main
+from mailqueue.outbound.dkim import (
     OVERSIGNED,
     SIGNED_HEADERS,
     DkimConfig,
@@ -143,7 +143,7 @@ def test_keygen_stores_the_key_and_prints_a_record_that_verifies(
     out, err = io.StringIO(), io.StringIO()
     argv = ["dkim", "keygen", "example.com", "s2026", "--algorithm", flag, "--store", store,
             "--prefix", PREFIX, "--endpoint-url", aws.endpoint]  # fmt: skip
-    from mailqueue import cli_dkim
+    from mailqueue.cli import dkim as cli_dkim
 
     code = cli_dkim.main(argv[1:], env={}, stdout=out, stderr=err, session=session())
     assert code == 0, err.getvalue()
@@ -207,7 +207,7 @@ def test_a_large_mail_is_signed_with_simple_body_canonicalisation() -> None:
 def test_doctor_reads_the_key_contract_as_the_signer_writes_it(algorithm: str) -> None:
     """`mailqueue doctor` derives the expected TXT record from the stored secret itself:
     it must be the record keygen prints and the signer's key verifies against."""
-    from mailqueue.doctor import DoctorInput, dkim_public_txt
+    from mailqueue.outbound.doctor import DoctorInput, dkim_public_txt
 
     private = generate_key(algorithm)  # type: ignore[arg-type]
     stored = key_json(algorithm, private)  # type: ignore[arg-type]

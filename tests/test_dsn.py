@@ -14,7 +14,7 @@ from typing import Any, cast
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from mailqueue.dsn import (
+from mailqueue.core.dsn import (
     DEFAULT_MAX_RETURNED,
     EXPIRED_STATUS,
     Action,
@@ -30,7 +30,7 @@ from mailqueue.dsn import (
     utf8_addr_xtext,
     xtext_decode,
 )
-from mailqueue.model import Envelope, Notify, Recipient, Result, Ret
+from mailqueue.core.model import Envelope, Notify, Recipient, Result, Ret
 
 NOW = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
 ARRIVAL = NOW - timedelta(days=5)

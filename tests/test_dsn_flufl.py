@@ -14,8 +14,8 @@ from email.message import Message
 
 import pytest
 from flufl.bounce import all_failures, scan_message
-from mailqueue.dsn import Action, DsnRecipient, DsnRequest, build_dsn
-from mailqueue.model import Recipient, Result, Ret
+from mailqueue.core.dsn import Action, DsnRecipient, DsnRequest, build_dsn
+from mailqueue.core.model import Recipient, Result, Ret
 
 NOW = datetime(2026, 11, 24, 12, 0, 0, tzinfo=UTC)
 SENDER = "list-bounces@lists.example.org"

@@ -6,9 +6,9 @@ import multiprocessing
 from datetime import timedelta
 from pathlib import Path
 
-from mailqueue.fs import FsStorage
-from mailqueue.inprocess import InProcess, bodies
-from mailqueue.model import Claim, MailRef, Result, utcnow
+from mailqueue.backends.fs import FsStorage
+from mailqueue.backends.inprocess import InProcess, bodies
+from mailqueue.core.model import Claim, MailRef, Result, utcnow
 
 from tests.support import factories as f
 from tests.support.faults import InjectedCrash

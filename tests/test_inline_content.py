@@ -11,11 +11,11 @@ import zlib
 from pathlib import Path
 
 import pytest
-from mailqueue.aws.backend import INLINE_PREFIX, inline_key
-from mailqueue.config import ConfigError, StorageSettings
-from mailqueue.errors import Conflict, NotFound
-from mailqueue.eventlog import INLINE_PREFIX as EVENTLOG_INLINE_PREFIX
-from mailqueue.model import Claim, MailRef, Result, utcnow
+from mailqueue.backends.aws.backend import INLINE_PREFIX, inline_key
+from mailqueue.core.config import ConfigError, StorageSettings
+from mailqueue.core.errors import Conflict, NotFound
+from mailqueue.core.model import Claim, MailRef, Result, utcnow
+from mailqueue.services.eventlog import INLINE_PREFIX as EVENTLOG_INLINE_PREFIX
 
 from tests.support import factories as f
 from tests.support.aws import AwsEnv

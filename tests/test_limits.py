@@ -1,4 +1,4 @@
-"""The limit guard (mailqueue.aws.limits): each documented limit refuses a request over it.
+"""The limit guard (mailqueue.backends.aws.limits): each documented limit refuses a request over it.
 
 Every case sends a request just over one limit through a real boto3 client to moto (the
 session-wide guard of tests/conftest.py is on every client): it must fail with the code
@@ -19,15 +19,14 @@ from typing import Any
 import boto3
 import pytest
 from botocore.exceptions import ClientError
-from mailqueue.aws import limits as L
-from mailqueue.aws.limits import (
-    LimitRecorder,
+from mailqueue.backends.aws import limits as L
+from mailqueue.backends.aws.limits import (
     ServiceLimitExceeded,
     check_request,
-    install_guard,
     item_size,
     update_operators,
 )
+from mailqueue_local.limitguard import LimitRecorder, install_guard
 
 from tests.support.aws import REGION, AwsEnv, LimitsCheck
 
@@ -615,7 +614,7 @@ def test_the_session_wide_guard_reaches_clients_the_handlers_make(
     moto_endpoint: str, limits_guard: LimitsCheck
 ) -> None:
     """Handlers build clients from a fresh boto3 session (make_clients): guarded too."""
-    from mailqueue.aws.clients import make_clients
+    from mailqueue.backends.aws.clients import make_clients
 
     clients = make_clients(endpoint_url=moto_endpoint, region=REGION)
     with limits_guard.expect("key_length"):

@@ -12,11 +12,11 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from mailqueue.aws.backend import SOLO_MARK, is_solo, read_inline, solo_key
-from mailqueue.aws.limits import item_size
-from mailqueue.config import ConfigError, StorageSettings
-from mailqueue.eventlog import SOLO_MARK as EVENTLOG_SOLO_MARK
-from mailqueue.model import Claim, GroupState, MailRef, Result, utcnow
+from mailqueue.backends.aws.backend import SOLO_MARK, is_solo, read_inline, solo_key
+from mailqueue.backends.aws.limits import item_size
+from mailqueue.core.config import ConfigError, StorageSettings
+from mailqueue.core.model import Claim, GroupState, MailRef, Result, utcnow
+from mailqueue.services.eventlog import SOLO_MARK as EVENTLOG_SOLO_MARK
 
 from tests.support import factories as f
 from tests.support.aws import AwsEnv

@@ -12,11 +12,9 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 
 import pytest
-from mailqueue.config import ConfigError
-from mailqueue.delivery import DeliverySettings
-from mailqueue.ingress import IngressService, IngressSettings
-from mailqueue.model import mail_id_for_key
-from mailqueue.trace import (
+from mailqueue.core.config import ConfigError
+from mailqueue.core.model import mail_id_for_key
+from mailqueue.core.trace import (
     TRACE_RESERVE,
     count_received,
     peek_header,
@@ -24,6 +22,8 @@ from mailqueue.trace import (
     received_field,
     top_received_by,
 )
+from mailqueue.services.delivery import DeliverySettings
+from mailqueue.services.ingress import IngressService, IngressSettings
 
 from tests.ingress.conftest import Ingress, make_ingress
 from tests.support import events as ev

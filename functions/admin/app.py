@@ -1,7 +1,7 @@
 """Admin Lambda: the queue administration API (HTTP API, payload 2.0, IAM auth) and the
 runner of bulk jobs.
 
-Routes: see `mailqueue.admin.api` (all under /v1/queue/, `AuthorizationType: AWS_IAM`).
+Routes: see `mailqueue.services.admin.api` (all under /v1/queue/, `AuthorizationType: AWS_IAM`).
 A bulk action answers 202 with a job id; the job runs in asynchronous invocations of this
 same function (event ``{"mailqueue": "run_job", "job_id": ...}``), one slice each, each
 slice launching the next until the job is done. With ``MQ_JOB_RUNNER=inline`` (local
@@ -21,19 +21,18 @@ from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from botocore.config import Config
-from mailqueue.admin import (
+from mailqueue.backends.aws.clients import make_clients
+from mailqueue.compose.admin import LambdaLauncher, build_admin, default_doctor
+from mailqueue.compose.xray import LazyTracer
+from mailqueue.services.admin import (
     AdminApi,
     AdminSettings,
     InlineLauncher,
     JobLauncher,
-    LambdaLauncher,
     QueueAdmin,
     Reply,
     admin_settings_from_env,
-    build_admin,
 )
-from mailqueue.aws.clients import make_clients
-from mailqueue.xray import LazyTracer
 
 logger = Logger(service="mailqueue-admin")
 tracer = LazyTracer(service="mailqueue-admin")
@@ -73,7 +72,7 @@ def make_api(service: QueueAdmin, settings: AdminSettings, function_arn: str) ->
             config=Config(retries={"max_attempts": 4, "mode": "standard"}),
         )
         launcher = LambdaLauncher(client, function_arn)
-    return AdminApi(service, launcher)
+    return AdminApi(service, launcher, doctor=default_doctor)
 
 
 def _actor(event: Mapping[str, Any]) -> str:

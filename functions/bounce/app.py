@@ -14,9 +14,9 @@ from aws_lambda_powertools.utilities.batch import (
 )
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from mailqueue.aws.compose import bounce_service_from_env
-from mailqueue.bounce import BounceService, BounceStats, parse_ref
-from mailqueue.xray import LazyTracer
+from mailqueue.compose.aws import bounce_service_from_env
+from mailqueue.compose.xray import LazyTracer
+from mailqueue.services.bounce import BounceService, BounceStats, parse_ref
 
 logger = Logger(service="bounce")
 tracer = LazyTracer(service="bounce")

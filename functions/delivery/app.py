@@ -14,11 +14,11 @@ from aws_lambda_powertools.utilities.batch import (
 )
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from mailqueue.aws.compose import delivery_service_from_env
-from mailqueue.delivery import DeliveryService
-from mailqueue.secrets import powertools_credentials
-from mailqueue.smtp import lambda_deadline
-from mailqueue.xray import LazyTracer
+from mailqueue.compose.aws import delivery_service_from_env
+from mailqueue.compose.xray import LazyTracer
+from mailqueue.outbound.secrets import powertools_credentials
+from mailqueue.outbound.smtp import lambda_deadline
+from mailqueue.services.delivery import DeliveryService
 
 logger = Logger(service="delivery")
 tracer = LazyTracer(service="delivery")

@@ -8,8 +8,8 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from mailqueue.eventlog import EventWriterService
-from mailqueue.xray import LazyTracer
+from mailqueue.compose.xray import LazyTracer
+from mailqueue.services.eventlog import EventWriterService
 
 logger = Logger(service="events")
 tracer = LazyTracer(service="events")

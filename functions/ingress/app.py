@@ -20,13 +20,14 @@ from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.event_handler import APIGatewayHttpResolver, Response, content_types
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from mailqueue import ingress
-from mailqueue.aws.clients import AwsClients, make_clients
-from mailqueue.errors import PermanentStorageError, TransientStorageError
-from mailqueue.events import EventEmitter
-from mailqueue.ingress import Answer, IngressService, IngressSettings
-from mailqueue.ingress.ses import is_ses_event
-from mailqueue.xray import LazyTracer
+from mailqueue.backends.aws.clients import AwsClients, make_clients
+from mailqueue.compose import ingress as composition
+from mailqueue.compose.xray import LazyTracer
+from mailqueue.core.errors import PermanentStorageError, TransientStorageError
+from mailqueue.core.events import EventEmitter
+from mailqueue.services import ingress
+from mailqueue.services.ingress import Answer, IngressService, IngressSettings
+from mailqueue.services.ingress.ses import is_ses_event
 
 logger = Logger(service="mailqueue-ingress")
 tracer = LazyTracer(service="mailqueue-ingress")
@@ -39,7 +40,7 @@ def build_service(
     emitter: EventEmitter | None = None,
     session: boto3.session.Session | None = None,
 ) -> IngressService:
-    return ingress.build_service(settings, clients, emitter=emitter, session=session)
+    return composition.build_service(settings, clients, emitter=emitter, session=session)
 
 
 @functools.cache

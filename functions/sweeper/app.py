@@ -8,9 +8,9 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from mailqueue.aws.compose import sweeper_from_env
-from mailqueue.sweeper import Sweeper
-from mailqueue.xray import LazyTracer
+from mailqueue.compose.aws import sweeper_from_env
+from mailqueue.compose.xray import LazyTracer
+from mailqueue.services.sweeper import Sweeper
 
 logger = Logger(service="sweeper")
 tracer = LazyTracer(service="sweeper")

@@ -5,7 +5,7 @@ Standard library only: the renderer and the DuckDB reference import this without
 
 from __future__ import annotations
 
-# The event vocabulary: a copy of the producer's (`mailqueue.events`), which this package
+# The event vocabulary: a copy of the producer's (`mailqueue.core.events`), which this package
 # cannot import (it is installed alone on EMR); tests/events/test_ses_schema.py holds the
 # two equal. On the wire the operator type is namespaced; the job calls it "Operator".
 NAMESPACE = "mailqueue"
@@ -95,7 +95,7 @@ def attempts_label(bucket: int) -> str:
     return f"{bucket}+" if bucket >= ATTEMPTS_CAP else str(bucket)
 
 
-# The producer's classification rules (`mailqueue.events.bounce_class` / `delay_type`),
+# The producer's classification rules (`mailqueue.core.events.bounce_class` / `delay_type`),
 # copied for the synthetic generator; tests/events/test_ses_schema.py holds them equal.
 def ses_bounce_class(status: str | None) -> tuple[str, str]:
     """(bounceType, bounceSubType) of a final failure's enhanced status."""

@@ -108,7 +108,7 @@ OURS = StructType(
     ]
 )
 
-# The event document as `mailqueue.events.QueueEvent.to_json` writes it (SES's format;
+# The event document as `mailqueue.core.events.QueueEvent.to_json` writes it (SES's format;
 # tests/events/ses_event_schema.json is the full contract). `send` is an empty object and
 # the mail's headers and tags are not used, so they are left out (unknown fields are skipped).
 EVENT_SCHEMA = StructType(

@@ -1,6 +1,6 @@
 """Synthetic queue events with a realistic mix, fast enough for 50 M-event benchmarks.
 
-Events are written in the SES format of `mailqueue.events.QueueEvent.to_json` (tests validate
+Events are written in the SES format of `mailqueue.core.events.QueueEvent.to_json` (tests validate
 every type against the SES schema and the producer's rules), as gzip JSON lines under
 `<root>/events/dt=YYYY-MM-DD/hr=HH/part-sNNN.json.gz`, where dt/hr is the *write* time.
 

@@ -9,9 +9,10 @@ from datetime import datetime
 from typing import Any
 
 import pytest
-from mailqueue.admin import AdminApi, AdminSettings, InlineLauncher, QueueAdmin, build_admin
-from mailqueue.aws.backend import AwsStorage
-from mailqueue.model import GroupState, MailRef, QueuedMail, utcnow
+from mailqueue.backends.aws.backend import AwsStorage
+from mailqueue.compose.admin import build_admin
+from mailqueue.core.model import GroupState, MailRef, QueuedMail, utcnow
+from mailqueue.services.admin import AdminApi, AdminSettings, InlineLauncher, QueueAdmin
 
 from tests.support.aws import AwsEnv
 from tests.support.factories import content, envelope

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from mailqueue.admin import LambdaLauncher
-from mailqueue.admin.api import AdminApi
-from mailqueue.model import GroupState, MailRef, utcnow
-from mailqueue.storage import ClaimRefused
+from mailqueue.compose.admin import LambdaLauncher
+from mailqueue.core.model import GroupState, MailRef, utcnow
+from mailqueue.core.storage import ClaimRefused
+from mailqueue.services.admin.api import AdminApi
 
 from functions.admin import app
 from tests.admin.conftest import ACTOR, Admin

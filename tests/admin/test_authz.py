@@ -7,8 +7,8 @@ from __future__ import annotations
 import re
 
 import pytest
-from mailqueue.admin.api import _ROUTES
-from mailqueue.config import ConfigError
+from mailqueue.core.config import ConfigError
+from mailqueue.services.admin.api import _ROUTES
 
 from functions.admin import app
 from tests.admin.conftest import ACTOR, Admin, make_admin

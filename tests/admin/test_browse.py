@@ -5,11 +5,11 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from mailqueue.admin import Action, OpContext, parse_filter
-from mailqueue.admin.service import BrowsePage
-from mailqueue.errors import InvalidInput
-from mailqueue.model import MailRef, Result, utcnow
-from mailqueue.storage import ClaimRefused
+from mailqueue.core.errors import InvalidInput
+from mailqueue.core.model import MailRef, Result, utcnow
+from mailqueue.core.storage import ClaimRefused
+from mailqueue.services.admin import Action, OpContext, parse_filter
+from mailqueue.services.admin.service import BrowsePage
 
 from tests.admin.conftest import ACTOR, Admin
 

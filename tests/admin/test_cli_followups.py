@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mailqueue import cli
-from mailqueue.authz import PERMISSIVE_SENDER_POLICY
-from mailqueue.ingress import IngressSettings
-from mailqueue.model import MailRef, utcnow
-from mailqueue.storage import ClaimRefused
+from mailqueue.cli import main as cli
+from mailqueue.core.authz import PERMISSIVE_SENDER_POLICY
+from mailqueue.core.model import MailRef, utcnow
+from mailqueue.core.storage import ClaimRefused
+from mailqueue.services.ingress import IngressSettings
 
 from functions.admin import app as admin_app
 from functions.ingress import app as ingress_app

@@ -6,10 +6,11 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from mailqueue.admin import Action, Job, build_admin, parse_filter
-from mailqueue.errors import InvalidInput, NotFound
-from mailqueue.model import GroupState, MailRef, Result, utcnow
-from mailqueue.storage import ClaimRefused
+from mailqueue.compose.admin import build_admin
+from mailqueue.core.errors import InvalidInput, NotFound
+from mailqueue.core.model import GroupState, MailRef, Result, utcnow
+from mailqueue.core.storage import ClaimRefused
+from mailqueue.services.admin import Action, Job, parse_filter
 
 from tests.admin.conftest import ACTOR, Admin
 from tests.support.faults import InjectedCrash, crash_after

@@ -5,10 +5,10 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from mailqueue.admin import Action, Busy, OpContext
-from mailqueue.errors import InvalidInput, NotFound
-from mailqueue.model import GroupState, MailRef, RecipientState, Result, utcnow
-from mailqueue.storage import ClaimRefused
+from mailqueue.core.errors import InvalidInput, NotFound
+from mailqueue.core.model import GroupState, MailRef, RecipientState, Result, utcnow
+from mailqueue.core.storage import ClaimRefused
+from mailqueue.services.admin import Action, Busy, OpContext
 
 from tests.admin.conftest import ACTOR, Admin
 from tests.support.factories import content

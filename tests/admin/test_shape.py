@@ -5,10 +5,10 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from mailqueue.admin import Action, OpContext, parse_filter
-from mailqueue.admin.shape import bucket_edges, bucket_of, render_shape
-from mailqueue.errors import InvalidInput
-from mailqueue.model import utcnow
+from mailqueue.core.errors import InvalidInput
+from mailqueue.core.model import utcnow
+from mailqueue.services.admin import Action, OpContext, parse_filter
+from mailqueue.services.admin.shape import bucket_edges, bucket_of, render_shape
 
 from tests.admin.conftest import ACTOR, Admin
 

@@ -9,11 +9,11 @@ from datetime import timedelta
 from typing import Any
 
 from boto3.dynamodb.types import TypeDeserializer
-from mailqueue.admin import Action, Busy, OpContext
-from mailqueue.admin.size import count_groups
-from mailqueue.errors import NotFound
-from mailqueue.model import Claim, GroupState, Result, utcnow
-from mailqueue.storage import ClaimRefused
+from mailqueue.core.errors import NotFound
+from mailqueue.core.model import Claim, GroupState, Result, utcnow
+from mailqueue.core.storage import ClaimRefused
+from mailqueue.services.admin import Action, Busy, OpContext
+from mailqueue.services.admin.size import count_groups
 
 from tests.admin.conftest import ACTOR, Admin
 
@@ -134,7 +134,7 @@ def test_size_reads_the_index(admin: Admin) -> None:
 def test_size_pages_through_the_index(admin: Admin) -> None:
     """More groups than one page (the page size made small): every page is read, and a
     group is counted once."""
-    from mailqueue.admin.service import QueueAdmin
+    from mailqueue.services.admin.service import QueueAdmin
 
     for i in range(7):
         admin.enqueue(f"u{i}@a.example")

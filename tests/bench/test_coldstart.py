@@ -37,8 +37,13 @@ HEAVY = ("dkim", "nacl", "cryptography", "aws_xray_sdk", "pyspark", "dns.resolve
 # per handler, our own modules it must not pull in (bounce needs one exception class of
 # delivery's, not the SMTP client, routing, MTA-STS and DKIM behind it)
 NOT_IMPORTED: dict[str, tuple[str, ...]] = {
-    "bounce": ("mailqueue.delivery", "mailqueue.smtp", "mailqueue.routing", "mailqueue.dkim"),
-    "events": ("mailqueue.aws.backend",),
+    "bounce": (
+        "mailqueue.services.delivery",
+        "mailqueue.outbound.smtp",
+        "mailqueue.outbound.routing",
+        "mailqueue.outbound.dkim",
+    ),
+    "events": ("mailqueue.backends.aws.backend",),
 }
 MODULES = "import sys, app; print('\\n'.join(sorted(sys.modules)))"
 
@@ -64,7 +69,7 @@ def test_a_handler_imports_no_heavy_module_it_does_not_need(handler: str) -> Non
 
 TRACED = """
 import sys
-from mailqueue.xray import LazyTracer
+from mailqueue.compose.xray import LazyTracer
 t = LazyTracer(service="probe")
 @t.capture_lambda_handler
 def handler(event, context):
@@ -93,7 +98,7 @@ def test_lazy_tracer_builds_the_tracer_only_when_on(disabled: str, expect_xray: 
 
 def test_import_profile_reads_importtime() -> None:
     prof = coldstart.import_profile("events")
-    assert prof["app"] > 0 and "mailqueue.eventlog" in prof
+    assert prof["app"] > 0 and "mailqueue.services.eventlog" in prof
 
 
 def test_import_cpu_ms_times_a_real_import() -> None:

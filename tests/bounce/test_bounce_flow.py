@@ -7,8 +7,8 @@ import email.policy
 import json
 
 import pytest
-from mailqueue.bounce import BounceService, BounceSettings
-from mailqueue.model import Notify
+from mailqueue.core.model import Notify
+from mailqueue.services.bounce import BounceService, BounceSettings
 
 from tests.support import factories as f
 from tests.support.rigs import BACKENDS, RigFactory, relay_to

@@ -12,9 +12,9 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from mailqueue.errors import Conflict, InvalidInput, LeaseLost
-from mailqueue.fs import FsStorage
-from mailqueue.model import (
+from mailqueue.backends.fs import FsStorage
+from mailqueue.core.errors import Conflict, InvalidInput, LeaseLost
+from mailqueue.core.model import (
     Claim,
     GroupState,
     MailRef,
@@ -23,7 +23,7 @@ from mailqueue.model import (
     Result,
     utcnow,
 )
-from mailqueue.storage import ClaimRefused, Storage
+from mailqueue.core.storage import ClaimRefused, Storage
 
 from tests.support import factories as f
 from tests.support.aws import AwsEnv
@@ -275,7 +275,7 @@ def test_enqueue_retry_after_progress_does_not_reset_state(backend: Backend) -> 
 def test_bad_envelopes_are_refused_before_anything_is_written(
     backend: Backend, addresses: tuple[str, ...], sender: str, code: str
 ) -> None:
-    from mailqueue.model import Envelope, Recipient
+    from mailqueue.core.model import Envelope, Recipient
 
     env = Envelope(sender=sender, recipients=tuple(Recipient(rid="", address=a) for a in addresses))
     with pytest.raises(InvalidInput) as err:
@@ -296,9 +296,9 @@ def test_bad_envelopes_are_refused_before_anything_is_written(
 def test_bad_dsn_parameters_are_refused_by_every_backend(
     backend: Backend, change: dict[str, str], code: str
 ) -> None:
-    """The RFC 3461 parameters are checked by the shared rules (mailqueue.transitions), so
+    """The RFC 3461 parameters are checked by the shared rules (mailqueue.core.transitions), so
     a backend cannot accept what another refuses."""
-    from mailqueue.model import Envelope, Notify, Recipient
+    from mailqueue.core.model import Envelope, Notify, Recipient
 
     notify = tuple(Notify(n) for n in change.get("notify", "FAILURE").split(","))
     rcpt = Recipient(rid="", address="bob@x.example", notify=notify, orcpt=change.get("orcpt"))
@@ -400,7 +400,7 @@ def _max_reply(code: int, status: str, i: int) -> Result:
 
 
 def _max_envelope() -> object:
-    from mailqueue.model import Envelope, Recipient
+    from mailqueue.core.model import Envelope, Recipient
 
     return Envelope(
         sender="alice@example.org",

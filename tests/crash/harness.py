@@ -20,20 +20,20 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from mailqueue.aws.accounting import RequestCounter
-from mailqueue.aws.backend import AwsStorage
-from mailqueue.aws.clients import AwsClients, make_clients
-from mailqueue.aws.compose import delivery_service, sweeper
-from mailqueue.aws.resources import create_resources
-from mailqueue.bounce import BounceService, BounceSettings
-from mailqueue.config import StorageSettings
-from mailqueue.delivery import DeliverySettings
-from mailqueue.errors import StorageError
-from mailqueue.local.runtime import LocalContext, sqs_event
-from mailqueue.model import Envelope, utcnow
-from mailqueue.routing import RoutingTable
-from mailqueue.smtp import Timeouts
-from mailqueue.sweeper import SweeperSettings
+from mailqueue.backends.aws.accounting import RequestCounter
+from mailqueue.backends.aws.backend import AwsStorage
+from mailqueue.backends.aws.clients import AwsClients, make_clients
+from mailqueue.backends.aws.resources import create_resources
+from mailqueue.compose.aws import delivery_service, sweeper
+from mailqueue.core.config import StorageSettings
+from mailqueue.core.errors import StorageError
+from mailqueue.core.model import Envelope, utcnow
+from mailqueue.outbound.routing import RoutingTable
+from mailqueue.outbound.smtp import Timeouts
+from mailqueue.services.bounce import BounceService, BounceSettings
+from mailqueue.services.delivery import DeliverySettings
+from mailqueue.services.sweeper import SweeperSettings
+from mailqueue_local.runtime import LocalContext, sqs_event
 
 from functions.bounce import app as bounce_app
 from functions.delivery import app as delivery_app

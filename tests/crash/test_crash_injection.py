@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 import pytest
-from mailqueue.aws.backend import SOLO_MARK
+from mailqueue.backends.aws.backend import SOLO_MARK
 
 from tests.crash.conftest import MAX_GROUP, Peers
 from tests.crash.harness import Clients, Injector, World, dsn_recipients

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from mailqueue.model import GroupState, MailRef, utcnow
+from mailqueue.core.model import GroupState, MailRef, utcnow
 
 from tests.support import factories as f
 from tests.support.dns_peer import dns_server
@@ -190,7 +190,7 @@ def test_duplicate_receipt_of_a_claimed_group_delivers_nothing_more(rig: RigFact
         assert peer.messages == []
         assert r.service is not None
         # the holder finishes: exactly one delivery in all
-        from mailqueue.model import Claim, Result
+        from mailqueue.core.model import Claim, Result
 
         assert isinstance(other, Claim)
         st.send_done(other, ["r0"], Result(250, "2.0.0", "ok"))

@@ -6,12 +6,12 @@ import json
 from datetime import timedelta
 
 import pytest
-from mailqueue.aws.compose import delivery_service
-from mailqueue.bounce import BounceService, BounceSettings
-from mailqueue.delivery import DeliverySettings
-from mailqueue.local.runtime import LocalContext, SqsPoller
-from mailqueue.model import GroupState, MailRef
-from mailqueue.secrets import powertools_credentials
+from mailqueue.compose.aws import delivery_service
+from mailqueue.core.model import GroupState, MailRef
+from mailqueue.outbound.secrets import powertools_credentials
+from mailqueue.services.bounce import BounceService, BounceSettings
+from mailqueue.services.delivery import DeliverySettings
+from mailqueue_local.runtime import LocalContext, SqsPoller
 
 from functions.delivery import app as delivery_app
 from tests.crash.harness import FakeClock

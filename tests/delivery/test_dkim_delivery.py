@@ -10,9 +10,9 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from mailqueue.bounce import BounceService, BounceSettings
-from mailqueue.dkim import powertools_key_source
-from mailqueue.model import Envelope, MailRef, Recipient, utcnow
+from mailqueue.core.model import Envelope, MailRef, Recipient, utcnow
+from mailqueue.outbound.dkim import powertools_key_source
+from mailqueue.services.bounce import BounceService, BounceSettings
 
 from tests.support import factories as f
 from tests.support.aws import AwsEnv

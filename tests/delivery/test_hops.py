@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from mailqueue.trace import count_received
+from mailqueue.core.trace import count_received
 
 from tests.ingress.conftest import make_ingress
 from tests.support import events as ev

@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterator
 
 import pytest
-from mailqueue.model import Envelope, Recipient
+from mailqueue.core.model import Envelope, Recipient
 
 from tests.delivery.test_dkim_delivery import CASES, dkim_rig, keyring  # noqa: F401 (fixture)
 from tests.support import factories as f

@@ -8,9 +8,9 @@ import json
 from collections.abc import Iterator
 
 import pytest
-from mailqueue import cli
-from mailqueue.admin import AdminApi
-from mailqueue.cli_doctor import default_doctor
+from mailqueue.cli import main as cli
+from mailqueue.cli.doctor import default_doctor
+from mailqueue.services.admin import AdminApi
 
 from functions.admin import app
 from tests.admin.conftest import ACTOR, Admin

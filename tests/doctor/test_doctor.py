@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 
 import pytest
-from mailqueue.doctor import Finding, dkim_public_txt, render, run
+from mailqueue.outbound.doctor import Finding, dkim_public_txt, render, run
 
 from tests.doctor.world import EHLO, INPUT, IP4, IP6, REV4, good_zone, keys, public_txt
 from tests.support.dns_peer import DnsPeer, dns_server

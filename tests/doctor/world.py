@@ -9,7 +9,7 @@ from functools import lru_cache
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519, rsa
-from mailqueue.doctor import DoctorInput
+from mailqueue.outbound.doctor import DoctorInput
 
 IP4, IP6 = "192.0.2.10", "2001:db8::10"
 EHLO = "mq.example.com"

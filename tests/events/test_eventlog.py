@@ -5,8 +5,13 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from mailqueue.eventlog import EventWriterService, EventWriterSettings, inline_reader, iter_jsonl
-from mailqueue.model import Claim, MailRef, Result, utcnow
+from mailqueue.core.model import Claim, MailRef, Result, utcnow
+from mailqueue.services.eventlog import (
+    EventWriterService,
+    EventWriterSettings,
+    inline_reader,
+    iter_jsonl,
+)
 
 from functions.events import app as events_app
 from tests.support import factories as f
@@ -140,7 +145,7 @@ def test_send_headers_come_from_the_mail_item_without_an_s3_get(aws: AwsEnv) -> 
     """The header section is stored on the mail item (`hdrs`) while it stays within one
     write unit; its INSERT in the batch gives the Send its headers with no S3 request,
     and the same headers as the ranged GET of the content."""
-    from mailqueue.aws.limits import item_size
+    from mailqueue.backends.aws.limits import item_size
 
     st = aws.storage(inline_content_max_bytes=0)  # content in S3
     reader = StreamReader(aws)
@@ -177,7 +182,7 @@ def test_large_headers_stay_off_the_mail_item(aws: AwsEnv) -> None:
     Send still gets them, from the content."""
     import random
 
-    from mailqueue.aws.limits import item_size
+    from mailqueue.backends.aws.limits import item_size
 
     rng = random.Random(1)
     noise = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(3000))
@@ -234,7 +239,7 @@ def test_send_headers_of_a_small_mail_come_from_its_content_in_the_insert(
 
 
 def test_header_sections_are_packed_as_text_or_compressed() -> None:
-    from mailqueue.events import header_section, pack_headers, unpack_headers
+    from mailqueue.core.events import header_section, pack_headers, unpack_headers
 
     msg = b"Subject: a\r\nTo: b@example.net\r\n\r\nbody\r\n"
     assert header_section(msg) == b"Subject: a\r\nTo: b@example.net\r\n\r\n"

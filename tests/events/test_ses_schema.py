@@ -13,9 +13,12 @@ from typing import Any
 
 import pytest
 from jsonschema import Draft202012Validator, FormatChecker
-from mailqueue import events as ev
-from mailqueue.admin.service import Action, OpContext
-from mailqueue.eventlog import (
+from mailqueue.backends.aws.outbox import TableOutboxEmitter
+from mailqueue.core import events as ev
+from mailqueue.core.events import MailInfo, QueueEvent
+from mailqueue.core.model import Claim, MailRef, Result, from_iso, utcnow
+from mailqueue.services.admin.service import Action, OpContext
+from mailqueue.services.eventlog import (
     EventWriterService,
     EventWriterSettings,
     batch_id,
@@ -23,9 +26,6 @@ from mailqueue.eventlog import (
     iter_jsonl,
     parse_header_block,
 )
-from mailqueue.events import MailInfo, QueueEvent
-from mailqueue.ingress.outbox import TableOutboxEmitter
-from mailqueue.model import Claim, MailRef, Result, from_iso, utcnow
 from mq_pipeline import consts, synth
 
 from tests.admin.conftest import make_admin
@@ -282,7 +282,7 @@ def test_schema_rejects_what_the_issue_found() -> None:
         "Delivery", MailInfo("m1", "a@example.org", utcnow(), ("b@example.net",)),
         "b@example.net", utcnow(), "1", OK,
     )
-    from mailqueue.model import Attempt
+    from mailqueue.core.model import Attempt
 
     att = Attempt(1, utcnow(), utcnow(), utcnow(), OK, True)
     doc = {**good.to_json()}
@@ -314,7 +314,7 @@ def test_schema_rejects_what_the_issue_found() -> None:
 
 def test_replies_are_shown_once_by_the_log_and_the_cli() -> None:
     """`mailqueue list/show` and `delivery.smtpResponse` print a reply's status once."""
-    from mailqueue.cli import _result
+    from mailqueue.cli.main import _result
 
     assert _result(OK.to_json()) == "(250 2.0.0 Ok: queued as 1)"
     assert _result(Result(550, "5.0.0", "no such user").to_json()) == "(550 5.0.0 no such user)"

@@ -32,7 +32,7 @@ def quiet_stack(tmp_path: Path) -> Iterator[Stack]:
     stdout, stderr = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MQ_", "MAILQUEUE_"))}
     python = PYTHON if PYTHON.exists() else Path(sys.executable)
-    argv = [str(python), "-m", "mailqueue.local.run", "--var", str(tmp_path / "var")]
+    argv = [str(python), "-m", "mailqueue_local.run", "--var", str(tmp_path / "var")]
     argv += ["--port", "0", "--sweep-interval", "86400", "--strict-limits"]
     argv += ["--set", "MQ_LEASE_SECONDS=20"]  # delivery refuses to start: nothing moves
     with open(stdout, "wb") as out, open(stderr, "wb") as err:

@@ -8,10 +8,10 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import pytest
-from mailqueue.authz import PERMISSIVE_SENDER_POLICY as PERMISSIVE_SENDERS
-from mailqueue.events import ListEmitter
-from mailqueue.ingress import IngressService, IngressSettings
-from mailqueue.model import Claim, MailRef, Result, utcnow
+from mailqueue.core.authz import PERMISSIVE_SENDER_POLICY as PERMISSIVE_SENDERS
+from mailqueue.core.events import ListEmitter
+from mailqueue.core.model import Claim, MailRef, Result, utcnow
+from mailqueue.services.ingress import IngressService, IngressSettings
 
 from functions.ingress import app
 from tests.support.aws import AwsEnv, session

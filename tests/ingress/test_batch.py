@@ -11,10 +11,10 @@ import json
 from typing import Any
 
 import pytest
-from mailqueue.aws.clients import make_clients
-from mailqueue.config import ConfigError
-from mailqueue.ingress import IngressSettings, ingress_settings_from_env
-from mailqueue.ingress.settings import MAX_BATCH_BODY
+from mailqueue.backends.aws.clients import make_clients
+from mailqueue.core.config import ConfigError
+from mailqueue.services.ingress import IngressSettings, ingress_settings_from_env
+from mailqueue.services.ingress.settings import MAX_BATCH_BODY
 
 from functions.ingress import app
 from tests.ingress.conftest import Ingress

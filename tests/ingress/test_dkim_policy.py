@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from mailqueue.config import ConfigError
+from mailqueue.core.config import ConfigError
 
 from tests.ingress.conftest import Ingress
 from tests.support import events as ev

@@ -8,8 +8,8 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from mailqueue.aws.clients import make_clients
-from mailqueue.model import utcnow
+from mailqueue.backends.aws.clients import make_clients
+from mailqueue.core.model import utcnow
 
 from functions.ingress import app
 from tests.ingress.conftest import DSN_PRINCIPAL, Ingress, deliver_all, stored_once

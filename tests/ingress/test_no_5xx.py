@@ -12,9 +12,9 @@ import json
 from typing import Any
 
 import pytest
-from mailqueue.errors import InvalidInput
-from mailqueue.ingress.request import MAX_JSON_DEPTH, guard_parse, parse_body
-from mailqueue.validate import check_text
+from mailqueue.core.errors import InvalidInput
+from mailqueue.core.validate import check_text
+from mailqueue.services.ingress.request import MAX_JSON_DEPTH, guard_parse, parse_body
 
 from tests.ingress.conftest import Ingress
 from tests.support import events as ev

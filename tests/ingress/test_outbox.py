@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from mailqueue.errors import TransientStorageError
-from mailqueue.events import MailInfo, QueueEvent, dumps
-from mailqueue.ingress import TableOutboxEmitter
+from mailqueue.backends.aws.outbox import TableOutboxEmitter
+from mailqueue.core.errors import TransientStorageError
+from mailqueue.core.events import MailInfo, QueueEvent, dumps
 
 from tests.support.aws import AwsEnv
 from tests.support.faults import short_circuit

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from mailqueue.authz import SenderPolicy
-from mailqueue.config import ConfigError
-from mailqueue.ingress import IngressSettings
+from mailqueue.core.authz import SenderPolicy
+from mailqueue.core.config import ConfigError
+from mailqueue.services.ingress import IngressSettings
 
 from tests.ingress.conftest import Ingress
 from tests.support import events as ev

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from mailqueue.errors import NotFound
-from mailqueue.model import mail_id_for_key
+from mailqueue.core.errors import NotFound
+from mailqueue.core.model import mail_id_for_key
 
 from tests.ingress.conftest import Ingress, deliver_all, stored_once
 from tests.support import events as ev

@@ -6,9 +6,9 @@ import json
 from typing import Any
 
 import pytest
-from mailqueue.config import ConfigError, StorageSettings
-from mailqueue.ingress import IngressSettings, ingress_settings_from_env
-from mailqueue.trace import TRACE_RESERVE
+from mailqueue.core.config import ConfigError, StorageSettings
+from mailqueue.core.trace import TRACE_RESERVE
+from mailqueue.services.ingress import IngressSettings, ingress_settings_from_env
 
 ENV = {
     "MQ_TABLE": "t",

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from mailqueue.trace import principal_tag
+from mailqueue.core.trace import principal_tag
 
 from tests.events.test_ses_schema import errors, read_log, service
 from tests.ingress.conftest import Ingress

@@ -14,9 +14,10 @@ import pytest
 from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
-from mailqueue import ingress
-from mailqueue.authz import PERMISSIVE_SENDER_POLICY
-from mailqueue.local.gateway import (
+from mailqueue.compose.ingress import build_service
+from mailqueue.core.authz import PERMISSIVE_SENDER_POLICY
+from mailqueue.services import ingress
+from mailqueue_local.gateway import (
     DEFAULT_ROUTES,
     ApiGateway,
     AuthError,
@@ -26,7 +27,7 @@ from mailqueue.local.gateway import (
     http_response,
     match_route,
 )
-from mailqueue.local.runtime import LocalContext
+from mailqueue_local.runtime import LocalContext
 
 from functions.ingress import app as ingress_app
 from tests.support.aws import AwsEnv, session
@@ -258,7 +259,7 @@ def test_server_invokes_with_the_event_and_maps_the_answer(
 
 def test_the_real_ingress_handler_queues_a_mail_through_the_gateway(aws: AwsEnv) -> None:
     settings = ingress.IngressSettings(storage=aws.settings, sender_policy=PERMISSIVE_SENDER_POLICY)
-    service = ingress.build_service(settings, aws.clients, session=session())
+    service = build_service(settings, aws.clients, session=session())
 
     def invoke(event: dict[str, Any]) -> Any:
         return ingress_app.handle(event, LocalContext("mailqueue-ingress", 29), service)  # type: ignore[arg-type]

@@ -31,7 +31,7 @@ def fast_stack(tmp_path: Path) -> Iterator[Stack]:
     stdout, stderr = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MQ_", "MAILQUEUE_"))}
     python = PYTHON if PYTHON.exists() else Path(sys.executable)
-    argv = [str(python), "-m", "mailqueue.local.run", "--var", str(tmp_path / "var")]
+    argv = [str(python), "-m", "mailqueue_local.run", "--var", str(tmp_path / "var")]
     argv += ["--port", "0", "--sweep-interval", "2", "--set", f"MQ_LEASE_SECONDS={LEASE}"]
     argv += ["--strict-limits"]
     with open(stdout, "wb") as out, open(stderr, "wb") as err:

@@ -11,7 +11,7 @@ from typing import Any
 import boto3
 import pytest
 from botocore.exceptions import ClientError
-from mailqueue.local.stack import MotoProcess
+from mailqueue_local.stack import MotoProcess
 
 TABLE = "t"
 

@@ -1,6 +1,6 @@
 """Producer and consumer together: the local stack writes the event log, `make report` reads it.
 
-The stack runs as `make run` runs it (a subprocess of `mailqueue.local.run`, real handlers,
+The stack runs as `make run` runs it (a subprocess of `mailqueue_local.run`, real handlers,
 moto, the SMTP sink with its demo rules); a known mix goes in over the HTTP APIs:
 
 * delivered      ok@example.net          250 on the first attempt
@@ -44,7 +44,7 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
     stdout, stderr = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MQ_", "MAILQUEUE_"))}
     python = PYTHON if PYTHON.exists() else Path(sys.executable)
-    argv = [str(python), "-m", "mailqueue.local.run", "--var", str(tmp_path / "var")]
+    argv = [str(python), "-m", "mailqueue_local.run", "--var", str(tmp_path / "var")]
     argv += ["--port", "0", "--fast-retries", "--sweep-interval", "2", "--strict-limits"]
     argv += ["--tempfail-attempts", str(TEMPFAILS), "--set", "MQ_DELAY_WARNING_SECONDS=3"]
     with open(stdout, "wb") as out, open(stderr, "wb") as err:

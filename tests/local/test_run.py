@@ -1,6 +1,6 @@
 """End to end: the local stack started as `make run` starts it, mail in over HTTP, out by SMTP.
 
-The stack runs as a subprocess (`.venv/bin/python -m mailqueue.local.run --var <tmp>
+The stack runs as a subprocess (`.venv/bin/python -m mailqueue_local.run --var <tmp>
 --port 0`); the test reads its `READY {json}` line, submits over HTTP with the
 development token (and with the example command the banner prints), waits for the
 sink's `.eml` files and the DSN, then stops it by PID with SIGTERM and checks that it
@@ -107,7 +107,7 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
             [
                 str(python),
                 "-m",
-                "mailqueue.local.run",
+                "mailqueue_local.run",
                 "--var",
                 str(tmp_path / "var"),
                 "--port",

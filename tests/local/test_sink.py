@@ -7,7 +7,7 @@ import smtplib
 from pathlib import Path
 
 import pytest
-from mailqueue.local.sink import SinkEvent, SinkRules, SmtpSink
+from mailqueue_local.sink import SinkEvent, SinkRules, SmtpSink
 
 
 def test_accepted_mail_is_filed_with_its_envelope(tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from mailqueue.local.streams import StreamPoller, stream_arn_of
+from mailqueue_local.streams import StreamPoller, stream_arn_of
 
 from tests.support.aws import REGION, AwsEnv, session
 

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from mailqueue.local.cfn import default_template_path, load_template
-from mailqueue.local.wiring import from_template
+from mailqueue_local.cfn import default_template_path, load_template
+from mailqueue_local.wiring import from_template
 
 
 def test_the_events_stream_source_reads_its_parameters_defaults() -> None:

@@ -114,11 +114,11 @@ def test_testing_mode_delivers_and_logs(rig: RigFactory, ca: Ca, caplog: Any) ->
     with world(ca, policy_text("testing", "mx.other.test")) as (dns, https, peer):
         r = make(rig, ca, dns, https, peer)
         q = r.storage().enqueue(f.envelope(f"someone@{DOMAIN}"), f.content())
-        with caplog.at_level("INFO", logger="mailqueue.mtasts"):
+        with caplog.at_level("INFO", logger="mailqueue.outbound.mtasts"):
             assert r.poll().failed == 0
         assert [m.tls for m in peer.messages] == [False]
     assert not r.storage().content_exists(q.mail_id)
-    notes = [rec.getMessage() for rec in caplog.records if rec.name == "mailqueue.mtasts"]
+    notes = [rec.getMessage() for rec in caplog.records if rec.name == "mailqueue.outbound.mtasts"]
     assert any("mode testing" in n and MX in n and "not in the policy" in n for n in notes)
     assert not any("someone@" in n for n in notes)  # no addresses in the logs
 

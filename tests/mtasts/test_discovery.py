@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import pytest
-from mailqueue.aws.mtasts_cache import DynamoPolicyCache
-from mailqueue.model import Result, utcnow
-from mailqueue.mtasts import CachedPolicy, Mode, MtaSts, Policy
-from mailqueue.routing import EgressGuard, Hop, TlsPolicy, resolve_next_hops
+from mailqueue.backends.aws.mtasts_cache import DynamoPolicyCache
+from mailqueue.core.model import Result, utcnow
+from mailqueue.outbound.mtasts import CachedPolicy, Mode, MtaSts, Policy
+from mailqueue.outbound.routing import EgressGuard, Hop, TlsPolicy, resolve_next_hops
 
 from tests.mtasts.peers import Ca, PolicyServer, Reply, policy_server, policy_text
 from tests.support.aws import AwsEnv

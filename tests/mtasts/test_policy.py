@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 import pytest
-from mailqueue.mtasts import MAX_AGE_LIMIT, Mode, PolicyError, mx_matches, parse_policy, parse_txt
+from mailqueue.outbound.mtasts import (
+    MAX_AGE_LIMIT,
+    Mode,
+    PolicyError,
+    mx_matches,
+    parse_policy,
+    parse_txt,
+)
 
 
 def test_txt_record_gives_the_id() -> None:

@@ -1,4 +1,4 @@
-"""Build test events with the real producer (`mailqueue.events`), so the pipeline is
+"""Build test events with the real producer (`mailqueue.core.events`), so the pipeline is
 tested against exactly what the queue writes, and small DataFrames with explicit schemas."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from mailqueue.events import OPERATOR_EVENT, MailInfo, QueueEvent, dumps
-from mailqueue.model import Attempt, Result, to_iso
+from mailqueue.core.events import OPERATOR_EVENT, MailInfo, QueueEvent, dumps
+from mailqueue.core.model import Attempt, Result, to_iso
 from mq_pipeline.schema import NORMALISED_SCHEMA, PARTITION_FIELDS, READ_SCHEMA
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F

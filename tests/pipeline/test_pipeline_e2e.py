@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mailqueue.model import Result
+from mailqueue.core.model import Result
 from mq_pipeline import job, render
 from mq_pipeline.transforms import TimeRange
 from pyspark.sql import SparkSession

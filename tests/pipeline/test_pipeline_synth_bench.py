@@ -11,8 +11,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from mailqueue.events import dumps
-from mailqueue.model import Result
+from mailqueue.core.events import dumps
+from mailqueue.core.model import Result
 from mq_pipeline import bench, bundle, synth
 
 from tests.pipeline import factory as fx

@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from mailqueue.events import dumps
-from mailqueue.model import Result
+from mailqueue.core.events import dumps
+from mailqueue.core.model import Result
 from mq_pipeline import transforms as T
 from mq_pipeline.schema import OUTCOME_SCHEMA
 from pyspark.sql import SparkSession

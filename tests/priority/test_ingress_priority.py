@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from mailqueue.model import MailRef, Priority
+from mailqueue.core.model import MailRef, Priority
 
 from tests.events.test_ses_schema import errors, read_log, service
 from tests.ingress.conftest import Ingress

@@ -18,11 +18,11 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from mailqueue.aws.backend import AwsStorage
-from mailqueue.aws.compose import delivery_service
-from mailqueue.config import StorageSettings
-from mailqueue.delivery import DeliveryService, DeliverySettings
-from mailqueue.local.runtime import SqsPoller
+from mailqueue.backends.aws.backend import AwsStorage
+from mailqueue.compose.aws import delivery_service
+from mailqueue.core.config import StorageSettings
+from mailqueue.services.delivery import DeliveryService, DeliverySettings
+from mailqueue_local.runtime import SqsPoller
 
 from functions.delivery import app as delivery_app
 from tests.ingress.conftest import Ingress

@@ -9,12 +9,12 @@ import time
 from dataclasses import replace
 from datetime import timedelta
 
-from mailqueue.aws.backend import AwsStorage
-from mailqueue.aws.compose import sweeper as aws_sweeper
-from mailqueue.bounce import BounceService, BounceSettings
-from mailqueue.local.runtime import SqsPoller
-from mailqueue.model import PRIORITY_TAG, Claim, Envelope, MailRef, Priority, utcnow
-from mailqueue.sweeper import SweeperSettings
+from mailqueue.backends.aws.backend import AwsStorage
+from mailqueue.compose.aws import sweeper as aws_sweeper
+from mailqueue.core.model import PRIORITY_TAG, Claim, Envelope, MailRef, Priority, utcnow
+from mailqueue.services.bounce import BounceService, BounceSettings
+from mailqueue.services.sweeper import SweeperSettings
+from mailqueue_local.runtime import SqsPoller
 
 from functions.delivery import app as delivery_app
 from tests.crash.harness import FakeClock

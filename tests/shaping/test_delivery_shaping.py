@@ -12,7 +12,7 @@ import threading
 import time
 from typing import Any
 
-from mailqueue.model import GroupState, MailRef, RecipientState
+from mailqueue.core.model import GroupState, MailRef, RecipientState
 
 from bench.shaping import max_in_window
 from functions.delivery import app as delivery_app

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
-from mailqueue.shaping import (
+from mailqueue.outbound.shaping import (
     BackoffRule,
     Limits,
     Rate,

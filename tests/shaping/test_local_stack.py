@@ -26,9 +26,9 @@ from importlib import resources
 from pathlib import Path
 
 import pytest
-from mailqueue.local.cfn import default_template_path, load_template
-from mailqueue.local.stack import parse_concurrency, trigger_concurrency
-from mailqueue.local.wiring import DELIVERY_MAX_CONCURRENCY, from_template
+from mailqueue_local.cfn import default_template_path, load_template
+from mailqueue_local.stack import parse_concurrency, trigger_concurrency
+from mailqueue_local.wiring import DELIVERY_MAX_CONCURRENCY, from_template
 
 from bench.shaping import max_in_window
 from tests.local.test_run import PYTHON, REPO, Stack, _stop, _wait_ready
@@ -37,11 +37,11 @@ from tests.support.smtp_peers import Behaviour, SmtpPeer, smtp_sink
 
 @contextmanager
 def local_stack(tmp_path: Path, peer: SmtpPeer, *args: str) -> Iterator[Stack]:
-    """`python -m mailqueue.local.run` relaying to `peer`, with extra arguments."""
+    """`python -m mailqueue_local.run` relaying to `peer`, with extra arguments."""
     stdout, stderr = tmp_path / "stdout.txt", tmp_path / "stderr.txt"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MQ_", "MAILQUEUE_"))}
     python = PYTHON if PYTHON.exists() else Path(sys.executable)
-    argv = [str(python), "-m", "mailqueue.local.run", "--var", str(tmp_path / "var")]
+    argv = [str(python), "-m", "mailqueue_local.run", "--var", str(tmp_path / "var")]
     argv += ["--port", "0", "--deploy", "direct", "--relay", f"127.0.0.1:{peer.port}"]
     argv += ["--set", "MQ_DKIM_DOMAINS={}", "--fast-retries", "--strict-limits", *args]
     with open(stdout, "wb") as out, open(stderr, "wb") as err:
@@ -201,7 +201,7 @@ def test_site_limit_at_or_below_the_peers_no_421_and_everything_delivered(
 def _scaled_packaged_backoff(factor: float) -> str:
     """The packaged backoff rules with every suspension divided by `factor` (matching
     unchanged): minutes become seconds, so the test runs in seconds."""
-    from mailqueue.shaping import parse_duration
+    from mailqueue.outbound.shaping import parse_duration
 
     doc = json.loads(resources.files("mailqueue").joinpath("data", "backoff.json").read_text())
     for rule in doc["rules"]:

@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from mailqueue.config import ConfigError
-from mailqueue.delivery import DeliverySettings
-from mailqueue.model import Result
-from mailqueue.shaping import (
+from mailqueue.core.config import ConfigError
+from mailqueue.core.model import Result
+from mailqueue.outbound.shaping import (
     BackoffRules,
     RulesError,
     ShapingRules,
@@ -16,6 +15,7 @@ from mailqueue.shaping import (
     load_rules,
     reclassified,
 )
+from mailqueue.services.delivery import DeliverySettings
 
 
 def test_packaged_rules_load_and_roll_up_providers_by_mx() -> None:

@@ -6,8 +6,8 @@ import json
 import threading
 import time
 
-from mailqueue.aws.shaping_store import DynamoShapingStore
-from mailqueue.shaping import BackoffRules, Permit, Shaper, ShapingRules, SiteState, Wait
+from mailqueue.backends.aws.shaping_store import DynamoShapingStore
+from mailqueue.outbound.shaping import BackoffRules, Permit, Shaper, ShapingRules, SiteState, Wait
 
 from tests.support.aws import AwsEnv
 

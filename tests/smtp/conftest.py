@@ -6,8 +6,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from mailqueue.routing import Hop
-from mailqueue.smtp import ConnectionPool, SmtpClient, Timeouts
+from mailqueue.outbound.routing import Hop
+from mailqueue.outbound.smtp import ConnectionPool, SmtpClient, Timeouts
 
 from tests.support.smtp_peers import SmtpPeer
 

@@ -13,9 +13,9 @@ import uuid
 
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from mailqueue.address import AddressError, parse, parse_path
-from mailqueue.ingress.service import http_status
-from mailqueue.smtp import SmtpClient
+from mailqueue.core.address import AddressError, parse, parse_path
+from mailqueue.outbound.smtp import SmtpClient
+from mailqueue.services.ingress.service import http_status
 
 from tests.ingress.conftest import make_ingress
 from tests.smtp.conftest import hop_to

@@ -9,9 +9,9 @@ import time
 from typing import Any
 
 import pytest
-from mailqueue.model import Notify, Recipient, Ret
-from mailqueue.routing import Credentials, Hop, TlsPolicy, resolve_next_hops
-from mailqueue.smtp import (
+from mailqueue.core.model import Notify, Recipient, Ret
+from mailqueue.outbound.routing import Credentials, Hop, TlsPolicy, resolve_next_hops
+from mailqueue.outbound.smtp import (
     ConnectionPool,
     DeliveryOutcome,
     Rcpt,

@@ -8,7 +8,7 @@ import re
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from mailqueue.smtp import DotStuffer, SmtpClient, xtext
+from mailqueue.outbound.smtp import DotStuffer, SmtpClient, xtext
 
 from tests.smtp.conftest import hop_to
 from tests.support.smtp_peers import smtp_sink

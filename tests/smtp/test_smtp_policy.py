@@ -1,4 +1,4 @@
-"""Retry schedule and reply classification (mailqueue.policy): examples and properties."""
+"""Retry schedule and reply classification (mailqueue.core.policy): examples and properties."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
-from mailqueue.policy import (
+from mailqueue.core.policy import (
     DIAGNOSTIC_LIMIT,
     MAX_DELAY_SECONDS,
     MAX_VISIBILITY_TIMEOUT,

@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from mailqueue.routing import (
+from mailqueue.outbound.routing import (
     Credentials,
     Hop,
     NextHopError,

@@ -9,9 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from mailqueue.config import ConfigError
-from mailqueue.delivery import DeliverySettings
-from mailqueue.routing import (
+from mailqueue.core.config import ConfigError
+from mailqueue.outbound.routing import (
     EgressGuard,
     NextHopError,
     RoutingConfigError,
@@ -19,6 +18,7 @@ from mailqueue.routing import (
     address_refusal,
     resolve_next_hops,
 )
+from mailqueue.services.delivery import DeliverySettings
 
 from tests.support import factories as f
 from tests.support.dns_peer import DnsPeer, dns_server

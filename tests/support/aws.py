@@ -1,6 +1,6 @@
 """One moto server per test session (server mode: the AWS APIs over HTTP, as boto3 sees them).
 
-moto does not enforce the services' limits; `mailqueue.aws.limits` does, on every client
+moto does not enforce the services' limits; `mailqueue.backends.aws.limits` does, on every client
 of the test process (tests/conftest.py installs it for the session), and `LimitsCheck`
 fails a test whose code met a limit it did not expect.
 """
@@ -14,12 +14,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import boto3
-from mailqueue.aws.accounting import RequestCounter
-from mailqueue.aws.backend import AwsStorage
-from mailqueue.aws.clients import AwsClients, make_clients
-from mailqueue.aws.limits import LimitRecorder, ServiceLimitExceeded, install_guard
-from mailqueue.aws.resources import CreatedResources, create_resources
-from mailqueue.config import StorageSettings
+from mailqueue.backends.aws.accounting import RequestCounter
+from mailqueue.backends.aws.backend import AwsStorage
+from mailqueue.backends.aws.clients import AwsClients, make_clients
+from mailqueue.backends.aws.limits import ServiceLimitExceeded
+from mailqueue.backends.aws.resources import CreatedResources, create_resources
+from mailqueue.core.config import StorageSettings
+from mailqueue_local.limitguard import LimitRecorder, install_guard
 from moto.server import ThreadedMotoServer
 
 REGION = "us-east-1"

@@ -10,7 +10,14 @@ from dataclasses import dataclass, field
 import dkim
 import dns.exception
 import dns.resolver
-from mailqueue.dkim import Algorithm, generate_key, key_json, key_name, public_txt, txt_strings
+from mailqueue.outbound.dkim import (
+    Algorithm,
+    generate_key,
+    key_json,
+    key_name,
+    public_txt,
+    txt_strings,
+)
 
 from tests.support.aws import AwsEnv, session
 from tests.support.dns_peer import DnsPeer

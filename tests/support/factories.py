@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mailqueue.model import Envelope, Notify, Recipient, Ret
+from mailqueue.core.model import Envelope, Notify, Recipient, Ret
 
 
 def content(size: int = 1024, subject: str = "hello") -> bytes:

@@ -2,7 +2,7 @@
 
 `aws`: AwsStorage on moto (server mode), triggers and bounces on SQS, records through
 the real Lambda handlers. `fs`: FsStorage in a temporary directory, triggers and bounces
-on the in-process queues of `mailqueue.inprocess`, records through its workers. A test
+on the in-process queues of `mailqueue.backends.inprocess`, records through its workers. A test
 that takes `rig` runs on AWS; `@both_backends` (or `pytest.mark.parametrize("rig",
 BACKENDS, indirect=True)`) runs the same body on both.
 """
@@ -17,16 +17,16 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import pytest
-from mailqueue.aws.backend import AwsStorage
-from mailqueue.aws.compose import delivery_service
-from mailqueue.bounce import BounceService
-from mailqueue.delivery import DeliveryService, DeliverySettings
-from mailqueue.dkim import KeySource
-from mailqueue.fs import FsStorage
-from mailqueue.inprocess import InProcess, Worker, bodies, bounce_handler, delivery_handler
-from mailqueue.local.runtime import SqsPoller
-from mailqueue.model import GroupState, MailRef
-from mailqueue.smtp import Timeouts
+from mailqueue.backends.aws.backend import AwsStorage
+from mailqueue.backends.fs import FsStorage
+from mailqueue.backends.inprocess import InProcess, Worker, bodies, bounce_handler, delivery_handler
+from mailqueue.compose.aws import delivery_service
+from mailqueue.core.model import GroupState, MailRef
+from mailqueue.outbound.dkim import KeySource
+from mailqueue.outbound.smtp import Timeouts
+from mailqueue.services.bounce import BounceService
+from mailqueue.services.delivery import DeliveryService, DeliverySettings
+from mailqueue_local.runtime import SqsPoller
 
 from functions.bounce import app as bounce_app
 from functions.delivery import app as delivery_app

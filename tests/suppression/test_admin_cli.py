@@ -9,10 +9,10 @@ import time
 from pathlib import Path
 
 import pytest
-from mailqueue import cli
-from mailqueue.admin import AdminApi
-from mailqueue.aws.suppression_store import DynamoSuppressionStore
-from mailqueue.suppression import Entry
+from mailqueue.backends.aws.suppression_store import DynamoSuppressionStore
+from mailqueue.cli import main as cli
+from mailqueue.outbound.suppression import Entry
+from mailqueue.services.admin import AdminApi
 
 from functions.admin import app as admin_app
 from tests.admin.conftest import ACTOR, Admin

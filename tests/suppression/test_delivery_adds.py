@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from mailqueue.aws.suppression_store import DynamoSuppressionStore
+from mailqueue.backends.aws.suppression_store import DynamoSuppressionStore
 
 from tests.support import factories as f
 from tests.support.dns_peer import dns_server

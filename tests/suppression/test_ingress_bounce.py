@@ -15,9 +15,9 @@ from typing import Any
 import jsonschema
 import pytest
 from flufl.bounce import all_failures
-from mailqueue.config import ConfigError
-from mailqueue.errors import NotFound
-from mailqueue.model import mail_id_for_key
+from mailqueue.core.config import ConfigError
+from mailqueue.core.errors import NotFound
+from mailqueue.core.model import mail_id_for_key
 
 from tests.ingress.conftest import Ingress
 from tests.support import events as ev

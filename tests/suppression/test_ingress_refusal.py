@@ -9,8 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import jsonschema
-from mailqueue.aws.suppression_store import DynamoSuppressionStore
-from mailqueue.suppression import Entry
+from mailqueue.backends.aws.suppression_store import DynamoSuppressionStore
+from mailqueue.outbound.suppression import Entry
 
 from tests.ingress.conftest import Ingress
 from tests.support import events as ev

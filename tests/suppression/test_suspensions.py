@@ -9,11 +9,11 @@ import json
 import time
 
 import pytest
-from mailqueue import cli
-from mailqueue.admin.service import Action, OpContext
-from mailqueue.aws.suspension_store import DynamoSuspensionStore
-from mailqueue.model import utcnow
-from mailqueue.suspensions import Suspension
+from mailqueue.backends.aws.suspension_store import DynamoSuspensionStore
+from mailqueue.cli import main as cli
+from mailqueue.core.model import utcnow
+from mailqueue.outbound.suspensions import Suspension
+from mailqueue.services.admin.service import Action, OpContext
 
 from functions.admin import app as admin_app
 from tests.admin.conftest import ACTOR, Admin, make_admin
@@ -125,7 +125,7 @@ def test_a_suspended_domain_is_held_without_an_attempt_then_resumes(rig: RigFact
 
 
 def test_matching_by_site_domain_and_sender_domain_picks_the_longest() -> None:
-    from mailqueue.suspensions import matching
+    from mailqueue.outbound.suspensions import matching
 
     now = 1000.0
     items = [

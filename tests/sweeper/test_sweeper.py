@@ -8,10 +8,10 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from mailqueue.aws.backend import AwsStorage
-from mailqueue.aws.compose import sweeper
-from mailqueue.model import Claim, GroupState, MailRef, RecipientState, Result, utcnow
-from mailqueue.sweeper import Sweeper, SweeperSettings
+from mailqueue.backends.aws.backend import AwsStorage
+from mailqueue.compose.aws import sweeper
+from mailqueue.core.model import Claim, GroupState, MailRef, RecipientState, Result, utcnow
+from mailqueue.services.sweeper import Sweeper, SweeperSettings
 
 from functions.sweeper import app as sweeper_app
 from tests.crash.harness import FakeClock

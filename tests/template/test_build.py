@@ -101,7 +101,10 @@ def test_mailqueue_layer_is_the_package_alone(build: Path) -> None:
     tops = {p.name for p in python.iterdir() if not p.name.endswith(".dist-info")}
     assert tops == {"mailqueue"}
     assert not any(p.name.startswith("test") for p in python.rglob("*"))
-    assert (python / "mailqueue" / "aws" / "backend.py").exists()
+    assert (python / "mailqueue" / "backends" / "aws" / "backend.py").exists()
+    # the local runtime and the test-only limit guard stay out of Lambda
+    assert not (python / "mailqueue_local").exists()
+    assert not any(p.name in ("limitguard.py", "motopatch.py") for p in python.rglob("*.py"))
 
 
 def test_everything_fits_lambda(build: Path) -> None:

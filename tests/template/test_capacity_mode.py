@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from mailqueue.local.cfn import default_template_path, deploy_stack, load_template
+from mailqueue_local.cfn import default_template_path, deploy_stack, load_template
 
 from bench import cost
 from tests.support.aws import REGION, reset_moto, session

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from mailqueue.delivery import DeliverySettings
-from mailqueue.doctor import DoctorSettings
-from mailqueue.local.cfn import StackOutputs, deploy_stack
+from mailqueue.outbound.doctor import DoctorSettings
+from mailqueue.services.delivery import DeliverySettings
+from mailqueue_local.cfn import StackOutputs, deploy_stack
 
 from tests.support.aws import REGION, reset_moto, session
 

@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 import pytest
-from mailqueue.local.cfn import for_moto
+from mailqueue_local.cfn import for_moto
 
 RELAY_COMBINATIONS = [
     {"NatGateways": n, "InterfaceEndpoints": e, "EgressMode": "relay"}

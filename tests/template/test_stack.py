@@ -1,6 +1,6 @@
 """The template deployed into moto's CloudFormation, and the real handlers run on it.
 
-One stack per module (`mailqueue.local.cfn.deploy_stack`, the SAM template translated by
+One stack per module (`mailqueue_local.cfn.deploy_stack`, the SAM template translated by
 aws-sam-translator). The end-to-end run takes every name from the stack: the functions'
 environment is what CloudFormation resolved for them in moto's Lambda (plus the local
 endpoint), so a table, bucket, queue, key, index or variable the template and the code
@@ -23,20 +23,20 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from mailqueue.admin.service import admin_settings_from_env
-from mailqueue.aws.accounting import RequestCounter
-from mailqueue.aws.backend import AwsStorage
-from mailqueue.aws.clients import AwsClients, make_clients
-from mailqueue.aws.resources import create_resources
-from mailqueue.bounce import BounceSettings
-from mailqueue.config import StorageSettings, settings_from_env
-from mailqueue.delivery import DeliverySettings
-from mailqueue.eventlog import EventWriterSettings
-from mailqueue.ingress.settings import ingress_settings_from_env
-from mailqueue.local.cfn import MOTO_SKIPPED, StackOutputs, deploy_stack
-from mailqueue.local.runtime import LocalContext, SqsPoller
-from mailqueue.model import Envelope, MailRef, Recipient, utcnow
-from mailqueue.sweeper import SweeperSettings
+from mailqueue.backends.aws.accounting import RequestCounter
+from mailqueue.backends.aws.backend import AwsStorage
+from mailqueue.backends.aws.clients import AwsClients, make_clients
+from mailqueue.backends.aws.resources import create_resources
+from mailqueue.core.config import StorageSettings, settings_from_env
+from mailqueue.core.model import Envelope, MailRef, Recipient, utcnow
+from mailqueue.services.admin.service import admin_settings_from_env
+from mailqueue.services.bounce import BounceSettings
+from mailqueue.services.delivery import DeliverySettings
+from mailqueue.services.eventlog import EventWriterSettings
+from mailqueue.services.ingress.settings import ingress_settings_from_env
+from mailqueue.services.sweeper import SweeperSettings
+from mailqueue_local.cfn import MOTO_SKIPPED, StackOutputs, deploy_stack
+from mailqueue_local.runtime import LocalContext, SqsPoller
 
 from tests.support import factories as f
 from tests.support.aws import REGION, AwsEnv, reset_moto, session

@@ -16,16 +16,16 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from mailqueue.admin.service import AdminSettings
-from mailqueue.aws.resources import STATE_INDEX, TABLE_ATTRIBUTES, TABLE_KEYS
-from mailqueue.bounce import BounceSettings
-from mailqueue.config import StorageSettings
-from mailqueue.delivery import DeliverySettings
-from mailqueue.doctor import DoctorSettings
-from mailqueue.eventlog import EventWriterSettings
-from mailqueue.ingress.settings import IngressSettings
-from mailqueue.policy import RetryPolicy, backoff
-from mailqueue.sweeper import SweeperSettings
+from mailqueue.backends.aws.resources import STATE_INDEX, TABLE_ATTRIBUTES, TABLE_KEYS
+from mailqueue.core.config import StorageSettings
+from mailqueue.core.policy import RetryPolicy, backoff
+from mailqueue.outbound.doctor import DoctorSettings
+from mailqueue.services.admin.service import AdminSettings
+from mailqueue.services.bounce import BounceSettings
+from mailqueue.services.delivery import DeliverySettings
+from mailqueue.services.eventlog import EventWriterSettings
+from mailqueue.services.ingress.settings import IngressSettings
+from mailqueue.services.sweeper import SweeperSettings
 
 from tests.template.conftest import ROOT
 

@@ -1,0 +1,409 @@
+"""The ports in one process: queues, stores and workers without AWS.
+
+`MemoryQueue` keeps SQS's semantics that the services rely on (a message becomes visible
+at a time; a receive hides it behind a receipt for the visibility timeout; a re-arm
+moves it; a delete removes it; a stale receipt is refused), so the delivery and bounce
+services run on `FsStorage` exactly as they run on AWS. `Worker` is the event source
+mapping: a batch per call, the records that raised stay on the queue with the
+visibility the service set, the others are deleted.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from mailqueue.core.errors import NotFound
+from mailqueue.core.model import MailRef, Priority
+from mailqueue.core.ports import (
+    DeliveryPorts,
+    PollResult,  # one batch's outcome at an event source
+)
+from mailqueue.outbound.mtasts import MemoryPolicyCache
+from mailqueue.outbound.shaping import SiteState
+from mailqueue.outbound.suppression import Entry
+from mailqueue.outbound.suspensions import Scope, Suspension
+from mailqueue.services.bounce import BounceService, BounceStats, parse_ref
+from mailqueue.services.delivery import DeliveryService
+
+MAX_VISIBILITY = 12 * 3600  # as SQS: one re-arm hop at most
+
+
+def trigger_body(ref: MailRef) -> str:
+    """The message naming a group: the same JSON the AWS adapter sends."""
+    return json.dumps({"v": 1, **ref.to_json()}, separators=(",", ":"))
+
+
+@dataclass
+class _Message:
+    id: str
+    body: str
+    visible_at: float
+    receipt: str | None = None
+    receives: int = 0
+
+
+@dataclass(frozen=True)
+class Received:
+    message_id: str
+    receipt_handle: str
+    body: str
+
+
+class MemoryQueue:
+    """A queue in one process (thread-safe), on the monotonic clock."""
+
+    def __init__(
+        self,
+        visibility_timeout: float = 60.0,
+        *,
+        max_delay: int = 900,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.visibility_timeout = visibility_timeout
+        self.max_delay = max_delay
+        self.clock = clock
+        self._messages: dict[str, _Message] = {}
+        self._lock = threading.Lock()
+        self.sent = 0
+        self.rearms = 0  # visibility changes (the delivery path's re-arms)
+
+    def send(self, body: str, delay_seconds: int = 0) -> str:
+        delay = max(0, min(self.max_delay, delay_seconds))
+        mid = secrets.token_hex(8)
+        with self._lock:
+            self._messages[mid] = _Message(mid, body, self.clock() + delay)
+            self.sent += 1
+        return mid
+
+    def receive(self, max_messages: int = 10) -> list[Received]:
+        now = self.clock()
+        out: list[Received] = []
+        with self._lock:
+            due = sorted(
+                (m for m in self._messages.values() if m.visible_at <= now),
+                key=lambda m: m.visible_at,
+            )
+            for m in due[:max_messages]:
+                m.receipt = secrets.token_hex(12)
+                m.receives += 1
+                m.visible_at = now + self.visibility_timeout
+                out.append(Received(m.id, m.receipt, m.body))
+        return out
+
+    def _by_receipt(self, receipt_handle: str) -> _Message:
+        for m in self._messages.values():
+            if m.receipt == receipt_handle:
+                return m
+        raise NotFound("receipt handle is no longer valid")
+
+    def change_visibility(self, receipt_handle: str, seconds: float) -> None:
+        with self._lock:
+            m = self._by_receipt(receipt_handle)
+            if m.visible_at <= self.clock():  # visible again: the receipt has lapsed
+                raise NotFound("message not in flight")
+            m.visible_at = self.clock() + max(0.0, min(MAX_VISIBILITY, seconds))
+            self.rearms += 1
+
+    def delete(self, receipt_handle: str) -> None:
+        with self._lock:
+            try:
+                m = self._by_receipt(receipt_handle)
+            except NotFound:
+                return  # as SQS: deleting with a stale receipt is not an error
+            del self._messages[m.id]
+
+    def visible(self) -> int:
+        now = self.clock()
+        with self._lock:
+            return sum(1 for m in self._messages.values() if m.visible_at <= now)
+
+    def invisible(self) -> int:
+        now = self.clock()
+        with self._lock:
+            return sum(1 for m in self._messages.values() if m.visible_at > now)
+
+    def make_visible(self) -> int:
+        """Every message visible now (a test's stand-in for time passing); how many."""
+        now = self.clock()
+        with self._lock:
+            for m in self._messages.values():
+                m.visible_at = min(m.visible_at, now)
+            return len(self._messages)
+
+
+class QueueTriggers:
+    """`Triggers` on a `MemoryQueue`: one queue for every priority (one process has
+    one worker; the priorities' separate consumers are an AWS matter)."""
+
+    def __init__(self, queue: MemoryQueue) -> None:
+        self.queue = queue
+
+    def post(
+        self,
+        refs: Sequence[MailRef],
+        delay_seconds: int = 0,
+        *,
+        priority: Priority = Priority.TRANSACTIONAL,
+    ) -> None:
+        for ref in refs:
+            self.queue.send(trigger_body(ref), delay_seconds)
+
+    def queue_of(self, source: str | None) -> str | None:
+        return None
+
+    def rearm(self, receipt_handle: str, delay_seconds: int, *, queue: str | None = None) -> None:
+        self.queue.change_visibility(receipt_handle, delay_seconds)
+
+
+class QueueBounces:
+    """`BounceHandoff` on a `MemoryQueue`."""
+
+    def __init__(self, queue: MemoryQueue) -> None:
+        self.queue = queue
+
+    def post(self, refs: Sequence[MailRef]) -> None:
+        for ref in refs:
+            self.queue.send(trigger_body(ref))
+
+
+# ----------------------------------------------------------------------------- stores
+
+
+class MemorySuppressionStore:
+    """`SuppressionStore` in a dict."""
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self._items: dict[str, Entry] = {}
+        self._lock = threading.Lock()
+
+    def get_many(self, addresses: Sequence[str]) -> dict[str, Entry]:
+        with self._lock:
+            self.requests += 1
+            return {a: self._items[a] for a in addresses if a in self._items}
+
+    def put_many(self, entries: Sequence[Entry]) -> None:
+        with self._lock:
+            self.requests += 1
+            for e in entries:
+                self._items[e.address] = e
+
+    def delete(self, address: str) -> Entry | None:
+        with self._lock:
+            self.requests += 1
+            return self._items.pop(address, None)
+
+    def page(self, cursor: str | None, limit: int) -> tuple[list[Entry], str | None]:
+        with self._lock:
+            self.requests += 1
+            keys = sorted(self._items)
+            start = int(cursor) if cursor else 0
+            chunk = [self._items[k] for k in keys[start : start + limit]]
+            more = start + limit < len(keys)
+            return chunk, (str(start + limit) if more else None)
+
+
+class MemorySuspensionStore:
+    """`SuspensionStore` in a dict."""
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self._items: dict[tuple[str, str], Suspension] = {}
+        self._lock = threading.Lock()
+
+    def all(self) -> list[Suspension]:
+        with self._lock:
+            self.requests += 1
+            return list(self._items.values())
+
+    def put(self, s: Suspension) -> None:
+        with self._lock:
+            self.requests += 1
+            self._items[(s.scope, s.target)] = s
+
+    def delete(self, scope: Scope, target: str) -> Suspension | None:
+        with self._lock:
+            self.requests += 1
+            return self._items.pop((scope, target), None)
+
+
+class MemoryShapingStore:
+    """`ShapingStore` in a dict: the same compare-and-set on `version`."""
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self._items: dict[str, SiteState] = {}
+        self._lock = threading.Lock()
+
+    def load(self, site: str) -> SiteState:
+        with self._lock:
+            self.requests += 1
+            return self._items.get(site, SiteState())
+
+    def save(self, site: str, state: SiteState, expected_version: int) -> SiteState | None:
+        with self._lock:
+            self.requests += 1
+            current = self._items.get(site, SiteState())
+            if current.version != expected_version:
+                return current
+            self._items[site] = replace(state, version=expected_version + 1)
+            return None
+
+
+@dataclass
+class InProcess:
+    """The delivery and bounce queues and the stores delivery needs, in this process."""
+
+    delivery: MemoryQueue
+    bounce: MemoryQueue
+    suppression: MemorySuppressionStore
+    suspensions: MemorySuspensionStore
+    shaping: MemoryShapingStore
+    mta_sts_cache: MemoryPolicyCache
+
+    @classmethod
+    def new(cls, visibility_timeout: float = 60.0) -> InProcess:
+        return cls(
+            MemoryQueue(visibility_timeout),
+            MemoryQueue(visibility_timeout),
+            MemorySuppressionStore(),
+            MemorySuspensionStore(),
+            MemoryShapingStore(),
+            MemoryPolicyCache(),
+        )
+
+    @property
+    def triggers(self) -> QueueTriggers:
+        return QueueTriggers(self.delivery)
+
+    @property
+    def bounces(self) -> QueueBounces:
+        return QueueBounces(self.bounce)
+
+    def delivery_ports(self) -> DeliveryPorts:
+        return DeliveryPorts(
+            triggers=self.triggers,
+            suspensions=self.suspensions,
+            suppression=self.suppression,
+            mta_sts_cache=self.mta_sts_cache,
+            shaping=self.shaping,
+        )
+
+
+# ----------------------------------------------------------------------------- workers
+
+
+BatchHandler = Callable[[list[Received], Callable[[], float]], set[str]]
+
+
+class Worker:
+    """An event source mapping in one process: queue → batch handler → deletes.
+
+    The handler returns the ids of the records that failed; they stay on the queue (with
+    the visibility the service gave them), the rest are deleted. A handler that raises
+    fails the whole batch, as a crashed Lambda invocation does.
+    """
+
+    def __init__(
+        self,
+        queue: MemoryQueue,
+        handler: BatchHandler,
+        *,
+        batch_size: int = 10,
+        timeout_seconds: float = 300.0,
+    ) -> None:
+        self.queue = queue
+        self.handler = handler
+        self.batch_size = batch_size
+        self.timeout_seconds = timeout_seconds
+
+    def poll_once(self) -> PollResult:
+        records = self.queue.receive(self.batch_size)
+        if not records:
+            return PollResult(0, 0, 0, [])
+        started = time.monotonic()
+        receipts = [r.receipt_handle for r in records]
+
+        def time_left() -> float:
+            return max(0.0, self.timeout_seconds - (time.monotonic() - started))
+
+        try:
+            failed = self.handler(records, time_left)
+        except Exception as e:  # noqa: BLE001 - a crashed invocation: nothing is deleted
+            return PollResult(len(records), len(records), 0, receipts, e)
+        done = [r for r in records if r.message_id not in failed]
+        for r in done:
+            self.queue.delete(r.receipt_handle)
+        return PollResult(len(records), len(records) - len(done), len(done), receipts)
+
+
+def delivery_handler(service: DeliveryService, *, reserve: float = 5.0) -> BatchHandler:
+    """One invocation per batch, one `Invocation.handle` per record (as the Lambda)."""
+
+    def handle(records: list[Received], time_left: Callable[[], float]) -> set[str]:
+        failed: set[str] = set()
+        with service.invocation(lambda: time_left() - reserve) as inv:
+            for r in records:
+                try:
+                    inv.handle(r.body, r.receipt_handle)
+                except Exception:  # noqa: BLE001 - KeepMessage and errors alike: kept
+                    failed.add(r.message_id)
+        return failed
+
+    return handle
+
+
+def bounce_handler(service: BounceService, stats: BounceStats | None = None) -> BatchHandler:
+    """All of a mail's pending reports in one DSN per kind (as the Lambda)."""
+
+    def handle(records: list[Received], time_left: Callable[[], float]) -> set[str]:
+        failed: set[str] = set()
+        done: set[str] = set()
+        st = stats or BounceStats()
+        for r in records:
+            try:
+                mail_id = parse_ref(r.body).mail_id
+                if mail_id not in done:
+                    service.handle_mail(mail_id, st)
+                    done.add(mail_id)
+            except Exception:  # noqa: BLE001 - kept for the next receive
+                failed.add(r.message_id)
+        return failed
+
+    return handle
+
+
+def bodies(queue: MemoryQueue) -> list[dict[str, Any]]:
+    """Receive and delete every visible message; their JSON bodies (tests, tools)."""
+    out: list[dict[str, Any]] = []
+    while True:
+        got = queue.receive(10)
+        if not got:
+            return out
+        for r in got:
+            out.append(json.loads(r.body))
+            queue.delete(r.receipt_handle)
+
+
+__all__ = [
+    "InProcess",
+    "MemoryQueue",
+    "MemoryShapingStore",
+    "MemorySuppressionStore",
+    "MemorySuspensionStore",
+    "PollResult",
+    "QueueBounces",
+    "QueueTriggers",
+    "Received",
+    "Worker",
+    "bodies",
+    "bounce_handler",
+    "delivery_handler",
+    "trigger_body",
+]

@@ -1,0 +1,148 @@
+"""`mailqueue suppression ...`: the suppression list through the admin API (or --local).
+
+mailqueue suppression list [--all] [--expired]   entries (one page, or every page)
+mailqueue suppression show ADDRESS               one entry (exit 1 if not suppressed)
+mailqueue suppression add ADDRESS... [--reason TEXT] [--ttl-days N]
+mailqueue suppression remove ADDRESS...
+mailqueue suppression import FILE [--ttl-days N] lines "address[,reason]" or JSON lines
+                                                 {"address", "reason"} (- for stdin)
+mailqueue suppression export                     every active entry as JSON lines
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import urllib.parse
+from collections.abc import Iterator
+from typing import Any, TextIO
+
+__all__ = ["add_parser", "cmd_suppression"]
+
+_IMPORT_BATCH = 1000  # the API's limit per POST
+
+
+def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "suppression",
+        parents=[common],
+        help="the suppression list: list, show, add, remove, import, export",
+    )
+    ops = p.add_subparsers(dest="op", required=True, metavar="OP")
+    q = ops.add_parser("list", parents=[common], help="entries, one page (--all: every page)")
+    q.add_argument("--all", action="store_true", help="follow every page")
+    q.add_argument("--expired", action="store_true", help="include expired entries")
+    q.add_argument("--limit", type=int, default=100)
+    q.add_argument("--cursor")
+    q = ops.add_parser("show", parents=[common], help="one address")
+    q.add_argument("address")
+    q = ops.add_parser("add", parents=[common], help="suppress addresses")
+    q.add_argument("addresses", nargs="+", metavar="ADDRESS")
+    q.add_argument("--reason", default="added by an operator")
+    q.add_argument("--ttl-days", type=float)
+    q = ops.add_parser("remove", aliases=["rm"], parents=[common], help="unsuppress addresses")
+    q.add_argument("addresses", nargs="+", metavar="ADDRESS")
+    q = ops.add_parser("import", parents=[common], help="add entries from a file")
+    q.add_argument("file", help='lines "address[,reason]" or JSON lines; - for stdin')
+    q.add_argument("--ttl-days", type=float)
+    ops.add_parser("export", parents=[common], help="every active entry, JSON lines")
+
+
+def _path(address: str) -> str:
+    return "/v1/queue/suppressions/" + urllib.parse.quote(address, safe="@")
+
+
+def _pages(c: Any, query: dict[str, str]) -> Iterator[dict[str, Any]]:
+    from mailqueue.cli.common import _ok
+
+    while True:
+        doc = _ok(c.request("GET", "/v1/queue/suppressions", query))
+        yield from doc.get("items", [])
+        if not doc.get("cursor"):
+            return
+        query = {**query, "cursor": doc["cursor"]}
+
+
+def _line(e: dict[str, Any]) -> str:
+    src = f" mail {e['source']}" if e.get("source") else ""
+    who = f" by {e['actor']}" if e.get("actor") else ""
+    return (
+        f"{e['address']:<40} until {e['expires_at']}  since {e['added_at']}{who}{src}"
+        f"  {e.get('reason') or ''}\n"
+    )
+
+
+def _entries(stream: TextIO) -> Iterator[dict[str, Any]]:
+    from mailqueue.cli.common import CliError
+
+    for n, raw in enumerate(stream, 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("{"):
+            try:
+                doc = json.loads(line)
+            except ValueError:
+                raise CliError(f"line {n}: not JSON") from None
+            if not isinstance(doc, dict) or not isinstance(doc.get("address"), str):
+                raise CliError(f"line {n}: a JSON line needs an address")
+            yield {"address": doc["address"], "reason": doc.get("reason") or "imported"}
+        else:
+            address, _, reason = line.partition(",")
+            yield {"address": address.strip(), "reason": reason.strip() or "imported"}
+
+
+def cmd_suppression(c: Any, ns: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from mailqueue.cli.common import EXIT_OK, _ok, _refusal
+
+    if ns.op == "list":
+        query = {"limit": str(ns.limit)}
+        if ns.expired:
+            query["all"] = "true"
+        if ns.cursor:
+            query["cursor"] = ns.cursor
+        if ns.all:
+            items = list(_pages(c, query))
+            cursor = None
+        else:
+            doc = _ok(c.request("GET", "/v1/queue/suppressions", query))
+            items, cursor = doc.get("items", []), doc.get("cursor")
+        for e in items:
+            out.write(json.dumps(e) + "\n" if ns.json else _line(e))
+        if cursor and not ns.quiet:
+            err.write(f"more: --cursor {cursor}\n")
+        return EXIT_OK
+    if ns.op == "export":
+        for e in _pages(c, {"limit": "1000"}):
+            out.write(json.dumps(e) + "\n")
+        return EXIT_OK
+    if ns.op == "show":
+        e = _ok(c.request("GET", _path(ns.address)))
+        out.write(json.dumps(e) + "\n" if ns.json else _line(e))
+        return EXIT_OK
+    if ns.op in ("remove", "rm"):
+        for a in ns.addresses:
+            doc = _ok(c.request("DELETE", _path(a)))
+            if not ns.quiet:
+                out.write(f"removed {doc['removed']['address']}\n")
+        return EXIT_OK
+    extra = {"ttl_days": ns.ttl_days} if ns.ttl_days is not None else {}
+    if ns.op == "add":
+        entries = [{"address": a, "reason": ns.reason} for a in ns.addresses]
+    else:  # import
+        if ns.file == "-":
+            entries = list(_entries(sys.stdin))
+        else:
+            with open(ns.file, encoding="utf-8") as f:
+                entries = list(_entries(f))
+    added = 0
+    for i in range(0, len(entries), _IMPORT_BATCH):
+        body = {"entries": entries[i : i + _IMPORT_BATCH], **extra}
+        status, doc, _ = c.request("POST", "/v1/queue/suppressions", body=body)
+        if status != 200:
+            raise _refusal(status, doc)
+        added += int(doc.get("added", 0))
+    if not ns.quiet:
+        out.write(f"suppressed {added} address(es)\n")
+    return EXIT_OK

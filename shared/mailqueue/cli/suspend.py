@@ -1,0 +1,78 @@
+"""`mailqueue suspend | resume | suspensions`: operator suspensions through the admin API.
+
+mailqueue suspend (--site S | --domain D | --sender-domain D) --for 2h [--reason TEXT]
+mailqueue resume  (--site S | --domain D | --sender-domain D)
+mailqueue suspensions [--expired]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import urllib.parse
+from typing import Any, TextIO
+
+__all__ = ["COMMANDS", "add_parsers"]
+
+
+def _target(p: argparse.ArgumentParser) -> None:
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--site", help="a shaping site (e.g. google, mx:mx1.example.net)")
+    g.add_argument("--domain", help="a recipient domain")
+    g.add_argument("--sender-domain", dest="sender_domain", help="an envelope sender domain")
+
+
+def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser("suspend", parents=[common], help="stop delivery to/from X for a while")
+    _target(p)
+    p.add_argument("--for", dest="duration", required=True, help="30m, 2h, 1d (at most 30d)")
+    p.add_argument("--reason", default="")
+    p = sub.add_parser("resume", parents=[common], help="end a suspension now")
+    _target(p)
+    p = sub.add_parser("suspensions", parents=[common], help="active suspensions")
+    p.add_argument("--expired", action="store_true", help="include expired ones")
+
+
+def _scope(ns: argparse.Namespace) -> tuple[str, str]:
+    for scope in ("site", "domain", "sender_domain"):
+        value = getattr(ns, scope, None)
+        if value:
+            return scope, value
+    raise AssertionError("argparse requires one")
+
+
+def _line(s: dict[str, Any]) -> str:
+    who = f" by {s['actor']}" if s.get("actor") else ""
+    return f"{s['scope']:<13} {s['target']:<32} until {s['until']}{who}  {s.get('reason') or ''}\n"
+
+
+def cmd_suspend(c: Any, ns: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from mailqueue.cli.common import EXIT_OK, _ok
+
+    scope, target = _scope(ns)
+    body = {"scope": scope, "target": target, "duration": ns.duration, "reason": ns.reason}
+    doc = _ok(c.request("POST", "/v1/queue/suspensions", body=body))
+    out.write(json.dumps(doc) + "\n" if ns.json else "suspended " + _line(doc))
+    return EXIT_OK
+
+
+def cmd_resume(c: Any, ns: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from mailqueue.cli.common import EXIT_OK, _ok
+
+    scope, target = _scope(ns)
+    path = f"/v1/queue/suspensions/{scope}/{urllib.parse.quote(target, safe='')}"
+    doc = _ok(c.request("DELETE", path))
+    out.write(json.dumps(doc) + "\n" if ns.json else "resumed " + _line(doc["resumed"]))
+    return EXIT_OK
+
+
+def cmd_suspensions(c: Any, ns: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from mailqueue.cli.common import EXIT_OK, _ok
+
+    query = {"all": "true"} if ns.expired else {}
+    for s in _ok(c.request("GET", "/v1/queue/suspensions", query)).get("items", []):
+        out.write(json.dumps(s) + "\n" if ns.json else _line(s))
+    return EXIT_OK
+
+
+COMMANDS = {"suspend": cmd_suspend, "resume": cmd_resume, "suspensions": cmd_suspensions}

@@ -1,0 +1,139 @@
+"""Typed settings, validated at start. Explicit arguments beat environment variables.
+
+Nothing here reads the environment at import time: `from_env` is called by a handler's
+factory, once per container, and tests pass values explicitly.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any, TypeVar
+
+from mailqueue.core.errors import MailqueueError
+
+T = TypeVar("T")
+
+
+class ConfigError(MailqueueError):
+    """A setting is missing or invalid: the function refuses to start."""
+
+
+def _coerce(value: str, typ: Any) -> Any:
+    if typ in (int, "int"):
+        return int(value)
+    if typ in (float, "float"):
+        return float(value)
+    if typ in (bool, "bool"):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    return value
+
+
+def settings_from_env(
+    cls: type[T],
+    prefix: str = "MQ_",
+    env: Mapping[str, str] | None = None,
+    **explicit: Any,
+) -> T:
+    """Build a settings dataclass: explicit kwargs first, then `<prefix><FIELD>` variables."""
+    source = os.environ if env is None else env
+    kwargs: dict[str, Any] = {}
+    for f in fields(cls):  # type: ignore[arg-type]
+        if f.name in explicit and explicit[f.name] is not None:
+            kwargs[f.name] = explicit[f.name]
+            continue
+        raw = source.get(prefix + f.name.upper())
+        if raw is not None and raw != "":
+            try:
+                kwargs[f.name] = _coerce(
+                    raw, f.type if not isinstance(f.type, str) else f.type.split(" ")[0]
+                )
+            except ValueError as e:
+                raise ConfigError(f"{prefix}{f.name.upper()}: {e}") from e
+    try:
+        return cls(**kwargs)
+    except TypeError as e:
+        raise ConfigError(f"{cls.__name__}: {e}") from e
+
+
+@dataclass(frozen=True, slots=True)
+class StorageSettings:
+    table: str
+    bucket: str
+    delivery_queue_url: str
+    bounce_queue_url: str
+    region: str | None = None
+    endpoint_url: str | None = None  # moto / local stack only
+    content_prefix: str = "content/"
+    max_size: int = 40 * 1024 * 1024
+    max_recipients: int = 1000
+    group_recipient_limit: int = 50  # recipients per SMTP transaction, as Postfix's default
+    lease_seconds: int = 360
+    done_ttl_seconds: int = 7 * 86400  # DynamoDB TTL backstop on finished items
+    history_limit: int = 10
+    idempotency_scope: str = "default"
+    idempotency_ttl_seconds: int = 7 * 86400  # how long a key outlives its mail (tombstone)
+    max_delay_seconds: int = 900  # SQS DelaySeconds cap; a shorter cap only adds re-arms
+    max_unrecorded_claims: int = 5  # claims with no result recorded before a group is held
+    # Content whose zlib form is at most this many bytes is stored in the mail item
+    # (DynamoDB, 3 AZs before the write returns) instead of S3: up to 4 KB its put and
+    # delete (2 WRU per KB at $0.625/M) cost less than one S3 PUT ($5/M) and GETs
+    # (docs/benchmarks.md, "Content in the mail item"). 0: always S3.
+    inline_content_max_bytes: int = 4096
+    # A one-group mail (most mail) without an idempotency key whose content is inline and
+    # whose whole group item, content included, is at most this many bytes at enqueue is
+    # stored as that one item ("solo"): no mail item to put and delete, no read for the
+    # content (the claim returns it), and a finished solo group leaves the state index at
+    # once (TTL backstop). Cheaper only while the claimed item stays within one write unit
+    # (the lease adds ~110 bytes): 1024 - 128 (docs/benchmarks.md, "Solo mails";
+    # tests/test_solo.py derives it). 0: always a mail item.
+    solo_item_max_bytes: int = 896
+    # A finished solo mail's item (its content already dropped by the result) is left to
+    # DynamoDB's TTL, which deletes it for free within days, instead of a DeleteItem (one
+    # write unit). True: delete it at once.
+    solo_delete: bool = False
+    # the bulk delivery path (template: BulkDeliveryQueue); "" = bulk mail shares the
+    # delivery queue (one path, as before priorities)
+    bulk_delivery_queue_url: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("table", "bucket", "delivery_queue_url", "bounce_queue_url"):
+            if not getattr(self, name):
+                raise ConfigError(f"{name} is required")
+        if not 1 <= self.group_recipient_limit <= 200:
+            raise ConfigError("group_recipient_limit must be within 1..200")
+        if self.max_unrecorded_claims < 2:
+            raise ConfigError("max_unrecorded_claims must be at least 2")
+        if self.lease_seconds < 10:
+            raise ConfigError("lease_seconds must be at least 10")
+        if self.max_size <= 0 or self.max_recipients <= 0:
+            raise ConfigError("max_size and max_recipients must be positive")
+        if not 0 <= self.inline_content_max_bytes <= 65536:
+            raise ConfigError("inline_content_max_bytes must be within 0..65536")
+        if not 0 <= self.solo_item_max_bytes <= 65536:
+            raise ConfigError("solo_item_max_bytes must be within 0..65536")
+        if not self.content_prefix.endswith("/"):
+            raise ConfigError("content_prefix must end with '/'")
+        if self.bulk_delivery_queue_url and self.bulk_delivery_queue_url in (
+            self.delivery_queue_url,
+            self.bounce_queue_url,
+        ):
+            raise ConfigError("bulk_delivery_queue_url must be a queue of its own")
+
+    def queue_url(self, priority: str) -> str:
+        """The delivery queue of a priority (`mailqueue.core.model.Priority`)."""
+        if priority == "bulk" and self.bulk_delivery_queue_url:
+            return self.bulk_delivery_queue_url
+        return self.delivery_queue_url
+
+    def queue_for_source(self, source_arn: str | None) -> str | None:
+        """The delivery queue an SQS record came from (its eventSourceARN names the queue;
+        the URL ends with the same name), so its receipt handle is used on that queue."""
+        if not source_arn:
+            return None
+        name = source_arn.rsplit(":", 1)[-1]
+        for url in (self.delivery_queue_url, self.bulk_delivery_queue_url):
+            if url and url.rstrip("/").rsplit("/", 1)[-1] == name:
+                return url
+        return None

@@ -1,0 +1,776 @@
+"""Traffic shaping: sites (MX rollup), per-site limits shared by every worker, backoff.
+
+Why: with up to 20 delivery invocations at once, a queue that sends as fast as Lambda
+scales gets throttled, then blocked, by the big mailbox providers. Every worker shares
+one state item per *site* (a set of recipient domains served by the same MX hosts, or a
+named provider) through a small port (:class:`ShapingStore`); the DynamoDB adapter is
+``mailqueue.backends.aws.shaping_store``. Decisions are pure functions (:func:`gcra`,
+:func:`admit`, :func:`apply_action`) so they can be property-tested; :class:`Shaper`
+holds the per-container caches (sites, token blocks, known suspensions) and does the
+read-modify-write loop with conditional writes.
+
+Rules are data: ``data/shaping.json`` (providers, limits) and ``data/backoff.json``
+(reply rules), overridable per deployment (see docs/operations.md, "Traffic shaping").
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+import logging
+import math
+import random
+import re
+import secrets
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from mailqueue.core.config import ConfigError
+from mailqueue.core.model import Result
+
+log = logging.getLogger(__name__)
+
+_EPS = 1e-6  # a microsecond: float rounding at epoch-second magnitudes is ~1e-7
+
+
+class RulesError(ConfigError):
+    """A shaping or backoff rules file is invalid: the function refuses to start."""
+
+
+# ----------------------------------------------------------------------------- durations
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(value: Any, where: str) -> float:
+    """Seconds from a number or a string such as "500ms", "10s", "5m", "1h", "1d"."""
+    if isinstance(value, bool):
+        raise RulesError(f"{where}: expected a duration, got {value!r}")
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str):
+        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*", value)
+        if not m:
+            raise RulesError(f"{where}: {value!r} is not a duration (e.g. 30s, 5m, 1h)")
+        seconds = float(m.group(1)) * _UNITS[m.group(2) or "s"]
+    else:
+        raise RulesError(f"{where}: expected a duration, got {type(value).__name__}")
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise RulesError(f"{where}: a duration must be positive")
+    return seconds
+
+
+def _int(d: Mapping[str, Any], key: str, where: str, lo: int, hi: int) -> int | None:
+    v = d.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+        raise RulesError(f"{where}.{key}: expected an integer within {lo}..{hi}, got {v!r}")
+    return v
+
+
+def _number(d: Mapping[str, Any], key: str, where: str, lo: float, hi: float) -> float | None:
+    v = d.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int | float) or not lo <= v <= hi:
+        raise RulesError(f"{where}.{key}: expected a number within {lo}..{hi}, got {v!r}")
+    return float(v)
+
+
+def _only(d: Any, allowed: Iterable[str], where: str) -> Mapping[str, Any]:
+    if not isinstance(d, dict):
+        raise RulesError(f"{where}: expected an object")
+    unknown = set(d) - set(allowed)
+    if unknown:
+        raise RulesError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
+    return d
+
+
+# ----------------------------------------------------------------------------- limits
+
+
+@dataclass(frozen=True, slots=True)
+class Rate:
+    """At most `messages` per `per` seconds on average, `burst` of them at once (GCRA)."""
+
+    messages: int
+    per: float
+    burst: int
+
+    @property
+    def key(self) -> str:
+        return f"{self.messages}/{self.per:g}"
+
+    def interval(self, scale: float = 1.0) -> float:
+        """Seconds between two messages at this rate, scaled down by `scale` (0 < s <= 1)."""
+        return self.per / (self.messages * scale)
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What one site may take, shared by every worker. None: no limit of that kind."""
+
+    max_connections: int | None = None
+    rates: tuple[Rate, ...] = ()
+    max_recipients_per_transaction: int | None = None
+    max_messages_per_connection: int | None = None
+    block: int = 5  # tokens taken per write; capped at half the smallest burst
+    connection_wait: float = 5.0  # re-arm after this when every connection slot is taken
+    slowdown_floor: float = 0.05  # a slowdown never scales the rates below this
+    recover_after: float = 300.0  # quiet seconds before each step back up
+    recover_step: float = 2.0  # each step multiplies the scale by this (up to 1)
+
+    @property
+    def limited(self) -> bool:
+        return bool(self.rates) or self.max_connections is not None
+
+    @property
+    def block_size(self) -> int:
+        """At most half the smallest burst: a block needs that much room in the bucket,
+        and with no slack left every moment between refill and take would be lost."""
+        return max(1, min([self.block, *(r.burst // 2 for r in self.rates)]))
+
+    @property
+    def block_ttl(self) -> float:
+        """Tokens of a block not used within this long are dropped: it bounds the excess
+        over the GCRA guarantee to one block whatever the number of workers."""
+        if not self.rates:
+            return 0.0
+        return min(r.interval() for r in self.rates) * self.block_size
+
+
+_LIMIT_FIELDS = (
+    "max_connections",
+    "rates",
+    "max_recipients_per_transaction",
+    "max_messages_per_connection",
+    "block",
+    "connection_wait",
+    "slowdown_floor",
+    "recover_after",
+    "recover_step",
+)
+
+
+def _limits(d: Any, where: str, base: Limits | None = None) -> Limits:
+    d = _only(d, _LIMIT_FIELDS, where)
+    out = base or Limits()
+    kw: dict[str, Any] = {}
+    for name, lo, hi in (
+        ("max_connections", 1, 10_000),
+        ("max_recipients_per_transaction", 1, 1000),
+        ("max_messages_per_connection", 1, 100_000),
+        ("block", 1, 1000),
+    ):
+        v = _int(d, name, where, lo, hi)
+        if v is not None:
+            kw[name] = v
+    for name in ("connection_wait", "recover_after"):
+        if name in d:
+            kw[name] = parse_duration(d[name], f"{where}.{name}")
+    floor = _number(d, "slowdown_floor", where, 0.001, 1.0)
+    if floor is not None:
+        kw["slowdown_floor"] = floor
+    step = _number(d, "recover_step", where, 1.01, 100.0)
+    if step is not None:
+        kw["recover_step"] = step
+    if "rates" in d:
+        if not isinstance(d["rates"], list):
+            raise RulesError(f"{where}.rates: expected a list")
+        rates = []
+        for i, r in enumerate(d["rates"]):
+            w = f"{where}.rates[{i}]"
+            r = _only(r, ("messages", "per", "burst"), w)
+            messages = _int(r, "messages", w, 1, 10_000_000)
+            if messages is None or "per" not in r:
+                raise RulesError(f"{w}: needs messages and per (e.g. 20 per 1s)")
+            burst = _int(r, "burst", w, 1, 100_000) or 1
+            rates.append(Rate(messages, parse_duration(r["per"], f"{w}.per"), burst))
+        if len({r.key for r in rates}) != len(rates):
+            raise RulesError(f"{where}.rates: two rates over the same period and count")
+        kw["rates"] = tuple(rates)
+    return replace(out, **kw)
+
+
+@dataclass(frozen=True, slots=True)
+class Provider:
+    site: str
+    patterns: tuple[str, ...]
+
+    def matches(self, host: str) -> bool:
+        h = host.lower().rstrip(".")
+        return any(fnmatch.fnmatchcase(h, p) for p in self.patterns)
+
+
+_SITE_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+
+
+@dataclass(frozen=True, slots=True)
+class ShapingRules:
+    """Providers by MX pattern, default limits, limits per site, site cache TTL."""
+
+    providers: tuple[Provider, ...] = ()
+    default: Limits = Limits()
+    sites: Mapping[str, Limits] = field(default_factory=dict)
+    site_ttl: float = 3600.0
+
+    def limits_for(self, site: str) -> Limits:
+        return self.sites.get(site, self.default)
+
+    @classmethod
+    def from_json(cls, text: str, source: str = "shaping rules") -> ShapingRules:
+        try:
+            doc = json.loads(text)
+        except ValueError as e:
+            raise RulesError(f"{source}: not JSON: {e}") from e
+        doc = _only(doc, ("version", "site_ttl", "providers", "default", "sites"), source)
+        if doc.get("version") != 1:
+            raise RulesError(f"{source}.version: must be 1")
+        providers = []
+        seen: set[str] = set()
+        for i, p in enumerate(doc.get("providers") or []):
+            w = f"{source}.providers[{i}]"
+            p = _only(p, ("site", "mx"), w)
+            site = p.get("site")
+            if not isinstance(site, str) or not _SITE_NAME.match(site):
+                raise RulesError(f"{w}.site: a lower-case name ([a-z0-9._-], up to 63)")
+            if site in seen:
+                raise RulesError(f"{w}.site: {site!r} is named twice")
+            seen.add(site)
+            mx = p.get("mx")
+            if not isinstance(mx, list) or not mx or not all(isinstance(x, str) for x in mx):
+                raise RulesError(f"{w}.mx: a non-empty list of host patterns")
+            providers.append(Provider(site, tuple(x.lower().rstrip(".") for x in mx)))
+        default = _limits(doc.get("default") or {}, f"{source}.default")
+        sites: dict[str, Limits] = {}
+        raw_sites = doc.get("sites") or {}
+        if not isinstance(raw_sites, dict):
+            raise RulesError(f"{source}.sites: expected an object")
+        for name, d in raw_sites.items():
+            sites[name] = _limits(d, f"{source}.sites.{name}", default)
+        ttl = parse_duration(doc.get("site_ttl", 3600), f"{source}.site_ttl")
+        return cls(tuple(providers), default, sites, ttl)
+
+    def site_of(self, hosts: Iterable[str]) -> str:
+        """The site of a destination from its MX (or relay) host names: the first
+        provider one of them matches, else the set of hosts itself (same MX set, same
+        site). Long sets are hashed to keep the key short."""
+        names = sorted({h.lower().rstrip(".") for h in hosts if h})
+        for p in self.providers:
+            if any(p.matches(h) for h in names):
+                return p.site
+        joined = ",".join(names)
+        if len(joined) <= 120:
+            return "mx:" + joined
+        return "mx:" + hashlib.sha256(joined.encode()).hexdigest()[:24]
+
+
+# ----------------------------------------------------------------------------- backoff rules
+
+ActionKind = Literal["suspend", "slowdown", "reclassify"]
+
+
+@dataclass(frozen=True, slots=True)
+class BackoffRule:
+    """Match an SMTP reply (code, enhanced status, text) at some sites; act on the site."""
+
+    id: str
+    sites: tuple[str, ...]  # empty: every site
+    codes: tuple[int, ...]  # empty: any code
+    status: re.Pattern[str] | None
+    text: re.Pattern[str] | None
+    suspend: float | None = None  # seconds
+    slowdown: float | None = None  # multiply the site's rates by this (0 < f < 1)
+    reclassify: str | None = None  # a permanent reply becomes this temporary status
+
+    def matches(self, site: str, r: Result) -> bool:
+        if r.code == 0:  # our own verdicts (connect failures...) are not replies
+            return False
+        if self.sites and not any(fnmatch.fnmatchcase(site, s) for s in self.sites):
+            return False
+        if self.codes and r.code not in self.codes:
+            return False
+        if self.status is not None and not self.status.fullmatch(r.status):
+            return False
+        return not (self.text is not None and not self.text.search(r.text))
+
+    @property
+    def actions(self) -> tuple[ActionKind, ...]:
+        out: list[ActionKind] = []
+        if self.suspend:
+            out.append("suspend")
+        if self.slowdown:
+            out.append("slowdown")
+        if self.reclassify:
+            out.append("reclassify")
+        return tuple(out)
+
+
+def _regex(d: Mapping[str, Any], key: str, where: str) -> re.Pattern[str] | None:
+    v = d.get(key)
+    if v is None:
+        return None
+    if not isinstance(v, str):
+        raise RulesError(f"{where}.{key}: expected a regular expression string")
+    try:
+        return re.compile(v)
+    except re.error as e:
+        raise RulesError(f"{where}.{key}: bad regular expression: {e}") from e
+
+
+@dataclass(frozen=True, slots=True)
+class BackoffRules:
+    rules: tuple[BackoffRule, ...] = ()
+
+    def match(self, site: str, r: Result) -> BackoffRule | None:
+        return next((rule for rule in self.rules if rule.matches(site, r)), None)
+
+    @classmethod
+    def from_json(cls, text: str, source: str = "backoff rules") -> BackoffRules:
+        try:
+            doc = json.loads(text)
+        except ValueError as e:
+            raise RulesError(f"{source}: not JSON: {e}") from e
+        doc = _only(doc, ("version", "rules"), source)
+        if doc.get("version") != 1:
+            raise RulesError(f"{source}.version: must be 1")
+        rules = []
+        ids: set[str] = set()
+        raw = doc.get("rules") or []
+        if not isinstance(raw, list):
+            raise RulesError(f"{source}.rules: expected a list")
+        for i, d in enumerate(raw):
+            w = f"{source}.rules[{i}]"
+            d = _only(
+                d,
+                ("id", "comment", "sites", "code", "status", "text", "action"),
+                w,
+            )
+            rid = d.get("id")
+            if not isinstance(rid, str) or not _SITE_NAME.match(rid) or rid in ids:
+                raise RulesError(f"{w}.id: a unique lower-case name ([a-z0-9._-])")
+            ids.add(rid)
+            sites = d.get("sites") or []
+            if not isinstance(sites, list) or not all(isinstance(s, str) for s in sites):
+                raise RulesError(f"{w}.sites: a list of site names or patterns")
+            code = d.get("code")
+            codes = [code] if isinstance(code, int) else (code or [])
+            if not isinstance(codes, list) or not all(
+                isinstance(c, int) and not isinstance(c, bool) and 200 <= c <= 599 for c in codes
+            ):
+                raise RulesError(f"{w}.code: an SMTP code or a list of them (200..599)")
+            status, text_re = _regex(d, "status", w), _regex(d, "text", w)
+            if not codes and status is None and text_re is None:
+                raise RulesError(f"{w}: match on at least one of code, status, text")
+            a = _only(d.get("action"), ("suspend", "slowdown", "reclassify"), f"{w}.action")
+            suspend = (
+                parse_duration(a["suspend"], f"{w}.action.suspend") if "suspend" in a else None
+            )
+            slowdown = _number(a, "slowdown", f"{w}.action", 0.001, 0.999)
+            reclassify = a.get("reclassify")
+            if reclassify is not None and (
+                not isinstance(reclassify, str)
+                or not re.fullmatch(r"4\.\d{1,3}\.\d{1,3}", reclassify)
+            ):
+                raise RulesError(f"{w}.action.reclassify: a temporary status such as 4.7.0")
+            if suspend is None and slowdown is None and reclassify is None:
+                raise RulesError(f"{w}.action: one of suspend, slowdown, reclassify")
+            rules.append(
+                BackoffRule(
+                    rid, tuple(sites), tuple(codes), status, text_re, suspend, slowdown, reclassify
+                )
+            )
+        return cls(tuple(rules))
+
+
+def reclassified(r: Result, rule: BackoffRule) -> Result:
+    """A permanent reply a rule knows to be temporary, as a deferral (text kept)."""
+    if not rule.reclassify or not r.permanent:
+        return r
+    return Result(r.code, rule.reclassify, r.text, r.remote_mta)
+
+
+def _read(value: str, default: str, kind: str) -> tuple[str, str]:
+    """Rules from a setting: empty -> packaged default, '{...}' -> inline, else a path."""
+    if not value.strip():
+        return resources.files("mailqueue").joinpath("data", default).read_text(), default
+    if value.lstrip().startswith("{"):
+        return value, f"{kind} (inline)"
+    try:
+        return Path(value).read_text(), value
+    except OSError as e:
+        raise RulesError(f"{kind}: cannot read {value}: {e.strerror or e}") from e
+
+
+def load_rules(shaping: str = "", backoff: str = "") -> tuple[ShapingRules, BackoffRules]:
+    """Both rules files, validated; every site named in backoff rules is checked too."""
+    text, src = _read(shaping, "shaping.json", "shaping rules")
+    s = ShapingRules.from_json(text, src)
+    text, src = _read(backoff, "backoff.json", "backoff rules")
+    b = BackoffRules.from_json(text, src)
+    return s, b
+
+
+def check_transaction_limits(rules: ShapingRules, group_recipient_limit: int) -> None:
+    """Recipients per transaction are bounded where groups are made (at enqueue, by
+    MQ_GROUP_RECIPIENT_LIMIT): a site limit below that cannot be honoured by delivery, so
+    the function refuses to start rather than silently exceed it."""
+    for name, limits in [("default", rules.default), *rules.sites.items()]:
+        m = limits.max_recipients_per_transaction
+        if m is not None and m < group_recipient_limit:
+            raise RulesError(
+                f"shaping rules: {name}.max_recipients_per_transaction is {m}, below "
+                f"MQ_GROUP_RECIPIENT_LIMIT ({group_recipient_limit}) that groups are made "
+                "with; lower that setting (delivery does not split groups)"
+            )
+
+
+# ----------------------------------------------------------------------------- pure decisions
+
+
+def gcra(tat: float, now: float, n: int, interval: float, burst: int) -> tuple[bool, float, float]:
+    """Generic cell rate algorithm for `n` tokens: (allowed, new TAT, wait seconds).
+
+    `tat` is the theoretical arrival time; n tokens conform when the new TAT is no more
+    than `burst` intervals ahead of now. So over any span L, at most burst + L/interval
+    tokens are granted, and a refusal says exactly how long to wait.
+    """
+    new = max(tat, now) + n * interval
+    excess = new - now - burst * interval
+    if excess <= _EPS:
+        return True, new, 0.0
+    return False, tat, excess
+
+
+@dataclass(frozen=True, slots=True)
+class SiteState:
+    """The shared state of one site (one DynamoDB item); `version` guards every write."""
+
+    tats: Mapping[str, float] = field(default_factory=dict)
+    slots: Mapping[str, float] = field(default_factory=dict)  # holder -> lease end (epoch s)
+    suspended_until: float = 0.0
+    suspended_by: str = ""
+    scale: float = 1.0
+    scaled_at: float = 0.0
+    version: int = 0
+
+
+def effective_scale(state: SiteState, now: float, limits: Limits) -> tuple[float, float]:
+    """(scale now, when it last stepped): back up by `recover_step` per quiet period."""
+    if state.scale >= 1.0:
+        return 1.0, state.scaled_at
+    steps = int(max(0.0, now - state.scaled_at) // limits.recover_after)
+    if steps <= 0:
+        return state.scale, state.scaled_at
+    scale = min(1.0, state.scale * limits.recover_step**steps)
+    return scale, state.scaled_at + steps * limits.recover_after
+
+
+def scaled_burst(rate: Rate, scale: float) -> int:
+    """A slowed-down site's burst shrinks with its rate: after a suspension the bucket is
+    full, and an unscaled burst would send the provider the same spike that made it
+    push back (a burst of 20 against a peer that takes 10 a second: a 421 every time)."""
+    return max(1, math.floor(rate.burst * scale + _EPS))
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    allowed: bool
+    state: SiteState
+    wait: float = 0.0
+    reason: str = ""  # suspended | connections | rate
+    tokens: int = 0
+
+
+def admit(
+    state: SiteState,
+    now: float,
+    limits: Limits,
+    *,
+    holder: str,
+    tokens: int,
+    slot_lease: float,
+    need_slot: bool,
+) -> Admission:
+    """May `holder` send `tokens` messages to the site now? Pure; returns the new state."""
+    if state.suspended_until > now:
+        return Admission(False, state, state.suspended_until - now, "suspended")
+    slots = {h: t for h, t in state.slots.items() if t > now}
+    if need_slot and limits.max_connections is not None:
+        if holder not in slots and len(slots) >= limits.max_connections:
+            soonest = min(slots.values()) - now
+            return Admission(False, state, min(limits.connection_wait, soonest), "connections")
+        slots[holder] = now + slot_lease
+    scale, scaled_at = effective_scale(state, now, limits)
+    if limits.rates:  # a block never larger than half the (scaled) burst: see Limits
+        tokens = max(1, min(tokens, *(scaled_burst(r, scale) // 2 for r in limits.rates)))
+    tats = dict(state.tats)
+    wait = 0.0
+    for rate in limits.rates:
+        ok, new, w = gcra(
+            tats.get(rate.key, 0.0), now, tokens, rate.interval(scale), scaled_burst(rate, scale)
+        )
+        if not ok:
+            wait = max(wait, w)
+        tats[rate.key] = new
+    if wait > 0:
+        return Admission(False, state, wait, "rate")
+    for key in list(tats):  # rates removed from the rules: forget them
+        if key not in {r.key for r in limits.rates}:
+            del tats[key]
+    new_state = replace(state, tats=tats, slots=slots, scale=scale, scaled_at=scaled_at)
+    return Admission(True, new_state, 0.0, "", tokens)
+
+
+def release_slot(state: SiteState, now: float, holder: str) -> SiteState:
+    slots = {h: t for h, t in state.slots.items() if t > now and h != holder}
+    return replace(state, slots=slots)
+
+
+def apply_action(state: SiteState, now: float, limits: Limits, rule: BackoffRule) -> SiteState:
+    """What a matched backoff rule does to the site: suspend it, scale its rates down."""
+    if rule.suspend and now + rule.suspend > state.suspended_until:
+        state = replace(state, suspended_until=now + rule.suspend, suspended_by=rule.id)
+    if rule.slowdown:
+        scale, _ = effective_scale(state, now, limits)
+        state = replace(
+            state, scale=max(limits.slowdown_floor, scale * rule.slowdown), scaled_at=now
+        )
+    return state
+
+
+# ----------------------------------------------------------------------------- the port
+
+
+class ShapingStore(Protocol):
+    """Where site states live, shared by every worker (DynamoDB in AWS)."""
+
+    requests: int  # requests made so far (cost accounting)
+
+    def load(self, site: str) -> SiteState:
+        """The current state (a fresh one, version 0, if none is stored)."""
+        ...
+
+    def save(self, site: str, state: SiteState, expected_version: int) -> SiteState | None:
+        """Write `state` as version expected+1 if the stored one is still `expected`;
+        else return the stored state (the caller retries on it)."""
+        ...
+
+
+# ----------------------------------------------------------------------------- the shaper
+
+
+@dataclass(frozen=True, slots=True)
+class Permit:
+    site: str
+    limits: Limits
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    site: str
+    seconds: float
+    reason: str
+
+
+@dataclass
+class _Block:
+    tokens: int
+    expires: float
+
+
+_WRITE_RETRIES = 8
+_READ_FIRST = 10.0  # seconds after a refused write during which a write is preceded by a read
+
+
+class Shaper:
+    """Per container: site cache, token blocks, known suspensions; shared state in `store`."""
+
+    def __init__(
+        self,
+        rules: ShapingRules,
+        backoff: BackoffRules,
+        store: ShapingStore,
+        *,
+        slot_lease: float = 360.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.rules = rules
+        self.backoff = backoff
+        self.store = store
+        self.slot_lease = slot_lease
+        self.clock = clock
+        self._sites: dict[str, tuple[str, float]] = {}
+        self._blocks: dict[str, _Block] = {}
+        self._suspended: dict[str, float] = {}
+        self._slots: dict[tuple[str, str], float] = {}  # (site, holder) -> lease end
+        self._known: dict[str, SiteState] = {}  # last state seen: the next write tries it
+        self._conflict_at: dict[str, float] = {}  # last refused write per site
+        self._pace: dict[str, tuple[float, float]] = {}  # site -> (last, mean use time)
+        self._permit_at: dict[str, float] = {}  # site -> when the last permit was given
+        self._rng = random.Random()
+
+    @staticmethod
+    def new_holder() -> str:
+        return secrets.token_hex(6)
+
+    # -- sites
+    def site_for(self, domain: str, hosts: Callable[[], Sequence[str]]) -> str:
+        """The domain's site, cached per container for `site_ttl`."""
+        now = self.clock()
+        hit = self._sites.get(domain)
+        if hit is not None and hit[1] > now:
+            return hit[0]
+        site = self.rules.site_of(hosts())
+        self._sites[domain] = (site, now + self.rules.site_ttl)
+        return site
+
+    def limits(self, site: str) -> Limits:
+        return self.rules.limits_for(site)
+
+    def _note_pace(self, site: str, now: float) -> None:
+        """This container's mean time from a permit to its next request for the site:
+        how long it takes to use a token (waiting for budget does not count)."""
+        permitted = self._permit_at.pop(site, None)
+        if permitted is None:
+            return
+        step = min(now - permitted, 3600.0)
+        gap = self._pace.get(site, (0.0, 0.0))[1]
+        self._pace[site] = (now, step if not gap else 0.7 * gap + 0.3 * step)
+
+    def _want(self, site: str, limits: Limits, messages: int, now: float) -> int:
+        """Tokens to take in one write: a block, but no more than this container uses
+        before the block expires (block_ttl). A worker that sends one message a second
+        against a 20/s site would otherwise drop most of every block: a write per
+        message anyway, and the dropped tokens hold the whole site below its rate."""
+        if not limits.rates:
+            return 0
+        gap = self._pace.get(site, (0.0, 0.0))[1]
+        usable = int(limits.block_ttl / gap) if gap > 0 else limits.block_size
+        return max(messages, min(limits.block_size, usable))
+
+    # -- admission
+    def admit(self, site: str, holder: str, messages: int) -> Permit | Wait:
+        got = self._admit(site, holder, messages)
+        if isinstance(got, Permit):
+            self._permit_at[site] = self.clock()
+        return got
+
+    def _admit(self, site: str, holder: str, messages: int) -> Permit | Wait:
+        limits = self.limits(site)
+        now = self.clock()
+        until = self._suspended.get(site, 0.0)
+        if until > now:
+            return Wait(site, until - now, "suspended")
+        if not limits.limited:
+            return Permit(site, limits)
+        messages = max(1, min(messages, limits.block_size if limits.rates else messages))
+        has_slot = limits.max_connections is None or self._slots.get((site, holder), 0.0) > now + 5
+        self._note_pace(site, now)
+        block = self._blocks.get(site)
+        if block is not None and block.expires <= now:
+            block = self._blocks.pop(site)
+            block = None
+        if has_slot and (not limits.rates or (block is not None and block.tokens >= messages)):
+            if block is not None:
+                block.tokens -= messages
+            return Permit(site, limits)
+        want = self._want(site, limits, messages, now)
+        cached = self._known.get(site)
+        # others write this site: before writing, a read (1 RRU) beats a refused write (1 WRU)
+        read_first = now - self._conflict_at.get(site, -1e18) < _READ_FIRST
+        fresh = cached is None
+        state = cached or self.store.load(site)
+        for _ in range(_WRITE_RETRIES):
+            now = self.clock()
+            a = admit(
+                state,
+                now,
+                limits,
+                holder=holder,
+                tokens=want,
+                slot_lease=self.slot_lease,
+                need_slot=not has_slot,
+            )
+            if a.allowed and not fresh and read_first:
+                state, fresh = self.store.load(site), True
+                continue
+            if not a.allowed and not fresh and a.reason == "connections":
+                # never refuse a slot on what we saw last time (one may be free by now);
+                # a stale TAT or suspension only errs towards allowing, the write decides
+                state, fresh = self.store.load(site), True
+                continue
+            if not a.allowed:
+                if a.reason == "suspended":
+                    self._suspended[site] = state.suspended_until
+                self._known[site] = state
+                wait = a.wait
+                if a.reason == "rate":  # spread the waiting workers: fewer write conflicts
+                    wait += self._rng.uniform(0, limits.block_ttl)
+                return Wait(site, wait, a.reason)
+            current = self.store.save(site, a.state, state.version)
+            if current is None:
+                stored = replace(a.state, version=state.version + 1)
+                self._known[site] = stored
+                if limits.max_connections is not None:
+                    self._slots[(site, holder)] = stored.slots.get(holder, 0.0)
+                if limits.rates:  # admit() may grant fewer than asked (a scaled burst)
+                    self._blocks[site] = _Block(max(0, a.tokens - messages), now + limits.block_ttl)
+                return Permit(site, limits)
+            state, fresh = current, True  # someone else wrote: decide again on theirs
+            self._conflict_at[site] = now
+        return Wait(site, limits.connection_wait, "contention")
+
+    def release(self, site: str, holder: str) -> None:
+        """Give back a connection slot (end of invocation); a dead worker's slot expires."""
+        if self._slots.pop((site, holder), None) is None:
+            return
+        state = self._known.get(site) or self.store.load(site)
+        for _ in range(_WRITE_RETRIES):
+            if holder not in state.slots:
+                return
+            new = release_slot(state, self.clock(), holder)
+            current = self.store.save(site, new, state.version)
+            if current is None:
+                self._known[site] = replace(new, version=state.version + 1)
+                return
+            state = current
+        log.warning(
+            "could not release a connection slot; it expires by itself", extra={"site": site}
+        )
+
+    # -- backoff
+    def on_reply(self, site: str, reply: Result) -> BackoffRule | None:
+        """Match a reply against the backoff rules; apply the rule's site actions."""
+        rule = self.backoff.match(site, reply)
+        if rule is None:
+            return None
+        if rule.suspend or rule.slowdown:
+            limits = self.limits(site)
+            self._blocks.pop(site, None)  # tokens taken before the push-back: drop them
+            state = self._known.get(site) or self.store.load(site)
+            for _ in range(_WRITE_RETRIES):
+                new = apply_action(state, self.clock(), limits, rule)
+                current = self.store.save(site, new, state.version)
+                if current is None:
+                    self._known[site] = replace(new, version=state.version + 1)
+                    if new.suspended_until > self.clock():
+                        self._suspended[site] = new.suspended_until
+                    break
+                state = current
+        log.warning(
+            "backoff rule matched",
+            extra={
+                "site": site,
+                "rule": rule.id,
+                "actions": list(rule.actions),
+                "status": reply.status,
+            },
+        )
+        return rule

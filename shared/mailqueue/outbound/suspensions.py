@@ -1,0 +1,125 @@
+"""Operator suspensions: stop delivery to a site, a recipient domain or from a sender
+domain for a while, without touching the mails.
+
+Why: an operator who sees a provider push back, or a customer's domain misbehave, wants
+delivery there to stop now, for queued mail and for mail that arrives later, and to start
+again by itself. A suspended group is re-armed without an attempt (no connection, no
+attempt counted, lifetime still runs), like a group whose site is out of budget
+(shaping.py). Suspensions are few: every delivery container reads them all with one
+Query, cached for `refresh` seconds; each carries its expiry, checked at use (the
+store's TTL deletion only tidies up).
+
+The DynamoDB adapter is ``mailqueue.backends.aws.suspension_store``.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal, Protocol
+
+from mailqueue.core.errors import InvalidInput
+
+Scope = Literal["site", "domain", "sender_domain"]
+SCOPES: tuple[Scope, ...] = ("site", "domain", "sender_domain")
+MAX_SECONDS = 30 * 86400
+_TARGET = re.compile(r"^[a-z0-9][a-z0-9._:,*-]{0,199}$")
+
+
+def parse_scope(value: Any) -> Scope:
+    if value not in SCOPES:
+        raise InvalidInput("invalid_scope", "scope must be one of " + "|".join(SCOPES), "scope")
+    return value  # type: ignore[no-any-return]
+
+
+def parse_target(value: Any) -> str:
+    t = value.strip().lower().rstrip(".") if isinstance(value, str) else ""
+    if not _TARGET.match(t):
+        raise InvalidInput("invalid_target", "a site or domain name (lower case)", "target")
+    return t
+
+
+@dataclass(frozen=True, slots=True)
+class Suspension:
+    scope: Scope
+    target: str
+    until: float  # epoch seconds
+    reason: str = ""
+    actor: str = ""
+    created_at: float = 0.0
+
+    def active(self, now: float) -> bool:
+        return self.until > now
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "scope": self.scope,
+            "target": self.target,
+            "until": _iso(self.until),
+            "reason": self.reason or None,
+            "actor": self.actor or None,
+            "created_at": _iso(self.created_at),
+        }
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def matching(
+    suspensions: Sequence[Suspension],
+    now: float,
+    *,
+    domain: str,
+    sender_domain: str,
+    site: str | None,
+) -> Suspension | None:
+    """The active suspension that holds a group (the one ending last), if any."""
+    keys = {("domain", domain.lower()), ("sender_domain", sender_domain.lower())}
+    if site:
+        keys.add(("site", site))
+    hits = [s for s in suspensions if s.active(now) and (s.scope, s.target) in keys]
+    return max(hits, key=lambda s: s.until, default=None)
+
+
+class SuspensionStore(Protocol):
+    requests: int
+
+    def all(self) -> list[Suspension]:
+        """Every stored suspension (expired ones too, until TTL deletes them)."""
+        ...
+
+    def put(self, s: Suspension) -> None: ...
+
+    def delete(self, scope: Scope, target: str) -> Suspension | None: ...
+
+
+class SuspensionCache:
+    """Per container: the store's suspensions, read again after `refresh` seconds."""
+
+    def __init__(
+        self, store: SuspensionStore, refresh: float, clock: Callable[[], float] = time.time
+    ) -> None:
+        self.store = store
+        self.refresh = refresh
+        self.clock = clock
+        self._items: list[Suspension] = []
+        self._read_at = -1e18
+        self._lock = threading.Lock()
+
+    def current(self) -> list[Suspension]:
+        now = self.clock()
+        with self._lock:
+            if now - self._read_at >= self.refresh:
+                self._items = self.store.all()
+                self._read_at = now
+            return self._items
+
+    def find(self, *, domain: str, sender_domain: str, site: str | None) -> Suspension | None:
+        return matching(
+            self.current(), self.clock(), domain=domain, sender_domain=sender_domain, site=site
+        )

@@ -1,0 +1,661 @@
+"""Delivery: one SQS record → claim → route → SMTP → per-recipient results.
+
+The handler calls `DeliveryService.invocation(...)` once per Lambda invocation (one SMTP
+connection pool for the whole batch) and `Invocation.handle(body, receipt_handle)` per
+record. A record that must come back later (not yet due, temporary failure, handed back
+before the deadline) raises `KeepMessage`, so the batch reports it as a failure and SQS
+keeps it with the visibility we set; everything else completes and the message is deleted.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import math
+import random
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, BinaryIO
+
+from mailqueue.core.config import ConfigError, settings_from_env
+from mailqueue.core.errors import LeaseLost, MailqueueError, NotFound, PoisonMessage
+from mailqueue.core.model import Claim, Group, MailRef, Result, utcnow
+from mailqueue.core.policy import RetryPolicy, backoff, delay_warning_due, expired
+from mailqueue.core.ports import DeliveryPorts
+from mailqueue.core.storage import QueueStorage
+from mailqueue.core.trace import HOPCOUNT_LIMIT, HeaderPeek, count_received, peek_header
+from mailqueue.outbound.dkim import (
+    DkimConfig,
+    DkimError,
+    DkimSigner,
+    KeySource,
+    KeyUnavailable,
+    Unsignable,
+    wire_form,
+)
+from mailqueue.outbound.dkim import header_from_domain as dkim_from_domain
+from mailqueue.outbound.mtasts import Mode, MtaSts, explain
+from mailqueue.outbound.routing import (
+    CredentialsProvider,
+    EgressGuard,
+    Hop,
+    NextHopError,
+    RoutingTable,
+    check_receiving_routes,
+    make_resolver,
+    resolve_next_hops,
+)
+from mailqueue.outbound.shaping import (
+    Permit,
+    Shaper,
+    check_transaction_limits,
+    load_rules,
+    reclassified,
+)
+from mailqueue.outbound.smtp import (
+    CachedTlsContexts,
+    ConnectionPool,
+    DeliveryOutcome,
+    SmtpClient,
+    Timeouts,
+)
+from mailqueue.outbound.suppression import (
+    DEFAULT_STATUSES,
+    DEFAULT_TTL_DAYS,
+    SuppressionStore,
+    from_bounces,
+    parse_statuses,
+)
+from mailqueue.outbound.suspensions import SuspensionCache
+
+if TYPE_CHECKING:
+    import dns.resolver
+
+log = logging.getLogger(__name__)
+
+
+class KeepMessage(MailqueueError):
+    """The record must stay on the queue (its visibility is already set as intended)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeliverySettings:
+    hostname: str = "mailqueue.invalid"  # EHLO name and Reporting-MTA
+    routes: str = "{}"  # routing table JSON (see routing.py)
+    lease_seconds: int = 360
+    min_time_left_seconds: float = 20.0  # below this, hand the group back
+    retry_min_backoff_seconds: int = 300
+    retry_max_backoff_seconds: int = 4 * 3600
+    max_queue_lifetime_seconds: int = 5 * 86400
+    delay_warning_seconds: int = 4 * 3600  # 0 turns delay warnings off
+    dns_nameservers: str = ""  # "127.0.0.1:5353,..." for local runs; empty: system resolver
+    dns_timeout_seconds: float = 5.0
+    mx_port: int = 25  # tests and the local stack use unprivileged ports
+    smtp_max_sessions: int = 2
+    # more `Received:` fields than this: a mail loop, bounced 5.4.6 (Postfix's hopcount_limit)
+    hopcount_limit: int = HOPCOUNT_LIMIT
+    # SES receiving domains: each needs an explicit route (its MX is SES, i.e. us: a loop)
+    receiving_domains: str = ""
+    # MTA-STS (RFC 8461) for MX delivery; a CA bundle and HTTPS port only tests change
+    mta_sts: bool = True
+    mta_sts_ca_file: str = ""
+    mta_sts_port: int = 443
+    # "relay" (Lambda outside a VPC) or "direct" (in a VPC, to MX hosts through NAT): direct
+    # turns on the egress guard, which refuses non-public MX/literal addresses but these
+    egress_mode: str = "relay"
+    egress_allow: str = ""  # "127.0.0.1,10.1.0.0/16": addresses/networks the guard lets by
+    # DKIM (see dkim.py): {"domain": ["selector", ...]}; keys under <dkim_key_prefix>dkim/
+    dkim_domains: str = "{}"
+    dkim_unsigned_policy: str = "send"  # enforced at ingress; delivery signs or sends
+    dkim_host_domain: str = ""  # signs DSNs and delay warnings; empty: the hostname
+    dkim_key_store: str = "secretsmanager"  # or "ssm" (SecureString)
+    dkim_key_prefix: str = "mailqueue/"  # the template's SecretsPrefix
+    # traffic shaping (shaping.py): off by default; rules files empty = the packaged ones
+    shaping: bool = False
+    shaping_rules: str = ""  # path, or the JSON itself
+    backoff_rules: str = ""  # path, or the JSON itself
+    shaping_inline_wait_seconds: float = 2.0  # waits up to this are slept, longer re-armed
+    # suppression list (suppression.py): a remote 5xx with one of these statuses puts the
+    # recipient on the list for suppression_ttl_days; "" turns the additions off
+    suppression_statuses: str = DEFAULT_STATUSES
+    suppression_ttl_days: int = DEFAULT_TTL_DAYS
+    # operator suspensions (suspensions.py): read every this often per container; a held
+    # group comes back after at most suspension_recheck_seconds (so a resume takes effect)
+    suspension_refresh_seconds: float = 30.0
+    suspension_recheck_seconds: int = 300
+
+    def __post_init__(self) -> None:
+        if not self.hostname or " " in self.hostname:
+            raise ConfigError("hostname must be a host name")
+        if not 1 <= self.hopcount_limit <= 1000:
+            raise ConfigError("hopcount_limit must be within 1..1000")
+        if self.lease_seconds < 30:
+            raise ConfigError("lease_seconds must be at least 30")
+        if not 0 <= self.suspension_refresh_seconds <= 3600:
+            raise ConfigError("suspension_refresh_seconds must be within 0..3600")
+        if not 1 <= self.suspension_recheck_seconds <= 43200:
+            raise ConfigError("suspension_recheck_seconds must be within 1..43200")
+        if not 1 <= self.suppression_ttl_days <= 3650:
+            raise ConfigError("suppression_ttl_days must be within 1..3650")
+        if self.egress_mode not in ("relay", "direct"):
+            raise ConfigError("egress_mode must be 'relay' or 'direct'")
+        try:
+            check_receiving_routes(self.routing_table(), self.receiving_domains)
+            self.retry_policy()
+            self.egress_guard()
+            self.dkim_config()
+            parse_statuses(self.suppression_statuses)
+            if self.shaping:
+                load_rules(self.shaping_rules, self.backoff_rules)
+        except (ValueError, MailqueueError) as e:
+            raise ConfigError(str(e)) from e
+
+    def routing_table(self) -> RoutingTable:
+        return RoutingTable.from_json(self.routes or "{}")
+
+    def egress_guard(self) -> EgressGuard | None:
+        """The SSRF guard in direct mode; relay mode leaves the VPC-less Lambda unfiltered."""
+        return EgressGuard.from_setting(self.egress_allow) if self.egress_mode == "direct" else None
+
+    def dkim_config(self) -> DkimConfig:
+        if self.dkim_key_store not in ("secretsmanager", "ssm"):
+            raise DkimError("dkim_key_store must be 'secretsmanager' or 'ssm'")
+        return DkimConfig.parse(
+            self.dkim_domains, self.dkim_unsigned_policy, self.dkim_host_domain or self.hostname
+        )
+
+    def retry_policy(self) -> RetryPolicy:
+        return RetryPolicy(
+            minimal_backoff=timedelta(seconds=self.retry_min_backoff_seconds),
+            maximal_backoff=timedelta(seconds=self.retry_max_backoff_seconds),
+            maximal_queue_lifetime=timedelta(seconds=self.max_queue_lifetime_seconds),
+            delay_warning=(
+                timedelta(seconds=self.delay_warning_seconds)
+                if self.delay_warning_seconds > 0
+                else None
+            ),
+        )
+
+    def resolver(self) -> dns.resolver.Resolver:
+        r = make_resolver(self.dns_nameservers)
+        r.lifetime = self.dns_timeout_seconds
+        return r
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None, **explicit: Any) -> DeliverySettings:
+        return settings_from_env(cls, env=env, **explicit)
+
+
+@dataclass
+class Stats:
+    """Per-invocation counters, published as metrics by the handler."""
+
+    delivered: int = 0
+    bounced: int = 0
+    deferred: int = 0
+    lost_claims: int = 0
+    rearmed: int = 0
+    handed_back: int = 0
+    groups: int = 0
+    throttled: int = 0  # out of the site's budget: re-armed, not attempted
+    extra: dict[str, int] = field(default_factory=dict)
+
+
+class DeliveryService:
+    """Built once per container: settings, storage, routing table, resolver.
+
+    Stands on the storage protocol and `ports` (triggers and the stores below); the
+    composition roots choose the adapters (`mailqueue.compose.aws` on AWS,
+    `mailqueue.backends.inprocess` in one process)."""
+
+    def __init__(
+        self,
+        settings: DeliverySettings,
+        storage: QueueStorage,
+        *,
+        ports: DeliveryPorts,
+        resolver: dns.resolver.Resolver | None = None,
+        credentials: CredentialsProvider | None = None,
+        dkim_keys: KeySource | None = None,
+        clock: Callable[[], datetime] = utcnow,
+        rng: random.Random | None = None,
+        timeouts: Timeouts | None = None,
+    ) -> None:
+        self.settings = settings
+        dkim = settings.dkim_config()
+        if dkim.enabled and dkim_keys is None:
+            raise ConfigError("dkim_domains is set but no DKIM key source was given")
+        self.signer = (
+            DkimSigner(
+                dkim, dkim_keys, prefix=settings.dkim_key_prefix, store=settings.dkim_key_store
+            )
+            if dkim.enabled and dkim_keys is not None
+            else None
+        )
+        self.storage = storage
+        self.ports = ports
+        self.triggers = ports.triggers
+        self.routes = settings.routing_table()
+        self.policy = settings.retry_policy()
+        self.resolver = resolver or settings.resolver()
+        self.guard = settings.egress_guard()
+        self.credentials = credentials
+        self.clock = clock
+        self.rng = rng or random.Random()
+        self.timeouts = timeouts
+        # TLS contexts per container, not per invocation's client (smtp.CachedTlsContexts)
+        self.tls_contexts = CachedTlsContexts()
+        self.mta_sts: MtaSts | None = None
+        if settings.mta_sts:
+            if ports.mta_sts_cache is None:
+                raise ConfigError("mta_sts is on but no MTA-STS policy cache was given")
+            self.mta_sts = MtaSts(
+                self.resolver,
+                ports.mta_sts_cache,
+                ca_file=settings.mta_sts_ca_file or None,
+                https_port=settings.mta_sts_port,
+                clock=clock,
+                refuse=self.guard.refusal if self.guard is not None else None,
+            )
+        self.suppress_statuses = parse_statuses(settings.suppression_statuses)
+        self.suppression: SuppressionStore | None = None
+        if self.suppress_statuses:
+            if ports.suppression is None:
+                raise ConfigError("suppression_statuses are set but no suppression store given")
+            self.suppression = ports.suppression
+        self.suspensions = SuspensionCache(
+            ports.suspensions,
+            settings.suspension_refresh_seconds,
+            clock=lambda: self.clock().timestamp(),
+        )
+        self.shaper: Shaper | None = None
+        if settings.shaping:
+            if ports.shaping is None:
+                raise ConfigError("shaping is on but no shaping store was given")
+            rules, backoff_rules = load_rules(settings.shaping_rules, settings.backoff_rules)
+            check_transaction_limits(rules, storage.group_recipient_limit)
+            self.shaper = Shaper(
+                rules,
+                backoff_rules,
+                ports.shaping,
+                slot_lease=float(settings.lease_seconds),
+                clock=lambda: self.clock().timestamp(),
+            )
+
+    @contextmanager
+    def invocation(self, time_left: Callable[[], float] | None = None) -> Iterator[Invocation]:
+        """One SMTP connection pool per invocation, closed at the end whatever happens."""
+        pool = ConnectionPool()
+        client = SmtpClient(
+            self.settings.hostname,
+            timeouts=self.timeouts,
+            pool=pool,
+            credentials=self.credentials,
+            max_sessions=self.settings.smtp_max_sessions,
+            tls_context_factory=self.tls_contexts,
+        )
+        inv = Invocation(self, client, time_left or (lambda: 900.0))
+        try:
+            yield inv
+        finally:
+            pool.close()
+            inv.release_sites()
+
+
+class Invocation:
+    def __init__(self, svc: DeliveryService, client: SmtpClient, time_left: Callable[[], float]):
+        self.svc = svc
+        self.client = client
+        self.time_left = time_left
+        self.stats = Stats()
+        self._hops: dict[str, list[Hop] | Result] = {}
+        self._holder = Shaper.new_holder()  # this invocation's connection slots
+        self._sites: set[str] = set()
+        self._shaping_requests = svc.shaper.store.requests if svc.shaper else 0
+
+    # -------------------------------------------------------------- per record
+    def handle(self, body: str, receipt_handle: str | None, source: str | None = None) -> str:
+        """Process one trigger; returns what happened (for logs and tests). `source`: where
+        the record came from (an eventSourceARN on AWS: the transactional or the bulk queue,
+        where its receipt is valid; the triggers port names the queue)."""
+        ref = parse_trigger(body)
+        st = self.svc.storage
+        now = self.svc.clock()
+        queue = self.svc.triggers.queue_of(source)  # where this receipt is valid
+        claim = st.send_start(
+            ref, now, lease_seconds=self.svc.settings.lease_seconds, receipt_handle=receipt_handle
+        )
+        if not isinstance(claim, Claim):
+            if claim.reason == "not_due" and claim.next_attempt_at is not None:
+                # early receipt (SQS delay cap, or a re-arm hop): wait, do not attempt
+                self.stats.rearmed += 1
+                if receipt_handle:
+                    wait = int((claim.next_attempt_at - now).total_seconds()) + 1
+                    self.svc.triggers.rearm(receipt_handle, wait, queue=queue)
+                    raise KeepMessage(f"not due for {wait}s")
+                return "not_due"
+            self.stats.lost_claims += 1
+            log.info("claim skipped", extra={"mail_id": ref.mail_id, "reason": claim.reason})
+            return f"skipped:{claim.reason}"
+        claim.receipt_queue = queue
+        self.stats.groups += 1
+        return self._attempt(claim)
+
+    def _attempt(self, claim: Claim) -> str:
+        st = self.svc.storage
+        group = claim.group
+        now = self.svc.clock()
+        age = now - group.arrival
+        if age > self.svc.policy.maximal_queue_lifetime:
+            last = next((r.last_result for r in group.pending() if r.last_result), None)
+            res = expired(last, self.svc.policy.maximal_queue_lifetime)
+            st.drop(claim, {r.rid: res for r in group.pending()})
+            self.stats.bounced += len(group.pending())
+            return "expired"
+        if self.time_left() < self.svc.settings.min_time_left_seconds:
+            st.send_cancel(claim)
+            self.stats.handed_back += 1
+            raise KeepMessage("not enough time left; handed back")
+
+        held = self._held(claim, None)
+        if held is not None:
+            return held
+        hops = self._route(group.key.split("#", 1)[0])
+        if isinstance(hops, Result):
+            return self._record(claim, {r.rid: hops for r in group.pending()}, None)
+        throttled = self._shape(claim, group.key.split("#", 1)[0], hops)
+        if throttled is not None:
+            return throttled
+        try:
+            mail = st.read_inflight(claim)
+        except NotFound:
+            # The content vanished under a live group: never silently drop; bounce so the
+            # sender learns of it (a DSN without returned content).
+            lost = Result(0, "5.3.0", "message content unavailable in the queue")
+            return self._record(claim, {r.rid: lost for r in group.pending()}, None)
+        loop = self._loop_check(mail.content)
+        if isinstance(loop, Result):
+            return self._record(claim, {r.rid: loop for r in group.pending()}, None)
+        signed = self._sign(loop, group.sender)
+        if isinstance(signed, Result):
+            return self._record(claim, {r.rid: signed for r in group.pending()}, None)
+        body, size = signed if signed is not None else (loop, mail.size)
+        try:
+            outcome = self.client.deliver(
+                hops,
+                group.sender,
+                group.pending(),
+                body,
+                size,
+                ret=group.ret,
+                envid=group.envid,
+                smtputf8=group.smtputf8,
+                deadline=self.time_left,
+            )
+        finally:
+            loop.close()
+        results = self._backoff(claim, explain(hops, outcome.results), outcome)
+        return self._record(claim, results, outcome)
+
+    # ------------------------------------------------------------------ shaping
+    def _shape(self, claim: Claim, domain: str, hops: list[Hop]) -> str | None:
+        """Before connecting: the site's shared budget (shaping.py). Short waits are slept;
+        out of budget is not an attempt: the group goes back to the queue for the time the
+        limiter says, with no connection, no attempt and no event (a counter only)."""
+        shaper = self.svc.shaper
+        if shaper is None:
+            return None
+        site = shaper.site_for(domain, lambda: [h.host for h in hops])
+        claim.site = site
+        held = self._held(claim, site)
+        if held is not None:
+            return held
+        while True:
+            got = shaper.admit(site, self._holder, 1)
+            if isinstance(got, Permit):
+                self._sites.add(site)
+                per_conn = got.limits.max_messages_per_connection
+                if per_conn and self.client.pool is not None:
+                    for h in hops:
+                        self.client.pool.per_key_max[h.pool_key] = per_conn
+                return None
+            if got.seconds > self.svc.settings.shaping_inline_wait_seconds or (
+                self.time_left() - got.seconds < self.svc.settings.min_time_left_seconds
+            ):
+                break
+            time.sleep(got.seconds)
+        self.stats.throttled += 1
+        self.stats.groups -= 1  # claimed, but not an attempt
+        key = f"Throttled_{got.reason}"
+        self.stats.extra[key] = self.stats.extra.get(key, 0) + 1
+        wait = max(1, math.ceil(got.seconds + self.svc.rng.uniform(0, 1)))
+        self.svc.storage.postpone(claim, wait)
+        log.info("site out of budget", extra={"site": site, "reason": got.reason, "wait": wait})
+        if claim.receipt_handle:
+            raise KeepMessage(f"site {site} {got.reason}: back in {wait}s")
+        return "throttled"
+
+    def _held(self, claim: Claim, site: str | None) -> str | None:
+        """An operator suspension of the group's domain, sender domain or site: re-armed
+        for its remaining time (at most suspension_recheck_seconds), not an attempt."""
+        group = claim.group
+        s = self.svc.suspensions.find(
+            domain=group.key.split("#", 1)[0],
+            sender_domain=group.sender.rpartition("@")[2],
+            site=site,
+        )
+        if s is None:
+            return None
+        self.stats.groups -= 1  # claimed, but not an attempt
+        key = f"Suspended_{s.scope}"
+        self.stats.extra[key] = self.stats.extra.get(key, 0) + 1
+        left = s.until - self.svc.clock().timestamp()
+        wait = max(1, min(math.ceil(left), self.svc.settings.suspension_recheck_seconds))
+        self.svc.storage.postpone(claim, wait)
+        log.info("suspended by an operator", extra={"scope": s.scope, "wait": wait})
+        if claim.receipt_handle:
+            raise KeepMessage(f"{s.scope} suspended: back in {wait}s")
+        return "suspended"
+
+    def _backoff(
+        self, claim: Claim, results: dict[str, Result], outcome: DeliveryOutcome
+    ) -> dict[str, Result]:
+        """On each reply: the backoff rules act on the site (suspend, slow down) and may
+        turn a permanent reply known to be temporary at that site into a deferral."""
+        shaper, site = self.svc.shaper, claim.site
+        if shaper is None or site is None:
+            return results
+        seen: set[str] = set()
+        for reply in dict.fromkeys([*outcome.hop_failures, *results.values()]):
+            rule = shaper.backoff.match(site, reply)
+            if rule is None or rule.id in seen:
+                continue
+            seen.add(rule.id)
+            shaper.on_reply(site, reply)
+            claim.shaping = f"{rule.id}:{'+'.join(rule.actions)}"
+            for action in rule.actions:
+                key = f"Backoff_{action}"
+                self.stats.extra[key] = self.stats.extra.get(key, 0) + 1
+            if rule.reclassify:
+                results = {
+                    rid: reclassified(r, rule) if rule.matches(site, r) else r
+                    for rid, r in results.items()
+                }
+        return results
+
+    def release_sites(self) -> None:
+        """End of invocation: give back connection slots; count the shaping requests."""
+        shaper = self.svc.shaper
+        if shaper is None:
+            return
+        for site in self._sites:
+            try:
+                shaper.release(site, self._holder)
+            except MailqueueError:  # the slot's lease expires by itself
+                log.warning("slot release failed", extra={"site": site})
+        self.stats.extra["ShapingRequests"] = shaper.store.requests - self._shaping_requests
+
+    def _loop_check(self, content: BinaryIO) -> HeaderPeek | Result:
+        """Count the hops before connecting anywhere: a looping mail is bounced 5.4.6 here
+        (RFC 3463: routing loop detected) instead of going round again. Returns the
+        content, still whole, to send."""
+        try:
+            head, stream = peek_header(content)
+        except (OSError, ValueError) as exc:  # a content stream's errors, as the SMTP client
+            close = getattr(content, "close", None)
+            if close is not None:
+                close()
+            return Result(0, "4.3.0", f"cannot read message content: {type(exc).__name__}")
+        hops = count_received(head)
+        limit = self.svc.settings.hopcount_limit
+        if hops <= limit:
+            return stream
+        stream.close()
+        log.warning("routing loop", extra={"hops": hops, "limit": limit})
+        return Result(0, "5.4.6", f"routing loop detected: {hops} Received: fields (limit {limit})")
+
+    def _sign(self, content: HeaderPeek, sender: str) -> tuple[io.BytesIO, int] | Result | None:
+        """DKIM-sign this attempt's bytes (dkim.py says why here): the signed wire form
+        and its size, None when the mail is not signed, or a temporary failure when a
+        configured key cannot be had (the mail waits for the operator, never goes out
+        unsigned by accident)."""
+        signer = self.svc.signer
+        if signer is None:
+            return None
+        from_domain = dkim_from_domain(content.head)
+        if signer.config.signing_domain(from_domain, not sender) is None:
+            return None
+        try:
+            data = content.read()
+        except (OSError, ValueError) as exc:
+            return Result(0, "4.3.0", f"cannot read message content: {type(exc).__name__}")
+        finally:
+            content.close()
+        try:
+            signed, sigs = signer.sign(data, from_domain=from_domain, null_sender=not sender)
+        except KeyUnavailable as e:
+            log.error("dkim key unavailable", extra={"reason": str(e)})
+            return Result(0, "4.7.0", f"DKIM signing key unavailable: {e}")
+        except Unsignable as e:
+            log.warning("dkim: mail cannot be signed, sent unsigned", extra={"reason": str(e)})
+            signed, sigs = wire_form(data), []
+        log.debug("dkim signed", extra={"signatures": [f"{s.domain}/{s.selector}" for s in sigs]})
+        return io.BytesIO(signed), len(signed)
+
+    def _route(self, domain: str) -> list[Hop] | Result:
+        cached = self._hops.get(domain)
+        if cached is not None:
+            return cached
+        sts = self.svc.mta_sts
+        route = self.svc.routes.lookup(domain) if self.svc.routes is not None else None
+        # the recipient domain's MTA-STS policy, unless a relay or an address literal
+        use_sts = sts is not None and not (route and route.host) and not domain.startswith("[")
+        entry = sts.discover(domain) if sts is not None and use_sts else None
+        enforced = entry is not None and entry.policy.mode is Mode.ENFORCE
+        try:
+            value: list[Hop] | Result = resolve_next_hops(
+                domain,
+                self.svc.routes,
+                self.svc.resolver,
+                rng=self.svc.rng,
+                port=self.svc.settings.mx_port,
+                guard=self.svc.guard,
+                mx_filter=entry.policy.matches if entry is not None and enforced else None,
+            )
+        except NextHopError as e:
+            value = e.result
+        if sts is not None and use_sts and not isinstance(value, Result):
+            value = sts.apply_entry(entry, value)
+        self._hops[domain] = value
+        return value
+
+    def _record(
+        self, claim: Claim, results: dict[str, Result], outcome: DeliveryOutcome | None
+    ) -> str:
+        """Record per-recipient results: delivered first, then bounced, then deferred."""
+        st = self.svc.storage
+        tls = bool(outcome and outcome.tls)
+        group = claim.group
+        pending = {r.rid: r for r in group.pending()}
+        missing = set(pending) - set(results)
+        if missing:  # the client answers every rid; be safe rather than lose one
+            results = {
+                **results,
+                **{rid: Result(0, "4.3.0", "no result recorded") for rid in missing},
+            }
+        ok = {rid: r for rid, r in results.items() if r.success}
+        perm = {rid: r for rid, r in results.items() if r.permanent}
+        temp = {rid: r for rid, r in results.items() if rid not in ok and rid not in perm}
+        try:
+            if ok:
+                by_result: dict[Result, list[str]] = {}
+                for rid, r in ok.items():
+                    by_result.setdefault(r, []).append(rid)
+                for r, rids in by_result.items():
+                    st.send_done(claim, rids, r, tls=tls)
+                self.stats.delivered += len(ok)
+            now = self.svc.clock()
+            attempts = max((pending[rid].attempts for rid in temp), default=0) + 1
+            delay = backoff(attempts, now - group.arrival, self.svc.policy) if temp else None
+            if temp and delay is None:
+                last = next(iter(temp.values()))
+                res = expired(last, self.svc.policy.maximal_queue_lifetime)
+                perm.update({rid: res for rid in temp})
+                temp = {}
+            if perm:
+                st.drop(claim, perm, tls=tls)
+                self.stats.bounced += len(perm)
+                self._suppress(group, {pending[rid].address: r for rid, r in perm.items()})
+            if temp:
+                assert delay is not None
+                warn = delay_warning_due(
+                    now - group.arrival,
+                    self.svc.policy,
+                    all(pending[rid].delay_warned for rid in temp),
+                )
+                st.reschedule(claim, temp, now + delay, delay_warning=warn, tls=tls)
+                self.stats.deferred += len(temp)
+                if claim.receipt_handle:
+                    raise KeepMessage(f"deferred {int(delay.total_seconds())}s")
+                return "deferred"
+        except LeaseLost:
+            # our lease expired and another attempt took over: it will record its own results
+            log.warning("lease lost while recording", extra={"mail_id": group.mail_id})
+            self.stats.lost_claims += 1
+            return "lease_lost"
+        return "bounced" if perm and not ok else ("partial" if perm else "delivered")
+
+    def _suppress(self, group: Group, bounced: dict[str, Result]) -> None:
+        """Hard bounces go on the suppression list (after the bounce is recorded: a
+        failure here loses an entry, never a result or a DSN)."""
+        store = self.svc.suppression
+        if store is None:
+            return
+        entries = from_bounces(
+            bounced,
+            self.svc.suppress_statuses,
+            now=self.svc.clock().timestamp(),
+            ttl_seconds=self.svc.settings.suppression_ttl_days * 86400.0,
+            source=group.mail_id,
+        )
+        if not entries:
+            return
+        try:
+            store.put_many(entries)
+        except MailqueueError:
+            log.warning("could not add to the suppression list", extra={"count": len(entries)})
+            return
+        self.stats.extra["Suppressed"] = self.stats.extra.get("Suppressed", 0) + len(entries)
+        log.info("suppressed", extra={"mail_id": group.mail_id, "count": len(entries)})
+
+
+def parse_trigger(body: str) -> MailRef:
+    try:
+        data = json.loads(body)
+        return MailRef(mail_id=str(data["mail_id"]), group=str(data["group"]))
+    except (ValueError, KeyError, TypeError) as e:
+        raise PoisonMessage("unreadable trigger message") from e

@@ -1,0 +1,475 @@
+"""The event log: queue events derived from the table's change stream, written to S3.
+
+Why the DynamoDB stream (and not Firehose or a writer inside each function): every event
+is a consequence of a durable state change, and the stream holds that change for 24 h
+whatever happens to the function that made it. A function that dies right after its
+write loses no event; one that dies before its write emits none (no phantom events).
+The stream read by Lambda costs nothing; one S3 PUT per batch and partition hour is the
+only cost (~$0.005 per 1,000 batches) against Firehose's $0.029/GB with 5 KB rounding
+per record. Event ids are deterministic, so a retried batch produces the same ids and
+the pipeline drops duplicates. Records are in SES's event-publishing format
+(`mailqueue.core.events`).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from email.parser import BytesHeaderParser
+from email.policy import compat32
+from typing import Any
+
+from boto3.dynamodb.types import TypeDeserializer
+
+from mailqueue.backends.aws.clients import translate
+from mailqueue.core.errors import PermanentStorageError
+from mailqueue.core.events import (
+    HEADER_READ_MAX,
+    HEADERS_MAX,
+    OPERATOR_ACTIONS,
+    OPERATOR_EVENT,
+    MailInfo,
+    QueueEvent,
+    header_section,
+    unpack_headers,
+)
+from mailqueue.core.model import Attempt, Recipient, RecipientState, from_iso, to_iso, utcnow
+
+_deser = TypeDeserializer()
+# Characters an event object key may hold: safe for S3A (Hadoop paths), Athena and Glue.
+_KEY_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
+
+
+def plain_image(image: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A stream image (DynamoDB JSON) as plain Python values (ints for numbers)."""
+    if not image:
+        return None
+    from mailqueue.backends.aws.items import _plain
+
+    return {k: _plain(_deser.deserialize(v)) for k, v in image.items()}
+
+
+def _recipients(item: Mapping[str, Any] | None) -> dict[str, Recipient]:
+    if not item:
+        return {}
+    return {rid: Recipient.from_json(r) for rid, r in (item.get("rcpts") or {}).items()}
+
+
+@dataclass(frozen=True, slots=True)
+class EventContext:
+    """What the producer adds to every record besides the item images."""
+
+    reporting_mta: str = "mailqueue.invalid"
+    account_id: str = "000000000000"
+    region: str = "us-east-1"
+    queue_lifetime_s: int = 5 * 86400  # the delivery function's maximal_queue_lifetime
+
+
+def _mail(item: Mapping[str, Any], ctx: EventContext) -> MailInfo:
+    arrival = from_iso(item.get("arrival")) or utcnow()
+    source = str(item.get("sender", ""))
+    domain = source.rpartition("@")[2].lower() if "@" in source else "null-sender"
+    return MailInfo(
+        message_id=str(item["pk"])[2:],
+        source=source,
+        timestamp=arrival,
+        destination=tuple(r.address for r in _recipients(item).values()),
+        size=int(item.get("size", 0)),
+        tags={str(k): (str(v),) for k, v in (item.get("tags") or {}).items()},
+        sending_account_id=ctx.account_id,
+        source_arn=f"arn:aws:ses:{ctx.region}:{ctx.account_id}:identity/{domain}",
+    )
+
+
+def _last_attempt(old: Mapping[str, Any] | None, new: Mapping[str, Any]) -> Attempt | None:
+    hist_new = new.get("history") or []
+    hist_old = (old or {}).get("history") or []
+    if hist_new and (not hist_old or hist_new[-1] != hist_old[-1]):
+        return Attempt.from_json(hist_new[-1])
+    return None
+
+
+def derive_events(
+    old: Mapping[str, Any] | None,
+    new: Mapping[str, Any] | None,
+    *,
+    reporting_mta: str = "",
+    ctx: EventContext | None = None,
+) -> list[QueueEvent]:
+    """Events implied by one item change (pure: images in, events out).
+
+    A group's INSERT gives one Send for the group's recipients; `stream_events` merges the
+    groups of one mail into one Send, as SES sends one per message.
+    """
+    ctx = ctx or EventContext(reporting_mta=reporting_mta or "mailqueue.invalid")
+    item = new or old
+    if not item:
+        return []
+    pk = str(item.get("pk", ""))
+    sk = str(item.get("sk", ""))
+    if pk.startswith("E#") and new is not None and old is None:
+        return [OutboxEvent.from_item(new)]
+    if not (pk.startswith("M#") and sk.startswith("G#")) or new is None:
+        return []
+    mail = _mail(new, ctx)
+    before = _recipients(old)
+    after = _recipients(new)
+    attempt = _last_attempt(old, new)
+    out: list[QueueEvent] = []
+    op: Mapping[str, Any] = new.get("op") or {}
+    op_new = bool(op) and op != (old or {}).get("op")
+    action = OPERATOR_ACTIONS.get(str(op.get("action")), str(op.get("action")))
+    common = {"reporting_mta": ctx.reporting_mta}
+    expires = to_iso(mail.timestamp + timedelta(seconds=ctx.queue_lifetime_s))
+    if old is None and after:
+        key = new.get("content_key")
+        if key == SOLO_MARK:  # a solo mail: its content is in this item
+            key = f"{INLINE_PREFIX}{pk}|{sk}"
+        out.append(QueueEvent("Send", mail, None, mail.timestamp, extra={"content_key": key}))
+    for rid, r in after.items():
+        b = before.get(rid)
+        if b is None:
+            continue
+        result = r.last_result
+        when = r.final_at or r.last_attempt_at or utcnow()
+        if r.state != b.state and r.state == RecipientState.DELIVERED:
+            processing = {"processing_ms": _ms_between(mail.timestamp, when)}
+            out.append(
+                QueueEvent(
+                    "Delivery",
+                    mail,
+                    r.address,
+                    when,
+                    str(r.attempts),
+                    result,
+                    attempt,
+                    {**common, **processing},
+                )
+            )
+        elif r.state != b.state and r.state == RecipientState.BOUNCED:
+            out.append(
+                QueueEvent("Bounce", mail, r.address, when, "bounce", result, attempt, common)
+            )
+        elif r.attempts > b.attempts and r.state == RecipientState.QUEUED:
+            out.append(
+                QueueEvent(
+                    "DeliveryDelay",
+                    mail,
+                    r.address,
+                    r.last_attempt_at or when,
+                    str(r.attempts),
+                    result,
+                    attempt,
+                    {**common, "next_attempt_at": new.get("next_at"), "expiration_time": expires},
+                )
+            )
+        if op_new and (r.state != b.state or action == "retried"):
+            if r.state.final and b.state.final:
+                continue
+            at = from_iso(op.get("at")) or utcnow()
+            out.append(
+                QueueEvent(
+                    OPERATOR_EVENT,
+                    mail,
+                    r.address,
+                    at,
+                    f"{action}@{op.get('at')}",
+                    extra={"action": action, "actor": op.get("actor"), "job": op.get("job")},
+                )
+            )
+    return out
+
+
+def merge_sends(events: Sequence[QueueEvent]) -> list[QueueEvent]:
+    """One Send per mail: the Sends of a mail's groups merged, in order, at the first's
+    place. (A mail whose group items fall into two stream batches gives two Sends with the
+    same eventId and the destinations of each part; the pipeline reads destinations per
+    recipient, so it counts each recipient once either way.)"""
+    first: dict[str, int] = {}
+    out: list[QueueEvent] = []
+    for e in events:
+        if e.event_type != "Send" or isinstance(e, OutboxEvent):
+            out.append(e)
+            continue
+        i = first.get(e.mail.message_id)
+        if i is None:
+            first[e.mail.message_id] = len(out)
+            out.append(e)
+            continue
+        prev = out[i]
+        dest = prev.mail.destination + tuple(
+            a for a in e.mail.destination if a not in prev.mail.destination
+        )
+        out[i] = replace(prev, mail=replace(prev.mail, destination=dest))
+    return out
+
+
+def _ms_between(a: datetime, b: datetime) -> int:
+    return max(0, int((b - a).total_seconds() * 1000))
+
+
+def parse_header_block(data: bytes) -> tuple[tuple[tuple[str, str], ...], bool]:
+    """(headers, truncated) from the start of a message: SES's `headers` list, cut at
+    HEADERS_MAX bytes (then `headersTruncated` is true)."""
+    end = data.find(b"\r\n\r\n")
+    end = data.find(b"\n\n") if end < 0 else end
+    block = data if end < 0 else data[:end]
+    truncated = end < 0 or len(block) > HEADERS_MAX
+    if len(block) > HEADERS_MAX:
+        block = block[:HEADERS_MAX].rsplit(b"\n", 1)[0]
+    msg = BytesHeaderParser(policy=compat32).parsebytes(block + b"\r\n\r\n")
+    headers = tuple((k, " ".join(str(v).split())) for k, v in msg.items())
+    return headers, truncated
+
+
+@dataclass(frozen=True)
+class OutboxEvent(QueueEvent):
+    """An event written by a function as an outbox item (e.g. Reject): passed through."""
+
+    raw: dict[str, Any] | None = None
+
+    @classmethod
+    def from_item(cls, item: Mapping[str, Any]) -> OutboxEvent:
+        raw = json.loads(str(item["event"]))
+        ts = from_iso(raw.get("mail", {}).get("timestamp")) or utcnow()
+        ours = raw.get("mailqueue") or {}
+        for obj in (
+            ours.get("reject"),
+            ours.get("operator"),
+            *(raw.get(k) for k in ("delivery", "bounce", "deliveryDelay")),
+        ):
+            if isinstance(obj, dict) and obj.get("timestamp"):
+                ts = from_iso(obj["timestamp"]) or ts
+        mail = MailInfo(
+            message_id=str(raw.get("mail", {}).get("messageId", "")), source="", timestamp=ts
+        )
+        return cls(str(raw.get("eventType", "")), mail, None, ts, raw=raw)
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.raw or {})
+
+    @property
+    def event_id(self) -> str:
+        return str(((self.raw or {}).get("mailqueue") or {}).get("eventId", ""))
+
+
+def stream_events(
+    records: Iterable[Mapping[str, Any]],
+    *,
+    reporting_mta: str = "",
+    ctx: EventContext | None = None,
+) -> list[QueueEvent]:
+    ctx = ctx or EventContext(reporting_mta=reporting_mta or "mailqueue.invalid")
+    out: list[QueueEvent] = []
+    for rec in records:
+        ddb = rec.get("dynamodb", {})
+        old, new = plain_image(ddb.get("OldImage")), plain_image(ddb.get("NewImage"))
+        out.extend(derive_events(old, new, ctx=ctx))
+    return merge_sends(out)
+
+
+def stored_headers(records: Iterable[Mapping[str, Any]]) -> dict[str, bytes]:
+    """Mail id -> header section, from the mail items' INSERTs in `records`: their `hdrs`
+    (content in S3), or the start of the content the item itself holds (`body`, zlib:
+    a small mail's content in the mail item, or in a solo mail's only group item)."""
+    out: dict[str, bytes] = {}
+    for rec in records:
+        if rec.get("eventName") != "INSERT":
+            continue
+        new = (rec.get("dynamodb") or {}).get("NewImage") or {}
+        pk = str((new.get("pk") or {}).get("S", ""))
+        sk = str((new.get("sk") or {}).get("S", ""))
+        # a mail item, or a solo mail's group item (it holds the mail's content)
+        if not pk.startswith("M#") or not (sk == "M" or (sk.startswith("G#") and "body" in new)):
+            continue
+        block: bytes | None = None
+        if "hdrs" in new:
+            block = unpack_headers(_deser.deserialize(new["hdrs"]))
+        elif "body" in new and "B" in new["body"]:
+            data = unpack_headers(_deser.deserialize(new["body"]))
+            block = header_section(data) if data is not None else None
+        if block is not None:
+            out[pk[2:]] = block
+    return out
+
+
+def partition_of(ts: datetime) -> str:
+    return f"dt={ts:%Y-%m-%d}/hr={ts:%H}"
+
+
+def encode_lines(events: Sequence[QueueEvent]) -> bytes:
+    lines = "".join(
+        json.dumps(e.to_json(), separators=(",", ":"), sort_keys=True) + "\n" for e in events
+    )
+    return gzip.compress(lines.encode(), mtime=0)  # mtime 0: a retry writes identical bytes
+
+
+class S3EventWriter:
+    """Writes one gzip JSON-lines object per (batch, partition hour).
+
+    The key is derived from the batch's first sequence number, so a retried batch
+    overwrites its own objects instead of adding copies.
+    """
+
+    def __init__(self, s3: Any, bucket: str, prefix: str = "events/") -> None:
+        self.s3 = s3
+        self.bucket = bucket
+        self.prefix = prefix
+
+    def write(self, events: Sequence[QueueEvent], batch_id: str) -> list[str]:
+        if not set(batch_id) <= _KEY_SAFE:
+            raise ValueError(f"unsafe characters in batch id {batch_id!r}")
+        by_part: dict[str, list[QueueEvent]] = {}
+        for e in events:
+            by_part.setdefault(partition_of(e.timestamp), []).append(e)
+        keys = []
+        for part, evs in sorted(by_part.items()):
+            key = f"{self.prefix}{part}/{batch_id}.json.gz"
+            with translate("s3:PutObject"):
+                self.s3.put_object(
+                    Bucket=self.bucket,
+                    Key=key,
+                    Body=encode_lines(evs),
+                    ContentType="application/x-ndjson",
+                    ContentEncoding="gzip",
+                )
+            keys.append(key)
+        return keys
+
+
+def batch_id(records: Sequence[Mapping[str, Any]]) -> str:
+    """`<stream digest>-<first sequence number>`: deterministic per batch (a retry
+    overwrites), and only letters, digits and `-` (stream labels hold colons, which
+    Hadoop/S3A, Athena and Glue handle badly)."""
+    if not records:
+        return "empty"
+    first = records[0]
+    seq = str(first.get("dynamodb", {}).get("SequenceNumber", "0"))
+    arn = str(first.get("eventSourceARN", "")) or "local"
+    digest = hashlib.sha256(arn.encode()).hexdigest()[:12]
+    safe_seq = "".join(c for c in seq if c.isascii() and c.isalnum()) or "0"
+    return f"{digest}-{safe_seq}"
+
+
+def iter_jsonl(data: bytes) -> Iterator[dict[str, Any]]:
+    for line in gzip.decompress(data).decode().splitlines():
+        if line.strip():
+            yield json.loads(line)
+
+
+@dataclass(frozen=True, slots=True)
+class EventWriterSettings:
+    bucket: str
+    prefix: str = "events/"
+    hostname: str = "mailqueue.invalid"
+    region: str | None = None
+    endpoint_url: str | None = None
+    account_id: str = "000000000000"  # MQ_ACCOUNT_ID: mail.sendingAccountId, sourceArn
+    max_queue_lifetime_seconds: int = 5 * 86400  # as DeliverySettings: expirationTime
+    read_headers: bool = True  # Range GET of each new mail's header block for `mail.headers`
+
+    def __post_init__(self) -> None:
+        if not self.bucket:
+            raise ValueError("bucket must be set")
+        if self.max_queue_lifetime_seconds <= 0:
+            raise ValueError("max_queue_lifetime_seconds must be positive")
+        if not (len(self.account_id) == 12 and self.account_id.isdigit()):
+            raise ValueError("account_id must be 12 digits")
+
+    @property
+    def context(self) -> EventContext:
+        return EventContext(
+            reporting_mta=self.hostname,
+            account_id=self.account_id,
+            region=self.region or "us-east-1",
+            queue_lifetime_s=self.max_queue_lifetime_seconds,
+        )
+
+
+class EventWriterService:
+    def __init__(
+        self,
+        settings: EventWriterSettings,
+        s3: Any,
+        inline_content: Callable[[str], bytes | None] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.s3 = s3
+        self.writer = S3EventWriter(s3, settings.bucket, settings.prefix)
+        # reads content kept in the mail item (backend.INLINE_PREFIX keys), None if gone
+        self.inline_content = inline_content
+
+    @classmethod
+    def from_env(cls) -> EventWriterService:
+        from mailqueue.backends.aws.clients import make_clients
+        from mailqueue.core.config import StorageSettings, settings_from_env
+
+        ss = settings_from_env(StorageSettings)
+        settings = settings_from_env(
+            EventWriterSettings, bucket=ss.bucket, region=ss.region, endpoint_url=ss.endpoint_url
+        )
+        clients = make_clients(region=ss.region, endpoint_url=ss.endpoint_url)
+        return cls(settings, clients.s3, inline_content=inline_reader(clients.dynamodb, ss.table))
+
+    def handle(self, records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        events = stream_events(records, ctx=self.settings.context)
+        if self.settings.read_headers:
+            stored = stored_headers(records)
+            events = [self._with_headers(e, stored) for e in events]
+        keys = self.writer.write(events, batch_id(records)) if events else []
+        return {"events": len(events), "objects": keys}
+
+    def _with_headers(self, event: QueueEvent, stored: Mapping[str, bytes]) -> QueueEvent:
+        """A Send with the message's header block: from the mail item's `hdrs` when its
+        INSERT is in the batch (the usual case: it is written with the group items, in
+        the same shard), else one ranged GET while the content still exists (a content
+        already gone or not readable leaves the list empty)."""
+        if event.event_type != "Send":
+            return event
+        block = stored.get(event.mail.message_id)
+        if block is not None:
+            headers, truncated = parse_header_block(block)
+            mail = replace(event.mail, headers=headers, headers_truncated=truncated)
+            return replace(event, mail=mail)
+        key = event.extra.get("content_key")
+        if not key:
+            return event
+        if str(key).startswith(INLINE_PREFIX):  # content in the mail item (issue 18)
+            if self.inline_content is None:
+                return event
+            try:
+                data = self.inline_content(str(key))
+            except PermanentStorageError:  # no permission: no headers
+                return event
+            if data is None:  # cleaned already
+                return event
+            headers, truncated = parse_header_block(header_section(data))
+            mail = replace(event.mail, headers=headers, headers_truncated=truncated)
+            return replace(event, mail=mail)
+        try:
+            with translate("s3:GetObject"):
+                body = self.s3.get_object(
+                    Bucket=self.settings.bucket, Key=key, Range=f"bytes=0-{HEADER_READ_MAX - 1}"
+                )["Body"].read()
+        except PermanentStorageError:  # deleted already, or no permission: no headers
+            return event
+        headers, truncated = parse_header_block(body)
+        mail = replace(event.mail, headers=headers, headers_truncated=truncated)
+        return replace(event, mail=mail)
+
+
+INLINE_PREFIX = "ddb:"  # = aws.backend.INLINE_PREFIX (not imported: cold start)
+SOLO_MARK = "ddb:|"  # = aws.backend.SOLO_MARK
+
+
+def inline_reader(dynamodb: Any, table: str) -> Callable[[str], bytes | None]:
+    def read(key: str) -> bytes | None:
+        from mailqueue.backends.aws.items import read_inline
+
+        return read_inline(dynamodb, table, key)
+
+    return read
