@@ -53,13 +53,8 @@ SERVICES = (
     "mailqueue.services.admin.jobs",
 )
 
-# Known exceptions, each to be removed once it is gone (the test says when):
-# the event writer still decodes DynamoDB stream images itself.
-KNOWN: dict[str, frozenset[str]] = {
-    "mailqueue.services.eventlog": frozenset(
-        {"mailqueue.backends.aws.clients", "mailqueue.backends.aws.items", "boto3.dynamodb.types"}
-    ),
-}
+# Known exceptions, each to be removed once it is gone (the test says when): none left.
+KNOWN: dict[str, frozenset[str]] = {}
 
 Graph = dict[str, set[str]]
 

@@ -8,6 +8,7 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
+from mailqueue.compose.events import event_writer_from_env
 from mailqueue.compose.xray import LazyTracer
 from mailqueue.services.eventlog import EventWriterService
 
@@ -18,7 +19,7 @@ metrics = Metrics(namespace="mailqueue", service="events")
 
 @functools.cache
 def default_service() -> EventWriterService:
-    return EventWriterService.from_env()
+    return event_writer_from_env()
 
 
 def handle(

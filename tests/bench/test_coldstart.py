@@ -98,7 +98,7 @@ def test_lazy_tracer_builds_the_tracer_only_when_on(disabled: str, expect_xray: 
 
 def test_import_profile_reads_importtime() -> None:
     prof = coldstart.import_profile("events")
-    assert prof["app"] > 0 and "mailqueue.services.eventlog" in prof
+    assert prof["app"] > 0 and "mailqueue.compose.events" in prof
 
 
 def test_import_cpu_ms_times_a_real_import() -> None:
@@ -110,7 +110,7 @@ def test_import_cpu_ms_times_a_real_import() -> None:
 def test_the_bench_never_inherits_dontwritebytecode(monkeypatch: pytest.MonkeyPatch) -> None:
     """With it inherited no .pyc is written and every run compiles from source."""
     monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
-    cache = ROOT / "shared" / "mailqueue" / "__pycache__"
+    cache = ROOT / "shared" / "mailqueue" / "services" / "__pycache__"
     for pyc in cache.glob("sweeper.*.pyc"):
         pyc.unlink()
     prof = coldstart.import_profile("sweeper")

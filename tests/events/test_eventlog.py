@@ -5,11 +5,11 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from mailqueue.compose.events import event_writer
 from mailqueue.core.model import Claim, MailRef, Result, utcnow
 from mailqueue.services.eventlog import (
     EventWriterService,
     EventWriterSettings,
-    inline_reader,
     iter_jsonl,
 )
 
@@ -34,10 +34,11 @@ def _events(aws: AwsEnv) -> list[dict]:  # type: ignore[type-arg]
 
 
 def _service(aws: AwsEnv) -> EventWriterService:
-    return EventWriterService(
+    return event_writer(
         EventWriterSettings(bucket=aws.resources.bucket, hostname="mq.test"),
         aws.clients.s3,
-        inline_content=inline_reader(aws.clients.dynamodb, aws.resources.table),
+        aws.clients.dynamodb,
+        aws.resources.table,
     )
 
 

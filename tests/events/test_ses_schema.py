@@ -13,7 +13,9 @@ from typing import Any
 
 import pytest
 from jsonschema import Draft202012Validator, FormatChecker
+from mailqueue.backends.aws.eventlog import batch_id
 from mailqueue.backends.aws.outbox import TableOutboxEmitter
+from mailqueue.compose.events import event_writer
 from mailqueue.core import events as ev
 from mailqueue.core.events import MailInfo, QueueEvent
 from mailqueue.core.model import Claim, MailRef, Result, from_iso, utcnow
@@ -21,8 +23,6 @@ from mailqueue.services.admin.service import Action, OpContext
 from mailqueue.services.eventlog import (
     EventWriterService,
     EventWriterSettings,
-    batch_id,
-    inline_reader,
     iter_jsonl,
     parse_header_block,
 )
@@ -58,13 +58,14 @@ def read_log(aws: AwsEnv) -> tuple[list[str], list[dict[str, Any]]]:
 
 
 def service(aws: AwsEnv) -> EventWriterService:
-    return EventWriterService(
+    return event_writer(
         EventWriterSettings(
             bucket=aws.resources.bucket, hostname="mq.test", account_id="123456789012",
             max_queue_lifetime_seconds=3600,
         ),
         aws.clients.s3,
-        inline_content=inline_reader(aws.clients.dynamodb, aws.resources.table),
+        aws.clients.dynamodb,
+        aws.resources.table,
     )
 
 

@@ -8,7 +8,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mailqueue.backends.aws.backend import AwsStorage
 from mailqueue.backends.aws.clients import AwsClients
@@ -17,8 +17,10 @@ from mailqueue.backends.aws.ports import SqsBounces
 from mailqueue.backends.aws.suppression_store import DynamoSuppressionStore
 from mailqueue.backends.aws.suspension_store import DynamoSuspensionStore
 from mailqueue.core.model import utcnow
-from mailqueue.outbound.doctor import DoctorSettings, KeySource, doctor_report, run
 from mailqueue.services.admin import AdminSettings, QueueAdmin
+
+if TYPE_CHECKING:
+    from mailqueue.outbound.doctor import KeySource
 
 __all__ = ["LambdaLauncher", "aws_keys", "build_admin", "default_doctor"]
 
@@ -75,6 +77,9 @@ def default_doctor(
     env: Mapping[str, str] | None = None, keys: KeySource | None = None, **explicit: Any
 ) -> dict[str, Any]:
     """Run every check with MQ_* settings (explicit values win); ConfigError if invalid."""
+    # DNS checks pull in dnspython: loaded only when asked (the admin function's cold start)
+    from mailqueue.outbound.doctor import DoctorSettings, doctor_report, run
+
     settings = DoctorSettings.from_env(env, **explicit)
     source = env if env is not None else os.environ
     if keys is None:

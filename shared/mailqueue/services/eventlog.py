@@ -3,54 +3,36 @@
 Why the DynamoDB stream (and not Firehose or a writer inside each function): every event
 is a consequence of a durable state change, and the stream holds that change for 24 h
 whatever happens to the function that made it. A function that dies right after its
-write loses no event; one that dies before its write emits none (no phantom events).
-The stream read by Lambda costs nothing; one S3 PUT per batch and partition hour is the
-only cost (~$0.005 per 1,000 batches) against Firehose's $0.029/GB with 5 KB rounding
-per record. Event ids are deterministic, so a retried batch produces the same ids and
-the pipeline drops duplicates. Records are in SES's event-publishing format
-(`mailqueue.core.events`).
+write loses no event; one that dies before its write emits none (no phantom events). The
+service reads changes through a `ChangeSource` and writes through an `EventSink`
+(`mailqueue.backends.aws.eventlog`: the DynamoDB stream and S3; composed in
+`mailqueue.compose.events`). The stream read by Lambda costs nothing; one S3 PUT per
+batch and partition hour is the only cost (~$0.005 per 1,000 batches) against Firehose's
+$0.029/GB with 5 KB rounding per record. Event ids are deterministic, so a retried batch
+produces the same ids and the pipeline drops duplicates. Records are in SES's
+event-publishing format (`mailqueue.core.events`).
 """
 
 from __future__ import annotations
 
 import gzip
-import hashlib
 import json
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from email.parser import BytesHeaderParser
 from email.policy import compat32
-from typing import Any
+from typing import Any, Protocol
 
-from boto3.dynamodb.types import TypeDeserializer
-
-from mailqueue.backends.aws.clients import translate
-from mailqueue.core.errors import PermanentStorageError
 from mailqueue.core.events import (
-    HEADER_READ_MAX,
     HEADERS_MAX,
     OPERATOR_ACTIONS,
     OPERATOR_EVENT,
     MailInfo,
     QueueEvent,
     header_section,
-    unpack_headers,
 )
 from mailqueue.core.model import Attempt, Recipient, RecipientState, from_iso, to_iso, utcnow
-
-_deser = TypeDeserializer()
-# Characters an event object key may hold: safe for S3A (Hadoop paths), Athena and Glue.
-_KEY_SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
-
-
-def plain_image(image: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """A stream image (DynamoDB JSON) as plain Python values (ints for numbers)."""
-    if not image:
-        return None
-    from mailqueue.backends.aws.items import _plain
-
-    return {k: _plain(_deser.deserialize(v)) for k, v in image.items()}
 
 
 def _recipients(item: Mapping[str, Any] | None) -> dict[str, Recipient]:
@@ -257,46 +239,6 @@ class OutboxEvent(QueueEvent):
         return str(((self.raw or {}).get("mailqueue") or {}).get("eventId", ""))
 
 
-def stream_events(
-    records: Iterable[Mapping[str, Any]],
-    *,
-    reporting_mta: str = "",
-    ctx: EventContext | None = None,
-) -> list[QueueEvent]:
-    ctx = ctx or EventContext(reporting_mta=reporting_mta or "mailqueue.invalid")
-    out: list[QueueEvent] = []
-    for rec in records:
-        ddb = rec.get("dynamodb", {})
-        old, new = plain_image(ddb.get("OldImage")), plain_image(ddb.get("NewImage"))
-        out.extend(derive_events(old, new, ctx=ctx))
-    return merge_sends(out)
-
-
-def stored_headers(records: Iterable[Mapping[str, Any]]) -> dict[str, bytes]:
-    """Mail id -> header section, from the mail items' INSERTs in `records`: their `hdrs`
-    (content in S3), or the start of the content the item itself holds (`body`, zlib:
-    a small mail's content in the mail item, or in a solo mail's only group item)."""
-    out: dict[str, bytes] = {}
-    for rec in records:
-        if rec.get("eventName") != "INSERT":
-            continue
-        new = (rec.get("dynamodb") or {}).get("NewImage") or {}
-        pk = str((new.get("pk") or {}).get("S", ""))
-        sk = str((new.get("sk") or {}).get("S", ""))
-        # a mail item, or a solo mail's group item (it holds the mail's content)
-        if not pk.startswith("M#") or not (sk == "M" or (sk.startswith("G#") and "body" in new)):
-            continue
-        block: bytes | None = None
-        if "hdrs" in new:
-            block = unpack_headers(_deser.deserialize(new["hdrs"]))
-        elif "body" in new and "B" in new["body"]:
-            data = unpack_headers(_deser.deserialize(new["body"]))
-            block = header_section(data) if data is not None else None
-        if block is not None:
-            out[pk[2:]] = block
-    return out
-
-
 def partition_of(ts: datetime) -> str:
     return f"dt={ts:%Y-%m-%d}/hr={ts:%H}"
 
@@ -306,53 +248,6 @@ def encode_lines(events: Sequence[QueueEvent]) -> bytes:
         json.dumps(e.to_json(), separators=(",", ":"), sort_keys=True) + "\n" for e in events
     )
     return gzip.compress(lines.encode(), mtime=0)  # mtime 0: a retry writes identical bytes
-
-
-class S3EventWriter:
-    """Writes one gzip JSON-lines object per (batch, partition hour).
-
-    The key is derived from the batch's first sequence number, so a retried batch
-    overwrites its own objects instead of adding copies.
-    """
-
-    def __init__(self, s3: Any, bucket: str, prefix: str = "events/") -> None:
-        self.s3 = s3
-        self.bucket = bucket
-        self.prefix = prefix
-
-    def write(self, events: Sequence[QueueEvent], batch_id: str) -> list[str]:
-        if not set(batch_id) <= _KEY_SAFE:
-            raise ValueError(f"unsafe characters in batch id {batch_id!r}")
-        by_part: dict[str, list[QueueEvent]] = {}
-        for e in events:
-            by_part.setdefault(partition_of(e.timestamp), []).append(e)
-        keys = []
-        for part, evs in sorted(by_part.items()):
-            key = f"{self.prefix}{part}/{batch_id}.json.gz"
-            with translate("s3:PutObject"):
-                self.s3.put_object(
-                    Bucket=self.bucket,
-                    Key=key,
-                    Body=encode_lines(evs),
-                    ContentType="application/x-ndjson",
-                    ContentEncoding="gzip",
-                )
-            keys.append(key)
-        return keys
-
-
-def batch_id(records: Sequence[Mapping[str, Any]]) -> str:
-    """`<stream digest>-<first sequence number>`: deterministic per batch (a retry
-    overwrites), and only letters, digits and `-` (stream labels hold colons, which
-    Hadoop/S3A, Athena and Glue handle badly)."""
-    if not records:
-        return "empty"
-    first = records[0]
-    seq = str(first.get("dynamodb", {}).get("SequenceNumber", "0"))
-    arn = str(first.get("eventSourceARN", "")) or "local"
-    digest = hashlib.sha256(arn.encode()).hexdigest()[:12]
-    safe_seq = "".join(c for c in seq if c.isascii() and c.isalnum()) or "0"
-    return f"{digest}-{safe_seq}"
 
 
 def iter_jsonl(data: bytes) -> Iterator[dict[str, Any]]:
@@ -390,86 +285,95 @@ class EventWriterSettings:
         )
 
 
+class ChangeSource(Protocol):
+    """Where the writer reads a batch of state changes from (the table's stream on AWS)."""
+
+    def changes(
+        self, records: Sequence[Mapping[str, Any]]
+    ) -> list[tuple[dict[str, Any] | None, dict[str, Any] | None]]:
+        """Each record's (old, new) item image as plain values, in order."""
+        ...
+
+    def stored_headers(self, records: Sequence[Mapping[str, Any]]) -> dict[str, bytes]:
+        """Mail id -> header section, for the mails whose items in `records` hold it."""
+        ...
+
+    def batch_id(self, records: Sequence[Mapping[str, Any]]) -> str:
+        """Deterministic per batch (a retried batch overwrites its own objects)."""
+        ...
+
+
+class EventSink(Protocol):
+    """Where events go (gzip JSON lines in S3 on AWS); returns what it wrote."""
+
+    def write(self, events: Sequence[QueueEvent], batch_id: str) -> list[str]: ...
+
+
+class HeaderSource(Protocol):
+    """The start of a mail's content (at most `HEADER_READ_MAX` bytes) by content key;
+    None when it is gone or not readable (the Send then goes without headers)."""
+
+    def read(self, content_key: str) -> bytes | None: ...
+
+
+def stream_events(
+    changes: Iterable[tuple[Mapping[str, Any] | None, Mapping[str, Any] | None]],
+    *,
+    reporting_mta: str = "",
+    ctx: EventContext | None = None,
+) -> list[QueueEvent]:
+    """The events of a batch of item changes, a mail's groups' Sends merged."""
+    ctx = ctx or EventContext(reporting_mta=reporting_mta or "mailqueue.invalid")
+    out: list[QueueEvent] = []
+    for old, new in changes:
+        out.extend(derive_events(old, new, ctx=ctx))
+    return merge_sends(out)
+
+
 class EventWriterService:
+    """A batch of state changes in, its SES-shaped events out to the sink."""
+
     def __init__(
         self,
         settings: EventWriterSettings,
-        s3: Any,
-        inline_content: Callable[[str], bytes | None] | None = None,
+        *,
+        source: ChangeSource,
+        sink: EventSink,
+        headers: HeaderSource | None = None,
     ) -> None:
         self.settings = settings
-        self.s3 = s3
-        self.writer = S3EventWriter(s3, settings.bucket, settings.prefix)
-        # reads content kept in the mail item (backend.INLINE_PREFIX keys), None if gone
-        self.inline_content = inline_content
-
-    @classmethod
-    def from_env(cls) -> EventWriterService:
-        from mailqueue.backends.aws.clients import make_clients
-        from mailqueue.core.config import StorageSettings, settings_from_env
-
-        ss = settings_from_env(StorageSettings)
-        settings = settings_from_env(
-            EventWriterSettings, bucket=ss.bucket, region=ss.region, endpoint_url=ss.endpoint_url
-        )
-        clients = make_clients(region=ss.region, endpoint_url=ss.endpoint_url)
-        return cls(settings, clients.s3, inline_content=inline_reader(clients.dynamodb, ss.table))
+        self.source = source
+        self.sink = sink
+        self.headers = headers
 
     def handle(self, records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-        events = stream_events(records, ctx=self.settings.context)
+        events = stream_events(self.source.changes(records), ctx=self.settings.context)
         if self.settings.read_headers:
-            stored = stored_headers(records)
+            stored = self.source.stored_headers(records)
             events = [self._with_headers(e, stored) for e in events]
-        keys = self.writer.write(events, batch_id(records)) if events else []
+        keys = self.sink.write(events, self.source.batch_id(records)) if events else []
         return {"events": len(events), "objects": keys}
 
     def _with_headers(self, event: QueueEvent, stored: Mapping[str, bytes]) -> QueueEvent:
         """A Send with the message's header block: from the mail item's `hdrs` when its
         INSERT is in the batch (the usual case: it is written with the group items, in
-        the same shard), else one ranged GET while the content still exists (a content
-        already gone or not readable leaves the list empty)."""
+        the same shard), else one read of the content's start while it still exists (a
+        content already gone or not readable leaves the list empty)."""
         if event.event_type != "Send":
             return event
         block = stored.get(event.mail.message_id)
-        if block is not None:
-            headers, truncated = parse_header_block(block)
-            mail = replace(event.mail, headers=headers, headers_truncated=truncated)
-            return replace(event, mail=mail)
-        key = event.extra.get("content_key")
-        if not key:
-            return event
-        if str(key).startswith(INLINE_PREFIX):  # content in the mail item (issue 18)
-            if self.inline_content is None:
+        if block is None:
+            key = event.extra.get("content_key")
+            if not key or self.headers is None:
                 return event
-            try:
-                data = self.inline_content(str(key))
-            except PermanentStorageError:  # no permission: no headers
+            data = self.headers.read(str(key))
+            if data is None:
                 return event
-            if data is None:  # cleaned already
-                return event
-            headers, truncated = parse_header_block(header_section(data))
-            mail = replace(event.mail, headers=headers, headers_truncated=truncated)
-            return replace(event, mail=mail)
-        try:
-            with translate("s3:GetObject"):
-                body = self.s3.get_object(
-                    Bucket=self.settings.bucket, Key=key, Range=f"bytes=0-{HEADER_READ_MAX - 1}"
-                )["Body"].read()
-        except PermanentStorageError:  # deleted already, or no permission: no headers
-            return event
-        headers, truncated = parse_header_block(body)
+            block = header_section(data)
+        headers, truncated = parse_header_block(block)
         mail = replace(event.mail, headers=headers, headers_truncated=truncated)
         return replace(event, mail=mail)
 
 
-INLINE_PREFIX = "ddb:"  # = aws.backend.INLINE_PREFIX (not imported: cold start)
-SOLO_MARK = "ddb:|"  # = aws.backend.SOLO_MARK
-
-
-def inline_reader(dynamodb: Any, table: str) -> Callable[[str], bytes | None]:
-    def read(key: str) -> bytes | None:
-        from mailqueue.backends.aws.items import read_inline
-
-        return read_inline(dynamodb, table, key)
-
-    return read
+INLINE_PREFIX = "ddb:"  # = backends.aws.items.INLINE_PREFIX (a test holds them equal)
+SOLO_MARK = "ddb:|"  # = backends.aws.items.SOLO_MARK
