@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+import pytest
 from mailqueue.compose.admin import LambdaLauncher
 from mailqueue.core.model import GroupState, MailRef, utcnow
 from mailqueue.core.storage import ClaimRefused
@@ -15,6 +16,12 @@ from tests.admin.conftest import ACTOR, Admin
 from tests.admin.http import answer, context, v2_event
 from tests.support.aws import REGION, session
 from tests.support.faults import short_circuit
+
+
+@pytest.fixture()
+def admin(aws_admin: Admin) -> Admin:
+    """These bodies read DynamoDB items or SQS queues themselves: AWS only."""
+    return aws_admin
 
 
 def call(

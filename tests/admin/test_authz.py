@@ -15,6 +15,12 @@ from tests.admin.conftest import ACTOR, Admin, make_admin
 from tests.admin.http import answer, context, v2_event
 from tests.support.aws import AwsEnv
 
+
+@pytest.fixture()
+def admin(aws_admin: Admin) -> Admin:
+    """These bodies read DynamoDB items or SQS queues themselves: AWS only."""
+    return aws_admin
+
 SUBMITTER = "arn:aws:sts::123456789012:assumed-role/shop-app/i-0abc"
 SAMPLE = {
     "scope": "domain",

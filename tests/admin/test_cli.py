@@ -26,6 +26,12 @@ from tests.admin.http import serve
 from tests.support.aws import REGION, session
 
 
+@pytest.fixture()
+def admin(aws_admin: Admin) -> Admin:
+    """These bodies read DynamoDB items or SQS queues themselves: AWS only."""
+    return aws_admin
+
+
 def local_env(admin: Admin) -> dict[str, str]:
     s = admin.aws.settings
     return {

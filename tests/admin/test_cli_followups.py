@@ -31,6 +31,12 @@ from tests.support.factories import content
 
 
 @pytest.fixture()
+def admin(aws_admin: Admin) -> Admin:
+    """These bodies read DynamoDB items or SQS queues themselves: AWS only."""
+    return aws_admin
+
+
+@pytest.fixture()
 def cli_env(admin: Admin, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     values = local_env(admin)
     for k, v in values.items():

@@ -16,6 +16,12 @@ from tests.admin.conftest import ACTOR, Admin
 from tests.support.faults import InjectedCrash, crash_after
 
 
+@pytest.fixture()
+def admin(aws_admin: Admin) -> Admin:
+    """These bodies read DynamoDB items or SQS queues themselves: AWS only."""
+    return aws_admin
+
+
 def run(admin: Admin, action: Action, *, everything: bool = False, **flt: str) -> Job:
     job = admin.service.start_job(action, parse_filter(flt), actor=ACTOR, everything=everything)
     return admin.service.run_job(job.job_id, budget_seconds=60)

@@ -10,16 +10,16 @@ from mailqueue.core.model import GroupState, MailRef, RecipientState, Result, ut
 from mailqueue.core.storage import ClaimRefused
 from mailqueue.services.admin import Action, Busy, OpContext
 
-from tests.admin.conftest import ACTOR, Admin
+from tests.admin.conftest import ACTOR, AnyAdmin
 from tests.support.factories import content
 
 CTX = OpContext(actor=ACTOR)
 
 
-def test_hold_makes_delivery_refuse_and_release_makes_it_deliverable(admin: Admin) -> None:
+def test_hold_makes_delivery_refuse_and_release_makes_it_deliverable(admin: AnyAdmin) -> None:
     q = admin.enqueue("bob@example.net", "carol@example.net")
     ref = MailRef(q.mail_id, "example.net")
-    admin.queue_messages(admin.aws.resources.delivery_queue_url)  # the enqueue trigger
+    admin.triggers()  # the enqueue trigger
 
     res = admin.service.act(q.mail_id, Action.HOLD, CTX)
     assert res.recipients == 2
@@ -30,9 +30,9 @@ def test_hold_makes_delivery_refuse_and_release_makes_it_deliverable(admin: Admi
     refused = admin.storage.send_start(ref, utcnow(), lease_seconds=60)
     assert isinstance(refused, ClaimRefused) and refused.reason == "held"
     # the operator's action is recorded for the event writer, and no trigger was posted
-    op = admin.item(q.mail_id, "example.net")["op"]["M"]
-    assert op["action"]["S"] == "hold" and op["actor"]["S"] == ACTOR
-    assert admin.queue_messages(admin.aws.resources.delivery_queue_url) == []
+    op = admin.op(q.mail_id, "example.net")
+    assert op is not None and op["action"] == "hold" and op["actor"] == ACTOR
+    assert admin.triggers() == []
 
     again = admin.service.act(q.mail_id, Action.HOLD, CTX)
     assert [g.outcome.value for g in again.groups] == ["unchanged"]
@@ -41,7 +41,7 @@ def test_hold_makes_delivery_refuse_and_release_makes_it_deliverable(admin: Admi
     assert res.recipients == 2
     assert admin.state(q.mail_id, "example.net") == GroupState.QUEUED
     # release posts a fresh trigger, and delivery can claim at once
-    assert admin.queue_messages(admin.aws.resources.delivery_queue_url) == [
+    assert admin.triggers() == [
         {"v": 1, "mail_id": q.mail_id, "group": "example.net"}
     ]
     claim = admin.storage.send_start(ref, utcnow(), lease_seconds=60)
@@ -49,12 +49,12 @@ def test_hold_makes_delivery_refuse_and_release_makes_it_deliverable(admin: Admi
     assert {r.rid for r in claim.unresolved()} == {"r0", "r1"}
 
 
-def test_hold_refused_while_a_delivery_holds_the_lease_and_nothing_changes(admin: Admin) -> None:
+def test_hold_refused_while_a_delivery_holds_the_lease_and_nothing_changes(admin: AnyAdmin) -> None:
     q = admin.enqueue("bob@example.net", "dave@example.com")
     net = MailRef(q.mail_id, "example.net")
     claim = admin.storage.send_start(net, utcnow(), lease_seconds=300)
     assert not isinstance(claim, ClaimRefused)
-    before = admin.item(q.mail_id, "example.com")
+    before = admin.storage.get_group(MailRef(q.mail_id, "example.com"))
 
     with pytest.raises(Busy) as exc:
         admin.service.act(q.mail_id, Action.HOLD, CTX)
@@ -62,8 +62,8 @@ def test_hold_refused_while_a_delivery_holds_the_lease_and_nothing_changes(admin
     # all or nothing: the other group was claimed and given back untouched
     com = admin.storage.get_group(MailRef(q.mail_id, "example.com"))
     assert com.state == GroupState.QUEUED
-    assert com.next_attempt_at.isoformat()[:23] == before["next_at"]["S"][:23]
-    assert "op" not in admin.item(q.mail_id, "example.com")
+    assert com.next_attempt_at == before.next_attempt_at
+    assert admin.op(q.mail_id, "example.com") is None
     # the delivery goes on unharmed and finishes
     t = admin.storage.send_done(claim, ["r0"], Result(250, "2.0.0", "ok"))
     assert t.released
@@ -75,7 +75,7 @@ def test_hold_refused_while_a_delivery_holds_the_lease_and_nothing_changes(admin
     }
 
 
-def test_expired_delivery_lease_is_taken_over_by_the_operator(admin: Admin) -> None:
+def test_expired_delivery_lease_is_taken_over_by_the_operator(admin: AnyAdmin) -> None:
     past = utcnow() - timedelta(minutes=30)
     q = admin.enqueue("bob@example.net", arrival=past - timedelta(minutes=1))
     ref = MailRef(q.mail_id, "example.net")
@@ -87,18 +87,18 @@ def test_expired_delivery_lease_is_taken_over_by_the_operator(admin: Admin) -> N
         admin.storage.get_mail(q.mail_id)
 
 
-def test_retry_now_makes_a_delayed_group_deliverable(admin: Admin) -> None:
+def test_retry_now_makes_a_delayed_group_deliverable(admin: AnyAdmin) -> None:
     later = utcnow() + timedelta(hours=2)
     q = admin.enqueue("bob@example.net", not_before=later)
     ref = MailRef(q.mail_id, "example.net")
-    admin.queue_messages(admin.aws.resources.delivery_queue_url)
+    admin.triggers()
     refused = admin.storage.send_start(ref, utcnow(), lease_seconds=60)
     assert isinstance(refused, ClaimRefused) and refused.reason == "not_due"
 
     res = admin.service.act(q.mail_id, Action.RETRY, CTX)
     assert res.recipients == 1
     assert admin.storage.get_group(ref).next_attempt_at <= utcnow()
-    assert admin.queue_messages(admin.aws.resources.delivery_queue_url) == [
+    assert admin.triggers() == [
         {"v": 1, "mail_id": q.mail_id, "group": "example.net"}
     ]
     claim = admin.storage.send_start(ref, utcnow(), lease_seconds=60)
@@ -111,7 +111,7 @@ def test_retry_now_makes_a_delayed_group_deliverable(admin: Admin) -> None:
     assert admin.state(h.mail_id, "example.net") == GroupState.HELD
 
 
-def test_bounce_now_expires_with_a_failure_dsn_and_no_attempt(admin: Admin) -> None:
+def test_bounce_now_expires_with_a_failure_dsn_and_no_attempt(admin: AnyAdmin) -> None:
     q = admin.enqueue("bob@example.net", "carol@example.net")
     admin.service.act(q.mail_id, Action.HOLD, CTX)  # held mail can be bounced too
     res = admin.service.act(q.mail_id, Action.BOUNCE, CTX)
@@ -124,21 +124,20 @@ def test_bounce_now_expires_with_a_failure_dsn_and_no_attempt(admin: Admin) -> N
         assert r.last_result == Result(0, "4.4.7", "message expired by operator")
         assert r.attempts == 0  # an operator's verdict is not a delivery attempt
     assert g.history == ()
-    assert admin.queue_messages(admin.aws.resources.bounce_queue_url) == [
-        {"v": 1, "mail_id": q.mail_id, "group": "example.net"}
-    ]
-    assert admin.item(q.mail_id, "example.net")["op"]["M"]["action"]["S"] == "bounce"
+    assert admin.bounce_handoffs() == [{"v": 1, "mail_id": q.mail_id, "group": "example.net"}]
+    op = admin.op(q.mail_id, "example.net")
+    assert op is not None and op["action"] == "bounce"
 
 
-def test_bounce_of_null_sender_mail_requests_no_dsn(admin: Admin) -> None:
+def test_bounce_of_null_sender_mail_requests_no_dsn(admin: AnyAdmin) -> None:
     q = admin.enqueue("bob@example.net", sender="")
     admin.service.act(q.mail_id, Action.BOUNCE, CTX)
     with pytest.raises(NotFound):  # final, no DSN due: cleaned at once
         admin.storage.get_mail(q.mail_id)
-    assert admin.queue_messages(admin.aws.resources.bounce_queue_url) == []
+    assert admin.bounce_handoffs() == []
 
 
-def test_delete_keeps_final_recipients_and_cleans_up_when_all_final(admin: Admin) -> None:
+def test_delete_keeps_final_recipients_and_cleans_up_when_all_final(admin: AnyAdmin) -> None:
     q = admin.enqueue("bob@example.net", "dave@example.com")
     net = MailRef(q.mail_id, "example.net")
     claim = admin.storage.send_start(net, utcnow(), lease_seconds=60)
@@ -152,7 +151,7 @@ def test_delete_keeps_final_recipients_and_cleans_up_when_all_final(admin: Admin
     assert not admin.storage.content_exists(q.mail_id)
 
 
-def test_delete_leaves_pending_dsn_alone(admin: Admin) -> None:
+def test_delete_leaves_pending_dsn_alone(admin: AnyAdmin) -> None:
     q = admin.enqueue("bob@example.net", "dave@example.com")
     admin.service.act(q.mail_id, Action.BOUNCE, CTX, group="example.net")
     admin.service.act(q.mail_id, Action.DELETE, CTX)
@@ -163,7 +162,7 @@ def test_delete_leaves_pending_dsn_alone(admin: Admin) -> None:
     assert by_key["example.com"].recipients[0].state == RecipientState.DELETED
 
 
-def test_unknown_and_malformed_ids(admin: Admin) -> None:
+def test_unknown_and_malformed_ids(admin: AnyAdmin) -> None:
     with pytest.raises(NotFound):
         admin.service.act("01KAAAAAAAAAAAAAAAAAAAAAAA", Action.HOLD, CTX)
     with pytest.raises(InvalidInput) as exc:
@@ -175,7 +174,7 @@ def test_unknown_and_malformed_ids(admin: Admin) -> None:
     assert admin.state(q.mail_id, "example.net") == GroupState.QUEUED
 
 
-def test_inspect_shows_envelope_state_history_and_headers_body_on_request(admin: Admin) -> None:
+def test_inspect_shows_envelope_state_history_and_headers_body_on_request(admin: AnyAdmin) -> None:
     q = admin.enqueue("bob@example.net", body=content(600, subject="Quarterly report"))
     ref = MailRef(q.mail_id, "example.net")
     claim = admin.storage.send_start(ref, utcnow(), lease_seconds=60)

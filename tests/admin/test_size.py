@@ -8,6 +8,7 @@ from collections import Counter
 from datetime import timedelta
 from typing import Any
 
+import pytest
 from boto3.dynamodb.types import TypeDeserializer
 from mailqueue.core.errors import NotFound
 from mailqueue.core.model import Claim, GroupState, Result, utcnow
@@ -16,6 +17,12 @@ from mailqueue.services.admin import Action, Busy, OpContext
 from mailqueue.services.admin.size import count_groups
 
 from tests.admin.conftest import ACTOR, Admin
+
+
+@pytest.fixture()
+def admin(aws_admin: Admin) -> Admin:
+    """These bodies read DynamoDB items or SQS queues themselves: AWS only."""
+    return aws_admin
 
 _deser = TypeDeserializer()
 

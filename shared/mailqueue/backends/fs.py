@@ -20,6 +20,7 @@ import contextlib
 import fcntl
 import hashlib
 import json
+import math
 import os
 import secrets
 import shutil
@@ -71,6 +72,11 @@ def _write_atomic(path: Path, data: bytes) -> None:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def _ceil_seconds(d: timedelta) -> int:
+    """A delay in whole seconds, rounded up: a trigger never comes back before its time."""
+    return max(0, math.ceil(d.total_seconds()))
 
 
 def _safe(name: str) -> str:
@@ -233,7 +239,7 @@ class FsStorage:
         if self.triggers is not None:
             self.triggers.post(
                 [MailRef(mail_id, g) for g in groups],
-                max(0, int((due - now).total_seconds())),
+                _ceil_seconds(due - now),
                 priority=priority_of(envelope.tags),
             )
         return answer
@@ -258,6 +264,10 @@ class FsStorage:
             groups = [g for g in groups if g.next_attempt_at <= due_before]
         groups.sort(key=lambda g: (g.next_attempt_at, g.mail_id, g.key))
         return self._page(groups, limit, cursor)
+
+    def count_state(self, state: GroupState) -> int:
+        """Groups in `state` (the admin service's size; a scan of the directory here)."""
+        return sum(1 for it in self._items() if it.get("st") == GroupState(state).value)
 
     def find_inflight(self, now: datetime, *, limit: int = 100, cursor: str | None = None) -> Page:
         groups = [
@@ -366,6 +376,46 @@ class FsStorage:
             self._save(ref, item)
             return Claim(self._group(item), token, receipt_handle, now)
 
+    def admin_claim(
+        self, ref: MailRef, now: datetime, *, lease_seconds: int = 60
+    ) -> Claim | ClaimRefused:
+        """Claim a queued (due or not) or held group for an operator action, under the
+        same lease as delivery (an operator and a delivery attempt exclude each other)."""
+        with self._locked(ref) as item:
+            if item is None:
+                return ClaimRefused("gone")
+            st = item.get("st")
+            lease_until = from_iso(item.get("lease_until"))
+            stale = (
+                st == GroupState.INFLIGHT.value and lease_until is not None and lease_until < now
+            )
+            if st not in (GroupState.QUEUED.value, GroupState.HELD.value) and not stale:
+                if st == GroupState.INFLIGHT.value:
+                    return ClaimRefused("claimed", lease_until)
+                return ClaimRefused("finished")
+            token = secrets.token_hex(8)
+            until = now + timedelta(seconds=lease_seconds)
+            item.update(st=GroupState.INFLIGHT.value, lease_token=token, lease_until=to_iso(until))
+            self._save(ref, item)
+            # held recipients count as pending for an operator claim (`_group` marks them)
+            return Claim(self._group(item), token, None, now)
+
+    def mark(
+        self,
+        claim: Claim,
+        changed: dict[str, Recipient],
+        *,
+        next_attempt_at: datetime | None = None,
+        op: dict[str, Any] | None = None,
+    ) -> Transition:
+        """An operator transition under a claim (hold, release, delete, retry-now); `op`
+        ({action, actor, job}) is kept on the group as the AWS backend keeps it."""
+        t = self._transition(claim, changed, next_attempt_at=next_attempt_at, op=op)
+        if t.released and t.group.state == GroupState.QUEUED and self.triggers is not None:
+            delay = _ceil_seconds(t.group.next_attempt_at - self.clock())
+            self.triggers.post([claim.ref], delay, priority=claim.group.priority)
+        return t
+
     def read_inflight(self, claim: Claim) -> InflightMail:
         path = self._dir(claim.group.mail_id) / "content"
         try:
@@ -382,6 +432,7 @@ class FsStorage:
         *,
         next_attempt_at: datetime | None = None,
         attempt: Attempt | None = None,
+        op: dict[str, Any] | None = None,
     ) -> Transition:
         if claim.released:
             raise LeaseLost("this claim was already released")
@@ -416,6 +467,8 @@ class FsStorage:
                 ]
             if next_attempt_at is not None:
                 item["next_at"] = to_iso(next_attempt_at)
+            if op is not None:
+                item["op"] = {**op, "at": to_iso(now)}
             if release:
                 state = derive_group_state(tuple(stored.values()))
                 item["st"] = state.value
@@ -516,8 +569,7 @@ class FsStorage:
         if warn:
             self._hand_to_bounce(claim.ref)
         if t.released and t.group.state == GroupState.QUEUED:
-            delay = int((t.group.next_attempt_at - self.clock()).total_seconds())
-            self._rearm(claim, max(0, delay))
+            self._rearm(claim, _ceil_seconds(t.group.next_attempt_at - self.clock()))
         return t
 
     def drop(self, claim: Claim, results: dict[str, Result], *, tls: bool = False) -> Transition:

@@ -10,15 +10,17 @@ visibility the service set, the others are deleted.
 
 from __future__ import annotations
 
+import copy
 import json
 import secrets
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime
 from typing import Any
 
-from mailqueue.core.errors import NotFound
+from mailqueue.core.errors import Conflict, NotFound
 from mailqueue.core.model import MailRef, Priority
 from mailqueue.core.ports import (
     DeliveryPorts,
@@ -28,6 +30,7 @@ from mailqueue.outbound.mtasts import MemoryPolicyCache
 from mailqueue.outbound.shaping import SiteState
 from mailqueue.outbound.suppression import Entry
 from mailqueue.outbound.suspensions import Scope, Suspension
+from mailqueue.services.admin.jobs import CANCELLED, RUNNING, Job
 from mailqueue.services.bounce import BounceService, BounceStats, parse_ref
 from mailqueue.services.delivery import DeliveryService
 
@@ -233,6 +236,55 @@ class MemorySuspensionStore:
             return self._items.pop((scope, target), None)
 
 
+class MemoryJobStore:
+    """The admin service's `JobStore` in memory, with the DynamoDB store's conditions:
+    create once, one lease holder at a time, progress saved only under the lease of a
+    running job, cancel only a running one."""
+
+    def __init__(self) -> None:
+        self._jobs: dict[str, Job] = {}
+        self._lock = threading.Lock()
+
+    def create(self, job: Job) -> None:
+        with self._lock:
+            if job.job_id in self._jobs:
+                raise Conflict(f"job {job.job_id} exists")
+            self._jobs[job.job_id] = copy.deepcopy(job)
+
+    def get(self, job_id: str) -> Job:
+        with self._lock:
+            if job_id not in self._jobs:
+                raise NotFound(f"job {job_id}")
+            return copy.deepcopy(self._jobs[job_id])
+
+    def acquire(self, job_id: str, token: str, now: datetime, until: datetime) -> Job | None:
+        with self._lock:
+            job = self._jobs.get(job_id)
+            if job is None or job.state != RUNNING:
+                return None
+            if job.lease_until is not None and job.lease_until > now:
+                return None
+            job.lease_token, job.lease_until = token, until
+            return copy.deepcopy(job)
+
+    def save(self, job: Job, token: str) -> bool:
+        with self._lock:
+            held = self._jobs.get(job.job_id)
+            if held is None or held.lease_token != token or held.state != RUNNING:
+                return False
+            self._jobs[job.job_id] = copy.deepcopy(job)
+            return True
+
+    def cancel(self, job_id: str, now: datetime) -> Job:
+        with self._lock:
+            job = self._jobs.get(job_id)
+            if job is None:
+                raise NotFound(f"job {job_id}")
+            if job.state == RUNNING:
+                job.state, job.finished_at, job.updated_at = CANCELLED, now, now
+            return copy.deepcopy(job)
+
+
 class MemoryShapingStore:
     """`ShapingStore` in a dict: the same compare-and-set on `version`."""
 
@@ -397,6 +449,7 @@ __all__ = [
     "MemoryShapingStore",
     "MemorySuppressionStore",
     "MemorySuspensionStore",
+    "MemoryJobStore",
     "PollResult",
     "QueueBounces",
     "QueueTriggers",
