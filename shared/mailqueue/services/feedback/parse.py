@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import email
 import email.policy
+import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from email.message import Message
 from email.utils import getaddresses, parseaddr
 
@@ -119,6 +120,36 @@ _HARD_TEXT = re.compile(
     ),
     re.I,
 )
+# dead-address phrases a receiver answers at RCPT time, whichever command is named
+_USER_STRONG = re.compile(
+    "|".join(
+        [
+            r"recipient name is not recognized",
+            r"not listed in (?:the )?(?:domino|public name|directory)",
+            r"invalid final delivery userid",
+            r"unknown recipient or mailbox unavailable",
+            r"unable to deliver message to <",
+            r"did not reach the following recipient",
+            r"address couldn't be found|wasn't found at the destination",
+            r"address rejected\.",
+            r"invalid recipient|destinataire invalide",
+            r"requested action not taken: mailbox unavailable",
+            r"no valid recipients",
+            r"unknown user: ",
+            r"no such user here",
+            r"ディレクトリ(?:のリスト)?に(?:は)?(?:ありません|見つかりません)",
+        ]
+    ),
+    re.I,
+)
+# phrases that name a dead address before listing other possible causes
+_DEAD_FIRST = re.compile(r"the account or domain may not exist", re.I)
+_NAMES_ADDRESS = re.compile(
+    r"[245]\d\d[ :-]+(?:\d\.\d\.\d+ )?(?:<" + _ADDR + r">(?::|\.\.\.|,)|unknown user "
+    + _ADDR
+    + ")",
+    re.I,
+)
 # the domain is dead (Sisimai's hostunknown / notaccept): whatever the command
 _HOST_TEXT = re.compile(
     "|".join(
@@ -176,6 +207,13 @@ _SOFT_TEXT = re.compile(
             r"domain of sender|sender (?:address )?(?:rejected|denied|verify)|sender rejected",
             r"\bmail ?from\b.*rejected",
             r"not (?:a )?member",
+            r"\blocked\b",
+            r"procmail|couldn't create",  # the local delivery agent failed (Sisimai: mailererror)
+            # Sisimai's "filtered": the recipient's own rules refused the sender
+            r"recipient preferences|user reject|is not accepting any mail|"
+            r"you have been blocked by the recipient|this account is protected by|"
+            r"message rejected due to user rules|bounced address|"
+            r"only accepting mail from specific",
         ]
     ),
     re.I,
@@ -189,7 +227,7 @@ _CMD_RCPT = re.compile(
 _CMD_DATA = re.compile(
     r"end of data|after data|in reply to data|data command|>>> ?data\b|text command|"
     r"after end of",
-    re.I,
+    re.I | re.M,
 )
 
 _CMD_MAIL = re.compile(r"after mail from|in reply to mail from|>>> ?mail from", re.I)
@@ -212,6 +250,8 @@ def is_hard(status: str, text: str, command: str = "") -> bool:
     is hard; a dead-address phrase is hard unless it answered DATA (a content filter
     speaking, as Sisimai's "filtered" says)."""
     t = text or ""
+    if _DEAD_FIRST.search(t):
+        return True
     if _SOFT_TEXT.search(t):
         return False
     if status.startswith("4.") or status in ("5.1.7", "5.1.8"):  # later, or the sender
@@ -224,12 +264,16 @@ def is_hard(status: str, text: str, command: str = "") -> bool:
         return False
     if _HOST_TEXT.search(t):
         return True
+    if _USER_STRONG.search(t):
+        return True
     if _HARD_TEXT.search(t):
         if command:
             return command == "RCPT"
+        if _NAMES_ADDRESS.search(t):  # "550 <a@b>... User unknown": a RCPT reply's form
+            return True
         # no command named: a mailbox-status (5.2.x) or security (5.7.x) code says a
         # filter spoke, as Sisimai reads it
-        return not status.startswith(("5.2.", "5.7.", "5.3."))
+        return status in _HARD_STATUS
     return False
 
 
@@ -255,12 +299,19 @@ _AUTO_SUBJECT = re.compile(
     r"abwesenheit|absence|away from)",
     re.I,
 )
-_BOUNCE_SENDER = re.compile(r"mailer-daemon|postmaster|mail delivery|daemon|bounce", re.I)
+_BOUNCE_SENDER = re.compile(r"mailer-daemon|post_?master|mail delivery|daemon|bounce", re.I)
 _BOUNCE_SUBJECT = re.compile(
     r"undeliver|undelivered|delivery (?:status|failure|failed|notification|has failed|problem)|"
     r"returned mail|failure notice|mail delivery|non[- ]?delivery|could not be delivered|"
     r"failed|rejected|bounce|warning: could not|mail system error|not delivered|"
     r"delivery report|permanent error|nondeliverable|returned to sender",
+    re.I,
+)
+# Hotmail's pre-ARF complaint: the message attached, "complaint about message from <ip>"
+_COMPLAINT_SUBJECT = re.compile(r"complaint about message from", re.I)
+_BOUNCE_BODY = re.compile(
+    r"could not be delivered|undeliverable|delivery (?:has )?failed|permanent (?:fatal )?error|"
+    r"not be delivered to|message was not delivered|unable to deliver",
     re.I,
 )
 # where the returned copy of the message starts in a plain-text bounce
@@ -281,19 +332,24 @@ _COPY_START = re.compile(
 def parse(raw: bytes) -> Report:
     """Classify and read one received report."""
     msg = email.message_from_bytes(raw, policy=email.policy.compat32)
-    ct = msg.get_content_type()
+    ct = _ctype(msg)
     parts = list(msg.walk())
-    types = [p.get_content_type() for p in parts]
-    if "message/feedback-report" in types or _looks_like_arf(msg):
+    types = [_ctype(p) for p in parts]
+    if "message/feedback-report" in types or _looks_like_arf(msg) or _COMPLAINT_SUBJECT.match(
+        str(msg.get("Subject", "")).strip()
+    ):
         return _arf(msg, parts)
     if _is_autoreply(msg) and "message/delivery-status" not in types:
         return Report("autoreply", original=_original_headers(parts))
     original = _original_headers(parts)
+    ses = _ses_notification(_payload_text(msg) if not msg.is_multipart() else "")
+    if ses is not None:
+        return replace(ses, original=original)
     failures: list[Failure] = []
     ds = [
         p
         for p in parts
-        if p.get_content_type() in ("message/delivery-status", "message/global-delivery-status")
+        if _ctype(p) in ("message/delivery-status", "message/global-delivery-status")
     ]
     text = _text_body(msg, parts)
     if ds:
@@ -308,10 +364,66 @@ def parse(raw: bytes) -> Report:
     return Report("unknown", original=original)
 
 
-def _looks_like_bounce(msg: Message) -> bool:
+def _ctype(p: Message) -> str:
+    """The content type, robust to a badly folded header ("text/plain\n charset=...")."""
+    return p.get_content_type().split()[0].rstrip(";").lower()
+
+
+def _ses_notification(text: str) -> Report | None:
+    """An Amazon SES notification (SNS JSON, as its email subscription sends it): a
+    bounce's bouncedRecipients (Permanent being hard) or a complaint."""
+    start = text.find("{")
+    if start < 0 or "notificationType" not in text:
+        return None
+    try:
+        try:
+            doc, _ = json.JSONDecoder().raw_decode(text[start:])
+        except ValueError:  # folded by a mail system: the lines joined again
+            joined = text[start:].replace("\r", "").replace("\n ", "").replace("\n", "")
+            doc, _ = json.JSONDecoder().raw_decode(joined)
+        if isinstance(doc.get("Message"), str):  # the SNS envelope around it
+            doc = json.loads(doc["Message"])
+        if doc.get("notificationType") == "Complaint":
+            c = doc["complaint"]
+            return Report(
+                "complaint",
+                complaint=Complaint(
+                    feedback_type=str(c.get("complaintFeedbackType") or "abuse"),
+                    user_agent=str(c.get("userAgent") or ""),
+                    arrival_date=str(c.get("arrivalDate") or ""),
+                    recipients=tuple(
+                        str(r["emailAddress"]).lower() for r in c["complainedRecipients"]
+                    ),
+                ),
+            )
+        bounce = doc["bounce"]
+        permanent = bounce.get("bounceType") == "Permanent"
+        out = []
+        for r in bounce.get("bouncedRecipients", []):
+            diag = str(r.get("diagnosticCode", ""))
+            status = find_status(str(r.get("status", ""))) or find_status(diag)
+            out.append(
+                Failure(
+                    address=str(r["emailAddress"]).lower(),
+                    status=status,
+                    diagnostic=_one_line(diag),
+                    hard=permanent and is_hard(status or "5.1.1", diag),
+                    reply_code=find_reply(diag),
+                )
+            )
+        return Report("bounce", tuple(out))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def _looks_like_bounce(msg: Message, text: str = "") -> bool:
     sender = str(msg.get("From", ""))
     subject = str(msg.get("Subject", ""))
-    return bool(_BOUNCE_SENDER.search(sender) or _BOUNCE_SUBJECT.search(subject))
+    return bool(
+        _BOUNCE_SENDER.search(sender)
+        or _BOUNCE_SUBJECT.search(subject)
+        or (text and _BOUNCE_BODY.search(text[:3000]))
+    )
 
 
 def _is_autoreply(msg: Message) -> bool:
@@ -337,6 +449,8 @@ def _payload_text(p: Message) -> str:
             return "\n".join(str(m) for m in inner if isinstance(m, Message))
         return str(inner or "")
     charset = p.get_content_charset() or "utf-8"
+    if b"\x1b$B" in data and charset.lower() in ("us-ascii", "utf-8", "ascii"):
+        charset = "iso-2022-jp"  # undeclared JIS text (old Japanese MTAs)
     try:
         return data.decode(charset, errors="replace")
     except LookupError:
@@ -349,7 +463,7 @@ def _text_body(msg: Message, parts: list[Message]) -> str:
         return _payload_text(msg)
     out: list[str] = []
     for p in parts:
-        ct = p.get_content_type()
+        ct = _ctype(p)
         if ct in ("message/rfc822", "text/rfc822-headers", "message/rfc822-headers"):
             break
         if ct in ("text/plain", "text/html") and not p.is_multipart():
@@ -358,12 +472,15 @@ def _text_body(msg: Message, parts: list[Message]) -> str:
                 t = re.sub(r"<[^>]+>", " ", t)
                 t = t.replace("&lt;", "<").replace("&gt;", ">").replace("&nbsp;", " ")
             out.append(t)
+    if not any(t.strip() for t in out):  # a broken MIME structure: the raw body then
+        body = msg.get_payload()
+        return body if isinstance(body, str) else "\n".join(str(m) for m in body)
     return "\n".join(out)
 
 
 def _original_headers(parts: list[Message]) -> tuple[tuple[str, str], ...]:
     for p in parts:
-        ct = p.get_content_type()
+        ct = _ctype(p)
         if ct in ("message/rfc822", "message/global"):
             inner = p.get_payload()
             if isinstance(inner, list) and inner and isinstance(inner[0], Message):
@@ -431,8 +548,8 @@ def _delivery_status(p: Message, text: str) -> list[Failure]:
         diag = g.get("diagnostic-code", "")
         diag = diag.split(";", 1)[1].strip() if ";" in diag[:12] else diag
         status = find_status(g.get("status", ""))
-        prose = _prose_for(text, address)
         span = _span_for(text, address)
+        prose = _one_line(_diagnostic_line(span) or span)
         if not diag or diag.lower() in ("smtp;", "x-unix;"):
             diag = prose
         # a status of the generic class (5.0.0) says less than the reply itself
@@ -494,15 +611,6 @@ def _span_for(text: str, address: str) -> str:
     return next((c for c in clips if _says_something(c)), clips[0] if clips else "")
 
 
-def _prose_for(text: str, address: str) -> str:
-    """The lines of a human-readable body around one address (its reason)."""
-    lines = text.replace("\r\n", "\n").split("\n")
-    for i, line in enumerate(lines):
-        if address in line.lower():
-            return _one_line(" ".join(lines[i : i + 6]))
-    return ""
-
-
 def _cut_copy(text: str) -> str:
     """The bounce's own prose: what precedes the returned copy of the message."""
     m = _COPY_START.search(text)
@@ -516,7 +624,7 @@ def _cut_copy(text: str) -> str:
 def _prose(msg: Message, text: str, original: tuple[tuple[str, str], ...]) -> list[Failure]:
     """A non-standard bounce: the failed recipients named in the prose (or an Exim-style
     X-Failed-Recipients header), each with the reply text that follows it."""
-    if not _looks_like_bounce(msg) and not msg.get("X-Failed-Recipients"):
+    if not _looks_like_bounce(msg, text) and not msg.get("X-Failed-Recipients"):
         return []
     own = _cut_copy(text)
     senders = {
@@ -536,8 +644,11 @@ def _prose(msg: Message, text: str, original: tuple[tuple[str, str], ...]) -> li
     spans: dict[str, None] = {}
     for m in ADDR_RE.finditer(own):
         a = m.group(0).strip(".").lower()
-        if not re.match(r"(?:mailer-daemon|postmaster)$", a.split("@")[0]):
-            spans.setdefault(a, None)
+        if re.match(r"(?:mailer-daemon|postmaster)$", a.split("@")[0]):
+            continue
+        if re.search(r"contact|write to|send (?:an )?e-?mail to", own[max(0, m.start() - 40) : m.start()], re.I):
+            continue  # the receiver's help desk, not a recipient
+        spans.setdefault(a, None)
     if not named:
         named = [a for a in spans if a not in senders] or list(spans)[:1]
     if not named:
@@ -549,13 +660,17 @@ def _prose(msg: Message, text: str, original: tuple[tuple[str, str], ...]) -> li
         reason = _span_for(own, a)
         if not _says_something(reason):
             reason = own
+        command = command_of(reason) or _command_near(own, a)
+        line = _diagnostic_line(reason)
+        if _says_something(line):
+            reason = line
         status = find_status(reason)
         out.append(
             Failure(
                 address=a,
                 status=status,
                 diagnostic=_one_line(_diagnostic_line(reason) or reason),
-                hard=is_hard(status, reason, command_of(reason) or _command_near(own, a)),
+                hard=is_hard(status, reason, command),
                 reply_code=find_reply(reason),
             )
         )
@@ -580,37 +695,33 @@ def _looks_like_arf(msg: Message) -> bool:
 
 
 def _arf(msg: Message, parts: list[Message]) -> Report:
-    fields: dict[str, str] = {}
+    pairs: list[tuple[str, str]] = []  # the report's fields, repeated ones kept
     for p in parts:
-        if p.get_content_type() == "message/feedback-report":
+        if _ctype(p) == "message/feedback-report":
             payload = p.get_payload()
             if isinstance(payload, list):
                 for m in payload:
                     if isinstance(m, Message):
-                        for k, v in m.items():
-                            fields.setdefault(k.lower(), str(v).strip())
+                        pairs += [(k.lower(), str(v).strip()) for k, v in m.items()]
             else:
-                for g in _fields(_payload_text(p)):
-                    for k, v in g.items():
-                        fields.setdefault(k, v)
-    if not fields:  # a non-multipart report (Hotmail's old format)
-        for k, v in msg.items():
-            fields.setdefault(k.lower(), str(v).strip())
-        for g in _fields(_payload_text(msg)):
-            for k, v in g.items():
-                fields.setdefault(k, v)
+                pairs += [(k, v) for g in _fields(_payload_text(p)) for k, v in g.items()]
+    if not pairs:  # a non-multipart report: fields in the header or the body
+        pairs = [(k.lower(), str(v).strip()) for k, v in msg.items()]
+        if not msg.is_multipart():
+            pairs += [(k, v) for g in _fields(_payload_text(msg)) for k, v in g.items()]
+    fields: dict[str, str] = {}
+    for k, v in pairs:
+        fields.setdefault(k, v)
     original = _original_headers(parts)
     rcpts = [
-        _typed_address(v)
-        for k, v in fields.items()
-        if k in ("original-rcpt-to", "removal-recipient")
+        _typed_address(v) for k, v in pairs if k in ("original-rcpt-to", "removal-recipient")
     ]
     rcpts = [r for r in rcpts if r]
     if not rcpts:
         rcpts = [
             a.lower() for n, v in original if n.lower() == "to" for _, a in getaddresses([v]) if a
         ]
-    ftype = (fields.get("feedback-type") or "other").split()[0].lower()
+    ftype = (fields.get("feedback-type") or "abuse").split()[0].lower()
     return Report(
         "complaint",
         complaint=Complaint(
