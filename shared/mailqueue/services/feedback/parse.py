@@ -719,7 +719,11 @@ def _arf(msg: Message, parts: list[Message]) -> Report:
     rcpts = [r for r in rcpts if r]
     if not rcpts:
         rcpts = [
-            a.lower() for n, v in original if n.lower() == "to" for _, a in getaddresses([v]) if a
+            a.lower()
+            for n, v in original
+            if n.lower() == "to"
+            for _, a in getaddresses([v])
+            if "@" in a
         ]
     ftype = (fields.get("feedback-type") or "abuse").split()[0].lower()
     return Report(

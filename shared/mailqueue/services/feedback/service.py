@@ -32,6 +32,7 @@ from mailqueue.services.feedback.parse import Failure, Report, parse
 log = logging.getLogger(__name__)
 
 DEFAULT_TTL_DAYS = 365
+SES_FEEDBACK_TYPES = ("abuse", "auth-failure", "fraud", "not-spam", "other", "virus")
 
 
 class MailReader(Protocol):
@@ -161,7 +162,10 @@ class FeedbackService:
                         now,
                         discriminator=f"feedback:{report_id}",
                         extra={
-                            "feedback_type": c.feedback_type,
+                            # SES's values; an ARF type it does not list (opt-out) is other
+                            "feedback_type": c.feedback_type
+                            if c.feedback_type in SES_FEEDBACK_TYPES
+                            else "other",
                             "user_agent": c.user_agent[:200],
                             "arrival_date": c.arrival_date[:100],
                             "feedback": feedback,
