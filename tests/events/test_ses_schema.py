@@ -113,6 +113,22 @@ def drive_everything(aws: AwsEnv) -> dict[str, str]:
             extra={"reason": "invalid_recipient", "field": "destination"},
         )
     ])
+    # a Complaint and a late Bounce through the feedback service (services/feedback)
+    from mailqueue.core.verp import KeyRing, encode
+    from mailqueue.services.feedback.service import FeedbackService, FeedbackSettings
+
+    from tests.feedback.messages import arf, dsn
+    from tests.feedback.test_verp import ring_json
+
+    ring = KeyRing.parse(ring_json())
+    fb = FeedbackService(
+        FeedbackSettings(frozenset({"b.example.org"})), lambda: ring, st, emitter
+    )
+    late = st.enqueue(f.envelope("late@x.example"), f.content())
+    to = encode(ring, late.mail_id, "0", "b.example.org")
+    fb.receive([to], dsn(to, "late@x.example", "5.1.1", "550 5.1.1 no such user"), "r1")
+    fb.receive([to], arf(to, "late@x.example"), "r2")
+    ids["feedback"] = late.mail_id
     return ids
 
 
