@@ -7,6 +7,7 @@ import json
 
 import pytest
 from mailqueue.core.config import ConfigError
+from mailqueue.core.model import mail_id_for_key, new_mail_id
 from mailqueue.core.verp import (
     ForgedReturnPath,
     KeyRing,
@@ -16,7 +17,6 @@ from mailqueue.core.verp import (
     mail_from,
     rid_part,
 )
-from mailqueue.core.model import new_mail_id, mail_id_for_key
 from mailqueue.outbound.returnpath import KeysUnavailable, ReturnPaths
 
 from tests.support import factories as f

@@ -145,7 +145,9 @@ _USER_STRONG = re.compile(
 # phrases that name a dead address before listing other possible causes
 _DEAD_FIRST = re.compile(r"the account or domain may not exist", re.I)
 _NAMES_ADDRESS = re.compile(
-    r"[245]\d\d[ :-]+(?:\d\.\d\.\d+ )?(?:<" + _ADDR + r">(?::|\.\.\.|,)|unknown user "
+    r"[245]\d\d[ :-]+(?:\d\.\d\.\d+ )?(?:<"
+    + _ADDR
+    + r">(?::|\.\.\.|,)|unknown user "
     + _ADDR
     + ")",
     re.I,
@@ -307,6 +309,7 @@ _BOUNCE_SUBJECT = re.compile(
     r"delivery report|permanent error|nondeliverable|returned to sender",
     re.I,
 )
+_HELP_DESK = re.compile(r"contact|write to|send (?:an )?e-?mail to", re.I)
 # Hotmail's pre-ARF complaint: the message attached, "complaint about message from <ip>"
 _COMPLAINT_SUBJECT = re.compile(r"complaint about message from", re.I)
 _BOUNCE_BODY = re.compile(
@@ -335,8 +338,10 @@ def parse(raw: bytes) -> Report:
     ct = _ctype(msg)
     parts = list(msg.walk())
     types = [_ctype(p) for p in parts]
-    if "message/feedback-report" in types or _looks_like_arf(msg) or _COMPLAINT_SUBJECT.match(
-        str(msg.get("Subject", "")).strip()
+    if (
+        "message/feedback-report" in types
+        or _looks_like_arf(msg)
+        or _COMPLAINT_SUBJECT.match(str(msg.get("Subject", "")).strip())
     ):
         return _arf(msg, parts)
     if _is_autoreply(msg) and "message/delivery-status" not in types:
@@ -646,7 +651,7 @@ def _prose(msg: Message, text: str, original: tuple[tuple[str, str], ...]) -> li
         a = m.group(0).strip(".").lower()
         if re.match(r"(?:mailer-daemon|postmaster)$", a.split("@")[0]):
             continue
-        if re.search(r"contact|write to|send (?:an )?e-?mail to", own[max(0, m.start() - 40) : m.start()], re.I):
+        if _HELP_DESK.search(own[max(0, m.start() - 40) : m.start()]):
             continue  # the receiver's help desk, not a recipient
         spans.setdefault(a, None)
     if not named:
@@ -713,9 +718,7 @@ def _arf(msg: Message, parts: list[Message]) -> Report:
     for k, v in pairs:
         fields.setdefault(k, v)
     original = _original_headers(parts)
-    rcpts = [
-        _typed_address(v) for k, v in pairs if k in ("original-rcpt-to", "removal-recipient")
-    ]
+    rcpts = [_typed_address(v) for k, v in pairs if k in ("original-rcpt-to", "removal-recipient")]
     rcpts = [r for r in rcpts if r]
     if not rcpts:
         rcpts = [
