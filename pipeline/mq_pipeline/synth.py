@@ -97,7 +97,7 @@ class SynthConfig:
     late_rate: float = 0.02
     reject_rate: float = 0.01
     operator_rate: float = 0.004
-    complaint_rate: float = 0.003  # of delivered mails (Gmail's limit is 0.3 %)
+    complaint_rate: float = 0.0  # of delivered mails (0: none; tests/pipeline/pyref has none)
     lifetime_hours: float = 12.0
 
     @property

@@ -262,7 +262,7 @@ def test_one_vocabulary_for_producer_pipeline_and_schema() -> None:
 
 
 def test_every_record_the_generator_writes_is_in_ses_format(tmp_path: Path) -> None:
-    cfg = synth.SynthConfig(events=4000, shards=1, seed=5, operator_rate=0.05)
+    cfg = synth.SynthConfig(events=4000, shards=1, seed=5, operator_rate=0.05, complaint_rate=0.003)
     synth.generate(cfg, tmp_path, processes=1)
     seen: dict[str, int] = {}
     bad: list[str] = []

@@ -576,7 +576,7 @@ def _delivery_status(p: Message, text: str) -> list[Failure]:
                 ),
                 action=action,
                 reply_code=find_reply(diag),
-                remote_mta=_typed_address(g.get("remote-mta", "")) or g.get("remote-mta", ""),
+                remote_mta=g.get("remote-mta", "").rpartition(";")[2].strip()[:255],
             )
         )
     return out
