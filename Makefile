@@ -14,8 +14,8 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-test: $(STAMP) postfix-peer
-	MAILQUEUE_REQUIRE_POSTFIX=$(REQUIRE_POSTFIX) $(PY) -m pytest -q -p no:cacheprovider
+test: $(STAMP) postfix-peer sisimai
+	MAILQUEUE_REQUIRE_POSTFIX=$(REQUIRE_POSTFIX) MAILQUEUE_REQUIRE_SISIMAI=$(REQUIRE_SISIMAI) $(PY) -m pytest -q -p no:cacheprovider
 	$(MAKE) --no-print-directory test-emr-spark
 
 run: $(STAMP)

@@ -170,6 +170,8 @@ def handle(
         if metrics is not None:
             metrics.add_metric(name="SesAccepted", unit=MetricUnit.Count, value=result.accepted)
             metrics.add_metric(name="SesRefused", unit=MetricUnit.Count, value=result.refused)
+            for name, n in result.feedback.items():  # services/feedback: forged, complaint...
+                metrics.add_metric(name=f"Feedback_{name}", unit=MetricUnit.Count, value=n)
         # Event invocations ignore the answer; RequestResponse ones act on the disposition
         disposition: dict[str, Any] = result.to_json()
         return disposition

@@ -41,7 +41,7 @@ from .transforms import UTC, TimeRange
 
 TABLES = (
     "volumes", "delivery", "attempts", "reasons", "sched_lag", "qshape", "senders", "rejects",
-    "timeline",
+    "timeline", "feedback",
 )
 REPORT_THREADS = 3  # report tables computed concurrently (Spark runs their jobs side by side)
 
@@ -301,6 +301,7 @@ def run(spark: SparkSession, cfg: JobConfig) -> dict[str, Any]:
         "sched_lag": report.sched_lag(base, lag_hist),
         "senders": report.senders(base, cfg.top_reasons),
         "rejects": report.rejects(base, cfg.top_reasons),
+        "feedback": report.feedback(events),  # complaints and late bounces (services/feedback)
         "timeline": report.timeline(
             base, events, report.timeline_bucket(stats["first"], stats["last"])
         ),
@@ -419,6 +420,12 @@ def _write_csvs(
     emit("senders", snd, ["rank", "sender", "mails", "recipients", "bytes", "rejected"])
     rej = sorted(rows["rejects"], key=lambda r: r["rank"])
     emit("rejects", rej, ["rank", "reason", "events", "share"])
+    fb = sorted(
+        rows["feedback"], key=lambda r: (r["grain"], -r["complaints"], r["domain"] or "",
+                                         r["sender"] or "")
+    )
+    emit("feedback", fb, ["grain", "domain", "sender", "complaints", "late_bounces",
+                          "late_hard_bounces"])
     tl = sorted(rows["timeline"], key=lambda r: (r["bucket_start"], r["event_type"]))
     emit("timeline", tl, ["bucket_start", "bucket_s", "event_type", "events"])
     return counts
@@ -477,6 +484,10 @@ def _summary(
         },
         "sched_lag": {k: lag.get(k) for k in ("attempts", "p50_s", "p90_s", "p99_s", "max_s")},
         "qshape": {"at": _iso(at), "pending": pending_at},
+        "feedback": {  # services/feedback: what receivers reported after accepting mail
+            k: sum(r[k] for r in rows.get("feedback", []) if r["grain"] == "domain")
+            for k in ("complaints", "late_bounces", "late_hard_bounces")
+        },
         "percentiles": {
             "function": "percentile_approx",
             "accuracy": cfg.accuracy,

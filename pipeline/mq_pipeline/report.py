@@ -462,6 +462,32 @@ def senders(base: DataFrame, top_n: int = 10) -> DataFrame:
     return per.withColumn("rank", F.row_number().over(w)).where(F.col("rank") <= top_n)
 
 
+def feedback(events: DataFrame) -> DataFrame:
+    """What receivers reported after accepting mail (services/feedback): complaints (ARF
+    feedback loops), late bounces and the hard ones among them, per recipient domain and
+    per envelope sender (`grain` says which; the other key is null). A mail's own
+    outcome is not changed by a late report: these are counted beside it."""
+    et = F.col("event_type")
+    fb = events.where(F.col("feedback"))
+    counts = [
+        F.count(F.when(et == "Complaint", 1)).alias("complaints"),
+        F.count(F.when(et == "Bounce", 1)).alias("late_bounces"),
+        F.count(F.when((et == "Bounce") & (F.col("bounce_type") == "Permanent"), 1)).alias(
+            "late_hard_bounces"
+        ),
+    ]
+    names = ["complaints", "late_bounces", "late_hard_bounces"]
+    by_domain = fb.groupBy("domain").agg(*counts).select(
+        F.lit("domain").alias("grain"), "domain", F.lit(None).cast("string").alias("sender"),
+        *names,
+    )
+    by_sender = fb.groupBy("sender").agg(*counts).select(
+        F.lit("sender").alias("grain"), F.lit(None).cast("string").alias("domain"), "sender",
+        *names,
+    )
+    return by_domain.unionByName(by_sender)
+
+
 def rejects(base: DataFrame, top_n: int = 10) -> DataFrame:
     """Top reasons requests were refused at ingress (Reject events), with their share."""
     per = (

@@ -75,6 +75,18 @@ DELIVERY_DELAY = StructType(
 )
 
 REJECT = StructType([_s("reason")])
+COMPLAINED_RCPT = StructType([_s("emailAddress")])
+COMPLAINT = StructType(
+    [
+        _t("timestamp"),
+        _s("complaintFeedbackType"),
+        _s("userAgent"),
+        StructField("complainedRecipients", ArrayType(COMPLAINED_RCPT, True), True),
+        _s("feedbackId"),
+    ]
+)
+# a late Bounce or a Complaint: the receiver's report it came from (services/feedback)
+FEEDBACK = StructType([_s("report"), StructField("late", BooleanType(), True)])
 # Our additions, namespaced under the top-level `mailqueue` object.
 OUR_REJECT = StructType([_t("timestamp"), _s("reason"), _s("field"), _s("recipient")])
 OPERATOR = StructType(
@@ -105,6 +117,7 @@ OURS = StructType(
         StructField("reject", OUR_REJECT, True),
         _t("nextAttemptAt"),
         _s("remoteMta"),
+        StructField("feedback", FEEDBACK, True),
     ]
 )
 
@@ -119,6 +132,7 @@ EVENT_SCHEMA = StructType(
         StructField("bounce", BOUNCE, True),
         StructField("deliveryDelay", DELIVERY_DELAY, True),
         StructField("reject", REJECT, True),
+        StructField("complaint", COMPLAINT, True),
         StructField("mailqueue", OURS, True),
     ]
 )
@@ -171,12 +185,14 @@ READ_SCHEMA = _ts_as_string(
             "delivery": {"timestamp": 1, "recipients": 1},
             "bounce": {"timestamp": 1, "bounceType": 1, "bouncedRecipients": _RCPT},
             "deliveryDelay": {"timestamp": 1, "delayedRecipients": _RCPT},
+            "complaint": {"timestamp": 1, "complainedRecipients": {"emailAddress": 1}},
             "mailqueue": {
                 "eventId": 1,
                 "size": 1,
                 "attempt": {"number": 1, "scheduledAt": 1, "startedAt": 1},
                 "operator": {"timestamp": 1, "action": 1, "recipients": 1},
                 "reject": {"timestamp": 1, "reason": 1, "recipient": 1},
+                "feedback": {"late": 1},
             },
         },
     )
@@ -203,10 +219,12 @@ NORMALISED_SCHEMA = StructType(
         StructField("attempt", IntegerType(), True),
         StructField("sched_lag_s", DoubleType(), True),  # attempt.startedAt - scheduledAt
         StructField("late", BooleanType(), True),  # written to a later hour than its time
-        # Send and Reject rows only (null on the others, which keeps the rows narrow):
+        # Send, Reject and feedback rows only (null on the others: narrow rows):
         _s("sender"),  # envelope sender; "" is the null sender (a DSN)
         StructField("size", LongType(), True),  # message octets
         StructField("dest_pos", IntegerType(), True),  # Send: 0 on a mail's first destination
+        # a receiver's report (a Complaint, a late Bounce: services/feedback); null otherwise
+        StructField("feedback", BooleanType(), True),
         StructField("copies", LongType(), True),  # how many times it was in the input
     ]
 )

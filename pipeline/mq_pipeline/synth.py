@@ -97,6 +97,7 @@ class SynthConfig:
     late_rate: float = 0.02
     reject_rate: float = 0.01
     operator_rate: float = 0.004
+    complaint_rate: float = 0.0  # of delivered mails (0: none; tests/pipeline/pyref has none)
     lifetime_hours: float = 12.0
 
     @property
@@ -404,7 +405,26 @@ def _simulate(
                     f'"remoteMtaIp":"{ip}"}},{mq}"eventId":"{bits(128):032x}",'
                     f'"remoteMta":"{ip}",{att}}}}}',
                 )
+                # a feedback-loop complaint for some delivered mail, an hour on; decided from
+                # the mail id (no draw: every other value of a seed stays what it was)
+                tag = int(mid, 16)
+                if cfg.complaint_rate and (tag >> 8) % 10_000 < cfg.complaint_rate * 10_000:
+                    c_ts = finished + HOUR_MS
+                    if c_ts < horizon:
+                        emit(c_ts, _complaint((tag * 31 + di) % 2**128, mail, addr, iso(c_ts),
+                                              iso(finished), mq))
                 break
+
+
+def _complaint(eid: int, mail: str, addr: str, ts: str, arrival: str, mq: str) -> str:
+    """An ARF complaint (services/feedback writes it so): SES's complaint object."""
+    return (
+        f'{{"eventType":"Complaint",{mail},"complaint":{{"feedbackId":"{eid ^ 1:032x}",'
+        f'"complaintSubType":null,"complainedRecipients":[{{"emailAddress":"{addr}"}}],'
+        f'"timestamp":"{ts}","userAgent":"synth-fbl/1","complaintFeedbackType":"abuse",'
+        f'"arrivalDate":"{arrival}"}},{mq}"eventId":"{eid:032x}",'
+        f'"feedback":{{"report":"synth","late":true}}}}}}'
+    )
 
 
 def _expiry(eid: int, mail: str, addr: str, ts: str, mta: str, text: str, mq: str) -> str:

@@ -145,6 +145,9 @@ def normalise(raw: DataFrame) -> DataFrame:
         bounce_r.getField("emailAddress"),
         delay_r.getField("emailAddress"),
         F.try_element_at(ours.getField("operator").getField("recipients"), F.lit(1)),
+        F.try_element_at(F.col("complaint.complainedRecipients"), F.lit(1)).getField(
+            "emailAddress"
+        ),
     )
     reject_rcpt = ours.getField("reject").getField("recipient")
     first_dest = F.try_element_at(dest, F.lit(1))
@@ -167,6 +170,7 @@ def normalise(raw: DataFrame) -> DataFrame:
         F.col("delivery.timestamp"),
         F.col("deliveryDelay.timestamp"),
         F.col("bounce.timestamp"),
+        F.col("complaint.timestamp"),
         ours.getField("operator").getField("timestamp"),
         ours.getField("reject").getField("timestamp"),
         m.getField("timestamp"),
@@ -186,6 +190,10 @@ def normalise(raw: DataFrame) -> DataFrame:
     late = (dt > ev_day) | ((dt == ev_day) & (hr > ev_hr.try_cast("int")))
     eid = ours.getField("eventId")
     per_mail = (wire_type == "Send") | (wire_type == "Reject")
+    # a receiver's report (services/feedback): a Complaint, or a Bounce marked late
+    feedback = (wire_type == "Complaint") | F.coalesce(
+        ours.getField("feedback").getField("late"), F.lit(False)
+    )
     rows = raw.where(eid.isNotNull() & wire_type.isNotNull()).select(
         eid.alias("_eid"),
         et.alias("event_type"),
@@ -202,9 +210,10 @@ def normalise(raw: DataFrame) -> DataFrame:
         lag.cast("double").alias("sched_lag_s"),
         late.alias("late"),
         ts_str.alias("ts_raw"),
-        F.when(per_mail, m.getField("source")).alias("sender"),
+        F.when(per_mail | feedback, m.getField("source")).alias("sender"),
         F.when(per_mail, ours.getField("size")).alias("size"),
         F.when(wire_type == "Send", F.col("_pos")).cast("int").alias("dest_pos"),
+        F.when(feedback, F.lit(True)).alias("feedback"),
     )
     r = F.col("_rcpt")
     send = F.col("event_type") == "Send"
@@ -216,7 +225,7 @@ def normalise(raw: DataFrame) -> DataFrame:
         F.when(F.col("event_type") != "Reject", r).alias("rcpt"),
         F.lower(F.substring_index(r, "@", -1)).alias("domain"),
         "n_dest", "accepted_at", "ts", "status", "diag", "bounce_type", "action", "attempt",
-        "sched_lag_s", "late", "ts_raw", "sender", "size", "dest_pos",
+        "sched_lag_s", "late", "ts_raw", "sender", "size", "dest_pos", "feedback",
     )
 
 
@@ -338,7 +347,7 @@ def outcomes(events: DataFrame, rng: TimeRange) -> DataFrame:
         (et == "Bounce") & (F.col("bounce_type") == "Permanent") & F.col("status").startswith("5")
     )
     agg = (
-        events.where((et != "Reject") & F.col("rcpt").isNotNull())
+        events.where(~et.isin("Reject", "Complaint") & F.col("rcpt").isNotNull())
         .groupBy("message_id", "rcpt", "domain")
         .agg(
             F.min("accepted_at").alias("accepted_at"),

@@ -114,6 +114,22 @@ def drive_everything(aws: AwsEnv) -> dict[str, str]:
             extra={"reason": "invalid_recipient", "field": "destination"},
         )
     ])
+    # a Complaint and a late Bounce through the feedback service (services/feedback)
+    from mailqueue.core.verp import KeyRing, encode
+    from mailqueue.services.feedback.service import FeedbackService, FeedbackSettings
+
+    from tests.feedback.messages import arf, dsn
+    from tests.feedback.test_verp import ring_json
+
+    ring = KeyRing.parse(ring_json())
+    fb = FeedbackService(
+        FeedbackSettings(frozenset({"b.example.org"})), lambda: ring, st, emitter
+    )
+    late = st.enqueue(f.envelope("late@x.example"), f.content())
+    to = encode(ring, late.mail_id, "0", "b.example.org")
+    fb.receive([to], dsn(to, "late@x.example", "5.1.1", "550 5.1.1 no such user"), "r1")
+    fb.receive([to], arf(to, "late@x.example"), "r2")
+    ids["feedback"] = late.mail_id
     return ids
 
 
@@ -247,7 +263,7 @@ def test_one_vocabulary_for_producer_pipeline_and_schema() -> None:
 
 
 def test_every_record_the_generator_writes_is_in_ses_format(tmp_path: Path) -> None:
-    cfg = synth.SynthConfig(events=4000, shards=1, seed=5, operator_rate=0.05)
+    cfg = synth.SynthConfig(events=4000, shards=1, seed=5, operator_rate=0.05, complaint_rate=0.003)
     synth.generate(cfg, tmp_path, processes=1)
     seen: dict[str, int] = {}
     bad: list[str] = []

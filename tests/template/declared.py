@@ -24,6 +24,10 @@ BASELINE: dict[tuple[str, str], str] = {
 
 DECLARED: dict[str, dict[tuple[str, str], str]] = {
     "IngressFunction": {
+        ("ReturnPathKeys", "secretsmanager:GetSecretValue"): (
+            "reports to a VERP return path are verified with the key ring "
+            "(MQ_RETURN_PATH_KEYS, services/feedback); the e2e stack sets no return-path policy"
+        ),
         ("Uploads", "s3:PutObject"): (
             "the presigned URL of POST /v1/uploads is signed with the ingress role, so the "
             "client's PUT is authorised as the role's s3:PutObject (presigning calls no API)"

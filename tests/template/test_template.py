@@ -353,7 +353,17 @@ def test_relay_credentials_are_read_from_secrets_only_by_delivery(template: dict
     for fid, statements in roles(template).items():
         actions = {a for st in statements for a in as_list(st["Action"])}
         secret = {"secretsmanager:GetSecretValue", "ssm:GetParameter"} & actions
-        assert bool(secret) == (fid in ("DeliveryFunction", "AdminFunction")), fid
+        assert bool(secret) == (
+            fid in ("DeliveryFunction", "AdminFunction", "IngressFunction")
+        ), fid
+    # ingress (feedback) reads the return-path keys only
+    ingress = [
+        st
+        for st in roles(template)["IngressFunction"]
+        if {"secretsmanager:GetSecretValue", "ssm:GetParameter"} & set(as_list(st["Action"]))
+    ]
+    assert [st["Sid"] for st in ingress] == ["ReturnPathKeys"]
+    assert ingress[0]["Resource"]["Fn::Sub"].endswith("${SecretsPrefix}return-path*")
     # the admin function (doctor) reads the DKIM keys only, not the relay credentials
     admin = [
         st

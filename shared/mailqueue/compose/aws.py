@@ -96,7 +96,11 @@ def delivery_service_from_env(
         # local stack) its clients go there too
         dkim_keys = powertools_key_source(**key_clients(storage.s))
     return delivery_service(
-        DeliverySettings.from_env(), storage, credentials=credentials, dkim_keys=dkim_keys
+        DeliverySettings.from_env(),
+        storage,
+        credentials=credentials,
+        dkim_keys=dkim_keys,
+        return_path_keys=dkim_keys,  # the same cached secret source (outbound/returnpath.py)
     )
 
 

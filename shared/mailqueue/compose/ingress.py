@@ -36,6 +36,26 @@ def build_service(
         endpoint_url=settings.storage.endpoint_url,
         session=session,
     )
+    feedback = None
+    policy = settings.return_path()
+    if policy.enabled:
+        from mailqueue.compose.aws import key_clients
+        from mailqueue.outbound.dkim import powertools_key_source
+        from mailqueue.outbound.returnpath import ReturnPaths
+        from mailqueue.services.feedback.service import FeedbackService, FeedbackSettings
+
+        paths = ReturnPaths(
+            policy,
+            settings.return_path_keys,
+            powertools_key_source(**key_clients(settings.storage)),
+        )
+        feedback = FeedbackService(
+            FeedbackSettings(policy.bounce_domains, hostname=settings.hostname),
+            paths.ring,
+            AwsStorage(settings.enqueue_storage, clients),
+            emitter or TableOutboxEmitter(settings.outbox_table, clients.dynamodb),
+            suppression=DynamoSuppressionStore(clients.dynamodb, settings.storage.table),
+        )
     return IngressService(
         settings,
         AwsStorage(settings.enqueue_storage, clients),
@@ -47,4 +67,5 @@ def build_service(
             if settings.suppression != "off"
             else None
         ),
+        feedback=feedback,
     )

@@ -31,7 +31,9 @@ from mailqueue.core.model import Attempt, Result, to_iso
 
 NAMESPACE = "mailqueue"
 OPERATOR_EVENT = f"{NAMESPACE}:Operator"
-EVENT_TYPES = ("Send", "Delivery", "DeliveryDelay", "Bounce", "Reject", OPERATOR_EVENT)
+EVENT_TYPES = (
+    "Send", "Delivery", "DeliveryDelay", "Bounce", "Reject", "Complaint", OPERATOR_EVENT
+)
 # What the admin service stores (the command) -> what the event log says (what happened).
 OPERATOR_ACTIONS: Mapping[str, str] = {
     "hold": "held",
@@ -262,6 +264,26 @@ class QueueEvent:
             }
             if self.extra.get("suppressed_at"):  # bounced by the suppression list: since when
                 ours["suppressedAt"] = self.extra["suppressed_at"]
+            if self.extra.get("feedback"):  # a late bounce: the receiver's report
+                ours["feedback"] = self.extra["feedback"]
+        elif self.event_type == "Complaint":
+            # an ARF report (services/feedback): SES's complaint object, field for field
+            complaint: dict[str, Any] = {
+                "feedbackId": event_id(self.event_id, "feedback"),
+                "complaintSubType": None,
+                "complainedRecipients": [{"emailAddress": rcpt}],
+                "timestamp": ts,
+            }
+            for key, name in (
+                ("user_agent", "userAgent"),
+                ("feedback_type", "complaintFeedbackType"),
+                ("arrival_date", "arrivalDate"),
+            ):
+                if self.extra.get(key):
+                    complaint[name] = self.extra[key]
+            doc["complaint"] = complaint
+            if self.extra.get("feedback"):
+                ours["feedback"] = self.extra["feedback"]
         elif self.event_type == "DeliveryDelay":
             drec: dict[str, Any] = {"emailAddress": rcpt}
             if r is not None:

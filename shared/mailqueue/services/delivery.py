@@ -28,6 +28,7 @@ from mailqueue.core.policy import RetryPolicy, backoff, delay_warning_due, expir
 from mailqueue.core.ports import DeliveryPorts
 from mailqueue.core.storage import QueueStorage
 from mailqueue.core.trace import HOPCOUNT_LIMIT, HeaderPeek, count_received, peek_header
+from mailqueue.core.verp import ReturnPathPolicy
 from mailqueue.outbound.dkim import (
     DkimConfig,
     DkimError,
@@ -39,6 +40,7 @@ from mailqueue.outbound.dkim import (
 )
 from mailqueue.outbound.dkim import header_from_domain as dkim_from_domain
 from mailqueue.outbound.mtasts import Mode, MtaSts, explain
+from mailqueue.outbound.returnpath import KeysUnavailable, ReturnPaths, SecretSource
 from mailqueue.outbound.routing import (
     CredentialsProvider,
     EgressGuard,
@@ -127,6 +129,10 @@ class DeliverySettings:
     # group comes back after at most suspension_recheck_seconds (so a resume takes effect)
     suspension_refresh_seconds: float = 30.0
     suspension_recheck_seconds: int = 300
+    # VERP return path (core/verp.py, outbound/returnpath.py): {"sender domain or *":
+    # "bounce domain"}; empty: MAIL FROM is the sender, as before
+    return_path_policy: str = ""
+    return_path_keys: str = ""  # secretsmanager:<id> | ssm:<name> | file:<path> | the JSON
 
     def __post_init__(self) -> None:
         if not self.hostname or " " in self.hostname:
@@ -149,6 +155,10 @@ class DeliverySettings:
             self.egress_guard()
             self.dkim_config()
             parse_statuses(self.suppression_statuses)
+            if ReturnPathPolicy.parse(self.return_path_policy).enabled and not (
+                self.return_path_keys
+            ):
+                raise ConfigError("return_path_policy is set but return_path_keys is empty")
             if self.shaping:
                 load_rules(self.shaping_rules, self.backoff_rules)
         except (ValueError, MailqueueError) as e:
@@ -224,8 +234,12 @@ class DeliveryService:
         clock: Callable[[], datetime] = utcnow,
         rng: random.Random | None = None,
         timeouts: Timeouts | None = None,
+        return_path_keys: SecretSource | None = None,
     ) -> None:
         self.settings = settings
+        self.return_paths = ReturnPaths.from_settings(
+            settings.return_path_policy, settings.return_path_keys, return_path_keys
+        )
         dkim = settings.dkim_config()
         if dkim.enabled and dkim_keys is None:
             raise ConfigError("dkim_domains is set but no DKIM key source was given")
@@ -384,10 +398,14 @@ class Invocation:
         if isinstance(signed, Result):
             return self._record(claim, {r.rid: signed for r in group.pending()}, None)
         body, size = signed if signed is not None else (loop, mail.size)
+        mail_from = self._mail_from(group)
+        if isinstance(mail_from, Result):
+            body.close()
+            return self._record(claim, {r.rid: mail_from for r in group.pending()}, None)
         try:
             outcome = self.client.deliver(
                 hops,
-                group.sender,
+                mail_from,
                 group.pending(),
                 body,
                 size,
@@ -545,6 +563,17 @@ class Invocation:
             signed, sigs = wire_form(data), []
         log.debug("dkim signed", extra={"signatures": [f"{s.domain}/{s.selector}" for s in sigs]})
         return io.BytesIO(signed), len(signed)
+
+    def _mail_from(self, group: Group) -> str | Result:
+        """The envelope sender of this transaction: a VERP return path (returnpath.py)
+        or the sender; a temporary failure when the keys cannot be read."""
+        try:
+            return self.svc.return_paths.mail_from(
+                group.sender, group.mail_id, [r.rid for r in group.pending()]
+            )
+        except KeysUnavailable as e:
+            log.error("return path keys unavailable", extra={"reason": str(e)})
+            return Result(0, "4.7.0", str(e))
 
     def _route(self, domain: str) -> list[Hop] | Result:
         cached = self._hops.get(domain)

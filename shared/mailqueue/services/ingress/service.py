@@ -64,6 +64,7 @@ from mailqueue.outbound.suppression import (
     normalise,
     suppressed,
 )
+from mailqueue.services.feedback.service import FeedbackService
 from mailqueue.services.ingress.request import (
     Submission,
     body_limit,
@@ -166,6 +167,7 @@ class SesResult:
     accepted: int = 0  # recipients queued
     refused: int = 0  # recipients refused (or all of a refused mail)
     duplicate: bool = False
+    feedback: Mapping[str, int] = field(default_factory=dict)  # services/feedback counts
 
     def to_json(self) -> dict[str, str]:
         return {"disposition": self.disposition}
@@ -212,9 +214,11 @@ class IngressService:
         *,
         clock: Callable[[], datetime] = utcnow,
         suppression: SuppressionStore | None = None,
+        feedback: FeedbackService | None = None,
     ) -> None:
         self.s = settings
         self.suppression = suppression
+        self.feedback = feedback  # reports to the bounce domain (services/feedback)
         self.senders = settings.senders()
         self.dkim = settings.dkim()
         self.storage = storage
@@ -796,11 +800,16 @@ class IngressService:
             raise ValueError("not an SES receipt event")
         results = [self._receive_record(rec) for rec in event["Records"]]
         ok = [r for r in results if r.disposition == "CONTINUE"]
+        feedback: dict[str, int] = {}
+        for res in results:
+            for name, n in res.feedback.items():
+                feedback[name] = feedback.get(name, 0) + n
         return SesResult(
             disposition="CONTINUE" if ok else "STOP_RULE",
             accepted=sum(r.accepted for r in results),
             refused=sum(r.refused for r in results),
             duplicate=any(r.duplicate for r in results),
+            feedback=feedback,
         )
 
     def _receive_record(self, record: Mapping[str, Any]) -> SesResult:
@@ -813,6 +822,10 @@ class IngressService:
         key = f"ses\x1f{r.message_id}"
         mail_id = self._mail_id(key)
         raw_key = f"{self.s.ses_prefix}{r.message_id}"
+        fb = self.feedback
+        reports = [a for a in r.recipients if fb is not None and fb.is_feedback(a)]
+        if fb is not None and reports:  # not mail to queue: a receiver's report
+            return self._receive_feedback(fb, r, reports, raw_key, record)
         sc = screen(
             r,
             receiving_domains=self.s.receiving_domains,
@@ -860,6 +873,29 @@ class IngressService:
             },
         )
         return SesResult("CONTINUE", len(sc.accepted), len(sc.refused), queued.duplicate)
+
+    def _receive_feedback(
+        self,
+        fb: FeedbackService,
+        r: SesReceipt,
+        reports: list[str],
+        raw_key: str,
+        record: Mapping[str, Any],
+    ) -> SesResult:
+        """Reports on the bounce domain go to the feedback service; the other recipients
+        of the same mail (rare) are received as usual, then the raw object goes."""
+        content = self.inbound.read(raw_key, self.s.max_size)
+        if content is None:  # a retry after the raw object was dropped: already done
+            return SesResult("STOP_RULE", duplicate=True)
+        got = fb.receive(reports, content, r.message_id)
+        rest = [a for a in r.recipients if a not in reports]
+        if rest:
+            ses = dict(record["ses"])
+            ses["receipt"] = {**ses["receipt"], "recipients": rest}
+            res = self._receive_record({**record, "ses": ses})
+            return replace(res, feedback=dict(got.counts))
+        self._drop_raw(raw_key)
+        return SesResult("STOP_RULE", feedback=dict(got.counts))
 
     def _ses_trace(
         self, r: SesReceipt, mail_id: str, raw: bytes, accepted: Sequence[str]

@@ -10,6 +10,7 @@ from typing import Any
 from mailqueue.core.authz import SenderPolicy, parse_principals
 from mailqueue.core.config import ConfigError, StorageSettings, settings_from_env
 from mailqueue.core.trace import TRACE_RESERVE
+from mailqueue.core.verp import ReturnPathPolicy
 from mailqueue.outbound.dkim import DkimConfig, DkimError
 from mailqueue.outbound.routing import RoutingConfigError, RoutingTable, check_receiving_routes
 from mailqueue.outbound.suppression import SUPPRESSION_POLICIES
@@ -90,6 +91,10 @@ class IngressSettings:
     # Everyone else defaults to transactional. Mail received through SES: ses_priority.
     bulk_principals: tuple[str, ...] = ()
     ses_priority: str = "transactional"
+    # feedback (services/feedback): SES receipt for the bounce domains of this policy (the
+    # delivery function's return_path_policy) is a report, read with these keys
+    return_path_policy: str = ""
+    return_path_keys: str = ""
 
     def __post_init__(self) -> None:
         for name in (
@@ -145,6 +150,8 @@ class IngressSettings:
             self.dkim()
         except DkimError as e:
             raise ConfigError(str(e)) from e
+        if self.return_path().enabled and not self.return_path_keys:
+            raise ConfigError("return_path_policy is set but return_path_keys is empty")
         table = self.routing_table()  # fail fast on a bad routing table
         if self.receiving_domains:
             # mail for a receiving domain delivered by its MX (SES) comes back: a loop
@@ -152,6 +159,9 @@ class IngressSettings:
                 check_receiving_routes(table or RoutingTable({}), self.receiving_domains)
             except RoutingConfigError as e:
                 raise ConfigError(f"routes: {e}") from e
+
+    def return_path(self) -> ReturnPathPolicy:
+        return ReturnPathPolicy.parse(self.return_path_policy)
 
     def senders(self) -> SenderPolicy:
         """Who may send as which domain: the policy plus allowed_sender_domains."""

@@ -1,0 +1,746 @@
+"""What a receiver's report says: bounces (RFC 3464 and what real MTAs send instead),
+ARF complaints (RFC 5965) and auto-replies (RFC 3834). Pure functions over bytes.
+
+Why heuristics: a large share of late bounces is not RFC 3464 (qmail, old Exim and
+Sendmail, Exchange, webmail providers); they name the failed recipient and the remote
+reply in prose. The rules below were written against the Sisimai project's corpus
+(tests/data/sisimai, checked against Sisimai itself in tests/feedback/test_sisimai.py),
+whose reason vocabulary we follow for the verdict: a bounce is *hard* when the address
+itself is dead (no such user, no such domain, moved, the domain accepts no mail) and
+*soft* otherwise (full mailbox, blocked, policy, spam, expired, network...), since only
+a dead address belongs on the suppression list.
+"""
+
+from __future__ import annotations
+
+import email
+import email.policy
+import json
+import re
+from dataclasses import dataclass, field, replace
+from email.message import Message
+from email.utils import getaddresses, parseaddr
+
+# ------------------------------------------------------------------ the results
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """One recipient a bounce reports."""
+
+    address: str  # lower-cased
+    status: str  # enhanced status ("5.1.1"), "" when none was found
+    diagnostic: str  # the remote reply or the report's prose, one line, ≤ 500 chars
+    hard: bool  # the address is dead (see the module docstring)
+    action: str = "failed"  # RFC 3464 Action: failed | delayed | ...
+    reply_code: int = 0
+    remote_mta: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Complaint:
+    """An ARF feedback report."""
+
+    feedback_type: str  # abuse, fraud, virus, other, not-spam, ...
+    user_agent: str
+    arrival_date: str  # as reported (RFC 5322 date), "" when absent
+    recipients: tuple[str, ...]  # Original-Rcpt-To, or the original message's To:
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    kind: str  # "bounce" | "complaint" | "autoreply" | "unknown"
+    failures: tuple[Failure, ...] = ()
+    complaint: Complaint | None = None
+    # the returned message's header fields (for its Return-Path/To when the envelope
+    # recipient of the report does not identify the mail)
+    original: tuple[tuple[str, str], ...] = field(default_factory=tuple)
+
+    def original_header(self, name: str) -> str:
+        return next((v for n, v in self.original if n.lower() == name.lower()), "")
+
+
+# ------------------------------------------------------------------ classification
+
+_ADDR = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~.-]+@[A-Za-z0-9][A-Za-z0-9.-]*\.[A-Za-z]{2,}"
+ADDR_RE = re.compile(_ADDR)
+STATUS_RE = re.compile(r"(?<![\d.])([245])\.(\d{1,3})\.(\d{1,3})(?![\d.])")
+REPLY_RE = re.compile(r"(?<![\d.])([245]\d\d)(?:[ ,;:-]|$)")
+
+# the address is dead: Sisimai's userunknown / hostunknown / hasmoved / notaccept
+_HARD_TEXT = re.compile(
+    "|".join(
+        [
+            r"user(?:name)? (?:is )?unknown",
+            r"unknown (?:user|recipient|local[- ]?part|address|mailbox|alias|account)",
+            r"no such (?:user|mailbox|recipient|address|person|local user|account|domain)",
+            r"(?:user|mailbox|recipient|address|account)(?: name)? "
+            r"(?:does not|doesn't|doesnt) exist",
+            r"(?:user|mailbox|recipient|address|account) not (?:found|known|exist)",
+            r"(?:mailbox|recipient|user|address|account) (?:is )?(?:unavailable|invalid|not valid)",
+            r"invalid (?:recipient|mailbox|address|user)",
+            r"not (?:a )?(?:valid|known) (?:user|recipient|mailbox)",
+            r"recipient (?:address )?rejected: "
+            r"(?:user unknown|undeliverable|unknown|access denied)",
+            r"(?:is|was) not (?:a )?valid",
+            r"no mailbox here",
+            r"unknown or illegal alias",
+            r"address unknown",
+            r"doesn't have a .* account",
+            r"does not have an account",
+            r"email account that you tried to reach does not exist",
+            r"this user doesn't have",
+            r"the email address you entered couldn't be found",
+            r"recipient not found",
+            r"recipient name is not recognized",
+            r"unknown recipient or mailbox unavailable",
+            r"mailbox unavailable",
+            r"user not exist",
+            r"no mailbox",
+            r"mailbox not found",
+            r"user not found",
+            r"no such user",
+            r"not our customer",
+            r"no valid recipients",
+            r"undeliverable address",
+            r"sorry, no mailbox",
+            r"no account by that name",
+            r"address rejected",
+            r"550 5\.1\.1",
+            r"has moved",
+            r"not listed in (?:the )?(?:domino|public name|directory)",
+            r"invalid final delivery userid",
+            r"address couldn't be found|wasn't found at the destination",
+            r"unable to deliver message to <",
+            r"invalid recipient|destinataire invalide",
+            r"recipient address rejected: access denied",
+            r"address (?:has )?changed",
+            r"no longer (?:valid|available|in use|here|with)",
+        ]
+    ),
+    re.I,
+)
+# dead-address phrases a receiver answers at RCPT time, whichever command is named
+_USER_STRONG = re.compile(
+    "|".join(
+        [
+            r"recipient name is not recognized",
+            r"not listed in (?:the )?(?:domino|public name|directory)",
+            r"invalid final delivery userid",
+            r"unknown recipient or mailbox unavailable",
+            r"unable to deliver message to <",
+            r"did not reach the following recipient",
+            r"address couldn't be found|wasn't found at the destination",
+            r"address rejected\.",
+            r"invalid recipient|destinataire invalide",
+            r"requested action not taken: mailbox unavailable",
+            r"no valid recipients",
+            r"unknown user: ",
+            r"no such user here",
+            r"ディレクトリ(?:のリスト)?に(?:は)?(?:ありません|見つかりません)",
+        ]
+    ),
+    re.I,
+)
+# phrases that name a dead address before listing other possible causes
+_DEAD_FIRST = re.compile(r"the account or domain may not exist", re.I)
+_NAMES_ADDRESS = re.compile(
+    r"[245]\d\d[ :-]+(?:\d\.\d\.\d+ )?(?:<"
+    + _ADDR
+    + r">(?::|\.\.\.|,)|unknown user "
+    + _ADDR
+    + ")",
+    re.I,
+)
+# the domain is dead (Sisimai's hostunknown / notaccept): whatever the command
+_HOST_TEXT = re.compile(
+    "|".join(
+        [
+            r"host (?:or domain name )?not found",
+            r"unknown host",
+            r"domain (?:name )?not found",
+            r"name or service not known",
+            r"host unknown",
+            r"unrouteable mail domain",
+            r"domain does not exist",
+            r"no mx (?:record|host)",
+            r"mx (?:record )?(?:lookup )?(?:fails|failed)",
+            r"(?:all )?relevant mx records point to non-existent hosts",
+            r"domain .* does not accept mail",
+            r"null mx",
+            r"no such domain",
+            r"(?:host|domain) (?:is )?(?:not reachable|does not exist)|\S+\.\w+ does not exist",
+            r"no mx record found",
+            r"mx or srv record indicated no smtp service",
+            r"host does not accept mail",
+            r"unrouteable address",
+        ]
+    ),
+    re.I,
+)
+# not about the address, even when a dead-address phrase also appears: checked first
+_SOFT_TEXT = re.compile(
+    "|".join(
+        [
+            r"mailbox (?:is )?full",
+            r"over ?quota",
+            r"quota exceeded",
+            r"exceeded (?:storage|the )?(?:allocation|quota)",
+            r"insufficient (?:disk )?space",
+            r"mailbox (?:size )?limit",
+            r"too (?:large|big)",
+            r"message size exceeds",
+            r"spam",
+            r"blacklist|blocklist|block ?list|black ?list|\bdnsbl\b|\brbl\b|spamhaus|spamcop",
+            r"blocked",
+            r"policy",
+            r"rate limit|too many",
+            r"relay(?:ing)? (?:access )?denied|relay not permitted|not permitted to relay",
+            r"timed? ?out|timeout",
+            r"connection (?:refused|reset)",
+            r"virus",
+            r"(?:account|mailbox|user) (?:is )?(?:disabled|suspended|inactive|locked|expired)",
+            r"temporar(?:y|ily) (?:failure|error|unavailable|rejected|deferred)",
+            r"retry time",
+            r"delivery expired|message expired|could not be delivered within|retry timeout",
+            r"reverse dns|ptr record|helo",
+            r"authentication|dkim|spf|dmarc",
+            r"content (?:rejected|filter)|rejected by (?:content )?filter|message filter",
+            r"domain of sender|sender (?:address )?(?:rejected|denied|verify)|sender rejected",
+            r"\bmail ?from\b.*rejected",
+            r"not (?:a )?member",
+            r"\blocked\b",
+            r"procmail|couldn't create",  # the local delivery agent failed (Sisimai: mailererror)
+            # Sisimai's "filtered": the recipient's own rules refused the sender
+            r"recipient preferences|user reject|is not accepting any mail|"
+            r"you have been blocked by the recipient|this account is protected by|"
+            r"message rejected due to user rules|bounced address|"
+            r"only accepting mail from specific",
+        ]
+    ),
+    re.I,
+)
+_HARD_STATUS = frozenset({"5.1.1", "5.1.2", "5.1.6", "5.1.10", "5.4.4", "5.7.27", "5.1.3"})
+_CMD_RCPT = re.compile(
+    r"rcpt to\b|rcpt command|in reply to rcpt|after rcpt|>>> ?rcpt|rcpt to response|"
+    r"does not like recipient|recipient address rejected|rejected recipient",
+    re.I,
+)
+_CMD_DATA = re.compile(
+    r"end of data|after data|in reply to data|data command|>>> ?data\b|text command|"
+    r"after end of",
+    re.I | re.M,
+)
+
+_CMD_MAIL = re.compile(r"after mail from|in reply to mail from|>>> ?mail from", re.I)
+
+
+def command_of(text: str) -> str:
+    """The SMTP command a reply answered, when the report says (RCPT, DATA or "")."""
+    if _CMD_DATA.search(text):
+        return "DATA"
+    if _CMD_MAIL.search(text):
+        return "MAIL"
+    if _CMD_RCPT.search(text):
+        return "RCPT"
+    return ""
+
+
+def is_hard(status: str, text: str, command: str = "") -> bool:
+    """The verdict: is the address dead? Soft phrases win over hard ones (a 5.1.1 'user
+    unknown or mailbox full' is full); a temporary status is soft; a dead-address status
+    is hard; a dead-address phrase is hard unless it answered DATA (a content filter
+    speaking, as Sisimai's "filtered" says)."""
+    t = text or ""
+    if _DEAD_FIRST.search(t):
+        return True
+    if _SOFT_TEXT.search(t):
+        return False
+    if status.startswith("4.") or status in ("5.1.7", "5.1.8"):  # later, or the sender
+        return False
+    if not status and 400 <= find_reply(t) <= 499:
+        return False
+    if status in _HARD_STATUS and command != "MAIL":
+        return True
+    if command == "MAIL":  # refused the sender, not the address
+        return False
+    if _HOST_TEXT.search(t):
+        return True
+    if _USER_STRONG.search(t):
+        return True
+    if _HARD_TEXT.search(t):
+        if command:
+            return command == "RCPT"
+        if _NAMES_ADDRESS.search(t):  # "550 <a@b>... User unknown": a RCPT reply's form
+            return True
+        # no command named: a mailbox-status (5.2.x) or security (5.7.x) code says a
+        # filter spoke, as Sisimai reads it
+        return status in _HARD_STATUS
+    return False
+
+
+def find_status(text: str) -> str:
+    """The first enhanced status in a text ("" when none)."""
+    m = STATUS_RE.search(text)
+    return ".".join(m.groups()) if m else ""
+
+
+def find_reply(text: str) -> int:
+    m = REPLY_RE.search(text)
+    return int(m.group(1)) if m else 0
+
+
+def _one_line(text: str, limit: int = 500) -> str:
+    return re.sub(r"\s+", " ", text).strip()[:limit]
+
+
+# ------------------------------------------------------------------ reading the mail
+
+_AUTO_SUBJECT = re.compile(
+    r"^(?:auto(?:matic)?[ -]?(?:reply|response|antwort)|out of (?:the )?office|vacation|"
+    r"abwesenheit|absence|away from)",
+    re.I,
+)
+_BOUNCE_SENDER = re.compile(r"mailer-daemon|post_?master|mail delivery|daemon|bounce", re.I)
+_BOUNCE_SUBJECT = re.compile(
+    r"undeliver|undelivered|delivery (?:status|failure|failed|notification|has failed|problem)|"
+    r"returned mail|failure notice|mail delivery|non[- ]?delivery|could not be delivered|"
+    r"failed|rejected|bounce|warning: could not|mail system error|not delivered|"
+    r"delivery report|permanent error|nondeliverable|returned to sender",
+    re.I,
+)
+_HELP_DESK = re.compile(r"contact|write to|send (?:an )?e-?mail to", re.I)
+# Hotmail's pre-ARF complaint: the message attached, "complaint about message from <ip>"
+_COMPLAINT_SUBJECT = re.compile(r"complaint about message from", re.I)
+_BOUNCE_BODY = re.compile(
+    r"could not be delivered|undeliverable|delivery (?:has )?failed|permanent (?:fatal )?error|"
+    r"not be delivered to|message was not delivered|unable to deliver",
+    re.I,
+)
+# where the returned copy of the message starts in a plain-text bounce
+_COPY_START = re.compile(
+    r"^\s*(?:-+ ?(?:this is a copy|below this line|original message|the original message|"
+    r"the header of the original|original message header)|"
+    r"-+ ?(?:begin|start) (?:of )?(?:the )?(?:original|returned|forwarded)|"
+    r"-+\s*(?:original|returned) (?:message|mail)|"
+    r"content-type: message/rfc822|"
+    r"your message reads \(in part\)|"
+    r"-{3,} ?\S*original|"
+    r"\s*----- transcript of session follows|"  # sendmail: keep, it holds the reply
+    r"return-path: ?<)",
+    re.I | re.M,
+)
+
+
+def parse(raw: bytes) -> Report:
+    """Classify and read one received report."""
+    msg = email.message_from_bytes(raw, policy=email.policy.compat32)
+    ct = _ctype(msg)
+    parts = list(msg.walk())
+    types = [_ctype(p) for p in parts]
+    if (
+        "message/feedback-report" in types
+        or _looks_like_arf(msg)
+        or _COMPLAINT_SUBJECT.match(str(msg.get("Subject", "")).strip())
+    ):
+        return _arf(msg, parts)
+    if _is_autoreply(msg) and "message/delivery-status" not in types:
+        return Report("autoreply", original=_original_headers(parts))
+    original = _original_headers(parts)
+    ses = _ses_notification(_payload_text(msg) if not msg.is_multipart() else "")
+    if ses is not None:
+        return replace(ses, original=original)
+    failures: list[Failure] = []
+    ds = [
+        p
+        for p in parts
+        if _ctype(p) in ("message/delivery-status", "message/global-delivery-status")
+    ]
+    text = _text_body(msg, parts)
+    if ds:
+        for p in ds:
+            failures += _delivery_status(p, text)
+    if not failures:
+        failures = _prose(msg, text, original)
+    if failures:
+        return Report("bounce", tuple(failures), original=original)
+    if ct == "multipart/report" or _looks_like_bounce(msg):
+        return Report("unknown", original=original)
+    return Report("unknown", original=original)
+
+
+def _ctype(p: Message) -> str:
+    """The content type, robust to a badly folded header ("text/plain\n charset=...")."""
+    return p.get_content_type().split()[0].rstrip(";").lower()
+
+
+def _ses_notification(text: str) -> Report | None:
+    """An Amazon SES notification (SNS JSON, as its email subscription sends it): a
+    bounce's bouncedRecipients (Permanent being hard) or a complaint."""
+    start = text.find("{")
+    if start < 0 or "notificationType" not in text:
+        return None
+    try:
+        try:
+            doc, _ = json.JSONDecoder().raw_decode(text[start:])
+        except ValueError:  # folded by a mail system: the lines joined again
+            joined = text[start:].replace("\r", "").replace("\n ", "").replace("\n", "")
+            doc, _ = json.JSONDecoder().raw_decode(joined)
+        if isinstance(doc.get("Message"), str):  # the SNS envelope around it
+            doc = json.loads(doc["Message"])
+        if doc.get("notificationType") == "Complaint":
+            c = doc["complaint"]
+            return Report(
+                "complaint",
+                complaint=Complaint(
+                    feedback_type=str(c.get("complaintFeedbackType") or "abuse"),
+                    user_agent=str(c.get("userAgent") or ""),
+                    arrival_date=str(c.get("arrivalDate") or ""),
+                    recipients=tuple(
+                        str(r["emailAddress"]).lower() for r in c["complainedRecipients"]
+                    ),
+                ),
+            )
+        bounce = doc["bounce"]
+        permanent = bounce.get("bounceType") == "Permanent"
+        out = []
+        for r in bounce.get("bouncedRecipients", []):
+            diag = str(r.get("diagnosticCode", ""))
+            status = find_status(str(r.get("status", ""))) or find_status(diag)
+            out.append(
+                Failure(
+                    address=str(r["emailAddress"]).lower(),
+                    status=status,
+                    diagnostic=_one_line(diag),
+                    hard=permanent and is_hard(status or "5.1.1", diag),
+                    reply_code=find_reply(diag),
+                )
+            )
+        return Report("bounce", tuple(out))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def _looks_like_bounce(msg: Message, text: str = "") -> bool:
+    sender = str(msg.get("From", ""))
+    subject = str(msg.get("Subject", ""))
+    return bool(
+        _BOUNCE_SENDER.search(sender)
+        or _BOUNCE_SUBJECT.search(subject)
+        or (text and _BOUNCE_BODY.search(text[:3000]))
+    )
+
+
+def _is_autoreply(msg: Message) -> bool:
+    """RFC 3834: Auto-Submitted other than 'no' from a non-daemon, or the usual
+    vacation markers; a delivery report is never an auto-reply."""
+    if _looks_like_bounce(msg):
+        return False
+    auto = str(msg.get("Auto-Submitted", "")).strip().lower()
+    if auto and auto != "no":
+        return True
+    if str(msg.get("X-Autoreply", "")).strip() or str(msg.get("X-Autorespond", "")).strip():
+        return True
+    if str(msg.get("Precedence", "")).strip().lower() in ("auto_reply",):
+        return True
+    return bool(_AUTO_SUBJECT.search(str(msg.get("Subject", "")).strip()))
+
+
+def _payload_text(p: Message) -> str:
+    data = p.get_payload(decode=True)
+    if not isinstance(data, bytes):
+        inner = p.get_payload()
+        if isinstance(inner, list):  # message/* parts: their sub-messages as text
+            return "\n".join(str(m) for m in inner if isinstance(m, Message))
+        return str(inner or "")
+    charset = p.get_content_charset() or "utf-8"
+    if b"\x1b$B" in data and charset.lower() in ("us-ascii", "utf-8", "ascii"):
+        charset = "iso-2022-jp"  # undeclared JIS text (old Japanese MTAs)
+    try:
+        return data.decode(charset, errors="replace")
+    except LookupError:
+        return data.decode("latin-1")
+
+
+def _text_body(msg: Message, parts: list[Message]) -> str:
+    """The human-readable part(s) before the returned message."""
+    if not msg.is_multipart():
+        return _payload_text(msg)
+    out: list[str] = []
+    for p in parts:
+        ct = _ctype(p)
+        if ct in ("message/rfc822", "text/rfc822-headers", "message/rfc822-headers"):
+            break
+        if ct in ("text/plain", "text/html") and not p.is_multipart():
+            t = _payload_text(p)
+            if ct == "text/html":
+                t = re.sub(r"<[^>]+>", " ", t)
+                t = t.replace("&lt;", "<").replace("&gt;", ">").replace("&nbsp;", " ")
+            out.append(t)
+    if not any(t.strip() for t in out):  # a broken MIME structure: the raw body then
+        body = msg.get_payload()
+        return body if isinstance(body, str) else "\n".join(str(m) for m in body)
+    return "\n".join(out)
+
+
+def _original_headers(parts: list[Message]) -> tuple[tuple[str, str], ...]:
+    for p in parts:
+        ct = _ctype(p)
+        if ct in ("message/rfc822", "message/global"):
+            inner = p.get_payload()
+            if isinstance(inner, list) and inner and isinstance(inner[0], Message):
+                return tuple((k, str(v)) for k, v in inner[0].items())
+        if ct in ("text/rfc822-headers", "message/rfc822-headers"):
+            sub = email.message_from_string(_payload_text(p).lstrip())
+            return tuple((k, str(v)) for k, v in sub.items())
+    return ()
+
+
+def _fields(block: str) -> list[dict[str, str]]:
+    """An RFC 3464 delivery-status body as field groups (per-message, per-recipient)."""
+    groups: list[dict[str, str]] = []
+    cur: dict[str, str] = {}
+    last = ""
+    for line in block.replace("\r\n", "\n").split("\n"):
+        if not line.strip():
+            if cur:
+                groups.append(cur)
+                cur, last = {}, ""
+            continue
+        if line[0] in " \t" and last:
+            cur[last] += " " + line.strip()
+            continue
+        name, sep, value = line.partition(":")
+        if not sep:
+            continue
+        last = name.strip().lower()
+        if last not in cur:
+            cur[last] = value.strip()
+    if cur:
+        groups.append(cur)
+    return groups
+
+
+def _typed_address(value: str) -> str:
+    """`rfc822; a@b` → a@b (angle brackets, quotes and comments dropped)."""
+    _, _, addr = value.rpartition(";")
+    m = ADDR_RE.search(addr) or ADDR_RE.search(value)
+    return m.group(0).strip(".").lower() if m else ""
+
+
+def _delivery_status(p: Message, text: str) -> list[Failure]:
+    payload = p.get_payload()
+    if isinstance(payload, list):  # compat32 parses message/delivery-status into messages
+        block = "\n\n".join(
+            "\n".join(f"{k}: {v}" for k, v in m.items()) for m in payload if isinstance(m, Message)
+        )
+    else:
+        block = _payload_text(p)
+    out: list[Failure] = []
+    per_msg: dict[str, str] = {}
+    for g in _fields(block):
+        if "final-recipient" not in g and "original-recipient" not in g:
+            per_msg.update(g)
+            continue
+        action = g.get("action", "failed").lower().split()[0] if g.get("action") else "failed"
+        if action in ("delivered", "relayed", "expanded"):
+            continue
+        address = _typed_address(g.get("final-recipient", "")) or _typed_address(
+            g.get("original-recipient", "")
+        )
+        if not address:
+            continue
+        diag = g.get("diagnostic-code", "")
+        diag = diag.split(";", 1)[1].strip() if ";" in diag[:12] else diag
+        status = find_status(g.get("status", ""))
+        span = _span_for(text, address)
+        prose = _one_line(_diagnostic_line(span) or span)
+        if not diag or diag.lower() in ("smtp;", "x-unix;"):
+            diag = prose
+        # a status of the generic class (5.0.0) says less than the reply itself
+        if diag and (not status or status.endswith(".0.0")):
+            status = find_status(diag) or status
+        verdict_text = diag if _says_something(diag) or not prose else prose
+        if action == "delayed" and not status:
+            status = "4.0.0"
+        out.append(
+            Failure(
+                address=address,
+                status=status,
+                diagnostic=_one_line(diag),
+                hard=action != "delayed"
+                and is_hard(
+                    status,
+                    verdict_text,
+                    command_of(f"{diag} {span}") or _command_near(text, address),
+                ),
+                action=action,
+                reply_code=find_reply(diag),
+                remote_mta=g.get("remote-mta", "").rpartition(";")[2].strip()[:255],
+            )
+        )
+    return out
+
+
+def _says_something(text: str) -> bool:
+    return bool(_SOFT_TEXT.search(text) or _HARD_TEXT.search(text) or _HOST_TEXT.search(text))
+
+
+def _command_near(text: str, address: str) -> str:
+    """The SMTP command a transcript shows next to an address (the lines before each
+    mention: `>>> DATA` then `<<< 550 <a@b>... User unknown`)."""
+    lines = text.splitlines()
+    window: list[str] = []
+    for i, line in enumerate(lines):
+        if address in line.lower():
+            window += lines[max(0, i - 3) : i + 2]
+    return command_of("\n".join(window))
+
+
+def _span_for(text: str, address: str) -> str:
+    """What the text says right after an address: each mention up to the next other
+    address; the first mention that carries a reason (else the first one)."""
+    low = text.lower()
+    clips: list[str] = []
+    i = low.find(address)
+    while i >= 0 and len(clips) < 20:
+        end = i + 2000
+        for m in ADDR_RE.finditer(text, i + len(address)):
+            if m.group(0).lower().strip(".") != address:
+                end = min(end, m.start())
+                break
+        # a line break before the address starts its line: "<<< 550 <a@b>... unknown"
+        start = low.rfind("\n", 0, i) + 1
+        clips.append(text[start:end])
+        i = low.find(address, i + len(address))
+    return next((c for c in clips if _says_something(c)), clips[0] if clips else "")
+
+
+def _cut_copy(text: str) -> str:
+    """The bounce's own prose: what precedes the returned copy of the message."""
+    m = _COPY_START.search(text)
+    if m and m.group(0).strip().lower().startswith("----- transcript"):
+        rest = text[m.end() :]
+        m2 = _COPY_START.search(rest)
+        return text[: m.end() + m2.start()] if m2 else text
+    return text[: m.start()] if m else text
+
+
+def _prose(msg: Message, text: str, original: tuple[tuple[str, str], ...]) -> list[Failure]:
+    """A non-standard bounce: the failed recipients named in the prose (or an Exim-style
+    X-Failed-Recipients header), each with the reply text that follows it."""
+    if not _looks_like_bounce(msg, text) and not msg.get("X-Failed-Recipients"):
+        return []
+    own = _cut_copy(text)
+    senders = {
+        a.lower() for _, a in getaddresses([str(msg.get("From", "")), str(msg.get("To", ""))])
+    }
+    senders |= {
+        a.lower()
+        for n, v in original
+        if n.lower() in ("from", "return-path", "reply-to", "sender")
+        for _, a in getaddresses([v])
+    }
+    named = [
+        a.strip().lower()
+        for a in str(msg.get("X-Failed-Recipients", "")).split(",")
+        if ADDR_RE.fullmatch(a.strip())
+    ]
+    spans: dict[str, None] = {}
+    for m in ADDR_RE.finditer(own):
+        a = m.group(0).strip(".").lower()
+        if re.match(r"(?:mailer-daemon|postmaster)$", a.split("@")[0]):
+            continue
+        if _HELP_DESK.search(own[max(0, m.start() - 40) : m.start()]):
+            continue  # the receiver's help desk, not a recipient
+        spans.setdefault(a, None)
+    if not named:
+        named = [a for a in spans if a not in senders] or list(spans)[:1]
+    if not named:
+        named = [
+            a.lower() for n, v in original if n.lower() == "to" for _, a in getaddresses([v]) if a
+        ][:1]
+    out = []
+    for a in named:
+        reason = _span_for(own, a)
+        if not _says_something(reason):
+            reason = own
+        command = command_of(reason) or _command_near(own, a)
+        line = _diagnostic_line(reason)
+        if _says_something(line):
+            reason = line
+        status = find_status(reason)
+        out.append(
+            Failure(
+                address=a,
+                status=status,
+                diagnostic=_one_line(_diagnostic_line(reason) or reason),
+                hard=is_hard(status, reason, command),
+                reply_code=find_reply(reason),
+            )
+        )
+    return out
+
+
+def _diagnostic_line(text: str) -> str:
+    """The line of a prose bounce that carries the reply (a 5xx/4xx code), if any."""
+    for line in text.splitlines():
+        if REPLY_RE.search(line) or STATUS_RE.search(line):
+            return line
+    return ""
+
+
+# ------------------------------------------------------------------ ARF
+
+
+def _looks_like_arf(msg: Message) -> bool:
+    return str(msg.get("Feedback-Type", "")).strip() != "" or bool(
+        re.search(r"feedback-type:", str(msg.get_payload()) if not msg.is_multipart() else "", re.I)
+    )
+
+
+def _arf(msg: Message, parts: list[Message]) -> Report:
+    pairs: list[tuple[str, str]] = []  # the report's fields, repeated ones kept
+    for p in parts:
+        if _ctype(p) == "message/feedback-report":
+            payload = p.get_payload()
+            if isinstance(payload, list):
+                for m in payload:
+                    if isinstance(m, Message):
+                        pairs += [(k.lower(), str(v).strip()) for k, v in m.items()]
+            else:
+                pairs += [(k, v) for g in _fields(_payload_text(p)) for k, v in g.items()]
+    if not pairs:  # a non-multipart report: fields in the header or the body
+        pairs = [(k.lower(), str(v).strip()) for k, v in msg.items()]
+        if not msg.is_multipart():
+            pairs += [(k, v) for g in _fields(_payload_text(msg)) for k, v in g.items()]
+    fields: dict[str, str] = {}
+    for k, v in pairs:
+        fields.setdefault(k, v)
+    original = _original_headers(parts)
+    rcpts = [_typed_address(v) for k, v in pairs if k in ("original-rcpt-to", "removal-recipient")]
+    rcpts = [r for r in rcpts if r]
+    if not rcpts:
+        rcpts = [
+            a.lower()
+            for n, v in original
+            if n.lower() == "to"
+            for _, a in getaddresses([v])
+            if "@" in a
+        ]
+    ftype = (fields.get("feedback-type") or "abuse").split()[0].lower()
+    return Report(
+        "complaint",
+        complaint=Complaint(
+            feedback_type=ftype,
+            user_agent=fields.get("user-agent", ""),
+            arrival_date=fields.get("arrival-date", "") or fields.get("received-date", ""),
+            recipients=tuple(dict.fromkeys(rcpts)),
+        ),
+        original=original,
+    )
+
+
+def envelope_address(value: str) -> str:
+    """An address out of a header value (Return-Path, To), lower-cased."""
+    return parseaddr(value)[1].lower()
