@@ -710,10 +710,24 @@ def burst(
     sub_bind = min(sub_loads, key=lambda x: x.max_rate).limit if sub_loads else "-"
     want = mails / window_s
     sub_rate = min(want, sub_cap)
-    # delivery's other limits (everything but its concurrency): the steady ceiling
-    others = [x for x in loads(p, s) if not x.limit.startswith("SQS event source")]
+    # delivery's other limits (everything but its concurrency and the table's warm
+    # throughput): the steady ceiling; the table's on-demand throughput doubles at most
+    # every 30 minutes from its warm level up to the table quota
+    everything = loads(p, s)
+    warm = [x for x in everything if x.limit.startswith("DynamoDB on-demand")]
+    others = [
+        x for x in everything if not x.limit.startswith(("SQS event source", "DynamoDB on-demand"))
+    ]
     ceiling = min((x.max_rate for x in others), default=math.inf)
     ceil_bind = min(others, key=lambda x: x.max_rate).limit if others else "-"
+
+    def table_rate(t: float) -> float:
+        grow = 2 ** (t / (DOUBLING_MINUTES * 60))
+        return min(
+            (min(x.capacity * grow, s.table_quota) / x.per_mail for x in warm if x.per_mail),
+            default=math.inf,
+        )
+
     deliv = delivery_seconds_per_mail(p, s)
     t = 0.0
     submitted = delivered = 0.0
@@ -725,9 +739,14 @@ def burst(
         submitted += add
         backlog = submitted - delivered
         by_conc = conc / deliv if deliv > 0 else math.inf
-        rate = min(by_conc, ceiling)
+        by_table = table_rate(t)
+        rate = min(by_conc, ceiling, by_table)
         if backlog > rate * step:
-            binding = "event source scaling" if by_conc < ceiling else ceil_bind
+            binding = (
+                "event source scaling"
+                if rate == by_conc
+                else ("table warm throughput (doubling)" if rate == by_table else ceil_bind)
+            )
         delivered += min(backlog, rate * step)
         if backlog > conc * s.batch_size:  # messages waiting: the mapping scales up
             # (by the event source's 300 a minute; Lambda's own 1,000 per 10 s is faster)

@@ -153,3 +153,21 @@ def test_mix_weights_per_mail_loads() -> None:
     m = scale.mix([(0.75, a), (0.25, b)])
     assert m.key_wru[("by_state", "queued")] == pytest.approx(3.0)
     assert m.target_wru["table"] == pytest.approx(5.0)
+
+
+def test_burst_is_held_by_the_tables_warm_throughput_doubling_every_30_minutes() -> None:
+    p = scale.Profile(
+        fn_seconds={"delivery": 0.001},
+        smtp_transactions=0.0,
+        delivery_records=1.0,
+        target_wru={"table": 8.0},
+    )
+    s = scale.Settings("t", delivery_concurrency=2000, account_concurrency=1e9, smtp_ms=0)
+    b = scale.burst(p, s, mails=1_800_000, window_s=1)
+    assert b.binding == "table warm throughput (doubling)"
+    # 4,000 WRU/s / 8 per mail = 500 mails/s, doubling every 1,800 s:
+    # delivered(t) = 500 * 1800 / ln 2 * (2^(t/1800) - 1) = 1.8 M at t = 1800 * log2(1 + ln 2 * 2)
+    import math
+
+    expect = 1800 * math.log2(1 + math.log(2) * 2)
+    assert abs(b.drained_s - expect) < 30
