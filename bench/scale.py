@@ -570,6 +570,19 @@ def loads(p: Profile, s: Settings) -> list[Load]:
         )
     )
     total = deliv + sum(v for f, v in p.fn_seconds.items() if f != "delivery")
+    for f, v in sorted(p.fn_seconds.items()):
+        # each function scales by 1,000 environments per 10 s ("Lambda scaling behavior"):
+        # the concurrency it needs, within the account's
+        out.append(
+            Load(
+                "Lambda concurrency of one function (of the account's)",
+                f,
+                deliv if f == "delivery" else v,
+                s.account_concurrency,
+                DOCS["lambda"],
+                True,
+            )
+        )
     out.append(
         Load(
             "Lambda concurrent executions (account)",
@@ -800,9 +813,11 @@ def report(
     L.append("")
     inc = quota_increases(p, h, target)
     L.append(
-        f"High-volume settings at {target:,.0f} mails/s (each limit ≤ 50 %): "
-        + ("; ".join(inc) if inc else "no limit above 50 %.")
+        f"High-volume settings at {target:,.0f} mails/s, what keeps a limit above 50 %"
+        + (":" if inc else ": nothing.")
     )
+    L.append("")
+    L += [f"- {x}" for x in inc]
     L.append("")
     L.append(
         "| burst: 1 M mails through the batch route in 5 minutes | accepted in | drained in | peak delivery concurrency | delivery bound by |"
