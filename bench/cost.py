@@ -1397,7 +1397,9 @@ def path_requests(run: Run, tpl: Template, volume: int) -> dict[str, float]:
         if v:
             out[f"{k} (counters)"] += v
     out["s3:PutObject (event log)"] += rpm / batch
-    esm = sum(run.invocations[f] for f in ("delivery", "bounce")) / run.mails
+    d_records = (getattr(run, "records_in", Counter()).get("delivery") or run.mails) / run.mails
+    d_batch = delivery_batch(tpl, volume * d_records / SECONDS_PER_MONTH)
+    esm = d_records / d_batch + run.invocations["bounce"] / run.mails
     out["sqs:ReceiveMessage + DeleteMessageBatch (event source)"] += 2 * esm
     return dict(sorted(out.items()))
 

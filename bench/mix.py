@@ -214,7 +214,14 @@ def per_million(run: cost.Run, tpl: cost.Template, egress: str = "relay") -> lis
 
 def report(rs: dict[str, cost.Run], tpl: cost.Template) -> list[str]:
     rat = ratios()
-    L = ["### Cost of the mail people send (bench/mix.py)", ""]
+    L = [
+        "_`make bench` (its last step: `python -m bench.mix $(BENCH_MIX_MAILS)`, 20 mails per "
+        "run by default; `python -m bench.mix --from var/cost-mix.pkl` prices saved runs "
+        "again). Floors and figures: issue 25._",
+        "",
+        "### Cost of the mail people send (bench/mix.py)",
+        "",
+    ]
     mails = next(iter(rs.values())).mails
     L.append(
         f"Measured: {mails} mails per shape through the local stack, one per API call, "
