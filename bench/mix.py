@@ -342,7 +342,12 @@ def main() -> None:
     lines.append("")
     lines += scale.report(scale_profile(rs, tpl), smtp_parallel=par, parallel_note=note)
     lines.append("")
-    lines.append(f"_`python -m bench.mix {mails}` took {time.monotonic() - t0:.0f} s._")
+    took = f"{time.monotonic() - t0:.0f} s"
+    lines.append(
+        f"_`python -m bench.mix {mails}` took {took}._"
+        if sys.argv[1:2] != ["--from"]
+        else f"_Priced again from {sys.argv[2]} (saved runs of {mails} mails) in {took}._"
+    )
     from bench.run import write_section
 
     write_section(

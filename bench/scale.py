@@ -755,8 +755,9 @@ def burst(
         by_table = table_rate(t)
         rate = min(by_conc, ceiling, by_table)
         if backlog > rate * step:
+            cap = min(s.delivery_concurrency, ESM_MAX * 2)
             binding = (
-                "event source scaling"
+                ("event source scaling" if conc < cap else f"MaximumConcurrency ({cap:,.0f})")
                 if rate == by_conc
                 else ("table warm throughput (doubling)" if rate == by_table else ceil_bind)
             )
