@@ -838,7 +838,7 @@ def _hm(s: float) -> str:
 
 
 # ---------------------------------------------------------------- measured SMTP overlap
-def measure_parallelism(delay: float = 0.2, groups: int = 10) -> tuple[float, str]:
+def measure_parallelism(delay: float = 0.4, groups: int = 10) -> tuple[float, str]:
     """SMTP transactions in progress at once in one delivery invocation: a batch of
     `groups` groups to a local peer answering each final dot after `delay` seconds, less
     the same batch at no delay, against `groups` x `delay` (1: one after the other;
@@ -871,7 +871,9 @@ def measure_parallelism(delay: float = 0.2, groups: int = 10) -> tuple[float, st
             finally:
                 peer.stop()
     extra = max(1e-3, times[delay] - times[0.0])
-    par = max(1.0, min(float(groups), groups * delay / extra))
+    # the timing is noisy on a loaded machine (moto's own time varies by a second): never
+    # more than the peer saw in DATA at once
+    par = max(1.0, min(float(groups), groups * delay / extra, float(peaks[delay] or 1)))
     return par, (
         f"(measured: a batch of {groups} groups took {times[delay]:.2f} s with "
         f"{delay * 1000:.0f} ms per transaction against {times[0.0]:.2f} s without; "
