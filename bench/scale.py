@@ -11,7 +11,7 @@ and the values from the items the run wrote and the requests it made, so a new l
 (write-sharded index keys, another projection) gives new figures by re-running.
 
 Every limit cites the AWS page it comes from. Per-key loads are classified from the
-run: a key family (a value with its digit-bearing tokens folded, `bench.trace.family`)
+run: a key family (a value with its ids, numbers and short suffixes folded: `bench.trace.family`)
 with about one value per mail is per-mail (its load does not grow with the rate);
 any other family shares its load over the values the run saw (a lower bound on how
 many values there are: an upper bound on the load per value).
@@ -786,7 +786,7 @@ def report(
         f"{d.smtp_ms:.0f} ms per transaction to a direct MX, {d.smtp_parallel:.1f} "
         f"transaction(s) at once per invocation {parallel_note}. Each limit's page is cited "
         "in bench/scale.py. Per key: the load on each value of a key family (values folded "
-        "on their digit-bearing tokens), spread over the values the run saw; families with "
+        "on their ids, numbers and short suffixes), spread over the values the run saw; families with "
         "a value per mail (the table's M#<id>) do not grow with the rate and are left out. "
         "The sweeper's requests (every 5 minutes, whatever the rate) and reads made once per "
         "container (cached: "
