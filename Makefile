@@ -25,9 +25,12 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check shared functions tests pipeline
 	$(VENV)/bin/mypy
 
+BENCH_MIX_MAILS ?= 20
+
 bench: $(STAMP)
 	$(PY) -m bench.run
 	$(PY) -m bench.shaping
+	$(PY) -m bench.mix $(BENCH_MIX_MAILS)
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache

@@ -232,7 +232,7 @@ def main() -> None:
     print("\n".join(lines))
 
 
-def write_section(lines: list[str]) -> None:
+def write_section(lines: list[str], section: str = SECTION) -> None:
     path = ROOT / "docs" / "benchmarks.md"
     text = (
         path.read_text()
@@ -240,7 +240,7 @@ def write_section(lines: list[str]) -> None:
         else "# Benchmarks\n\nEach section is written by its own `make` target.\n\n"
     )
     block = "\n".join(lines) + "\n"
-    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
+    pattern = re.compile(rf"^{re.escape(section)}\n.*?(?=^## |\Z)", re.S | re.M)
     if pattern.search(text):
         text = pattern.sub(block + "\n", text)
     else:

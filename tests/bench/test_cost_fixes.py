@@ -1,0 +1,69 @@
+"""The cost model's fixes of issue 25, finding 4 (bench/cost.py), on synthetic runs."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+
+import pytest
+
+from bench import cost
+from tests.bench.test_scale_model import TPL, _item, _rec
+
+
+def _run() -> cost.Run:
+    run = cost.Run(mails=10)
+    run.invocations = Counter({"delivery": 10, "ingress": 10, "events": 1, "sweeper": 1})
+    run.records_in = Counter({"delivery": 10})
+    run.cpu_s = {"delivery": 0.1, "ingress": 0.1, "events": 0.01, "sweeper": 0.01}
+    run.requests = {"delivery": Counter({"dynamodb:UpdateItem": 20})}
+    run.event_bytes = 10 * 500
+    run.sweeps = 1
+    run.log_bytes = Counter({"sweeper": 1000})
+    run.log_events = Counter({"sweeper": 2})
+    run.records = [_rec(None, _item(f"M#{i:04d}ABCDEFGH", "queued")) for i in range(10)]
+    return run
+
+
+def _line(lines: list[cost.Line], start: str) -> float:
+    return sum(x.per_month for x in lines if x.item.startswith(start))
+
+
+def test_delivery_batches_fill_with_the_volume_not_the_run() -> None:
+    assert cost.delivery_batch(TPL, 0.38) == pytest.approx(1.0, abs=0.01)  # 1 M/month
+    assert cost.delivery_batch(TPL, 1e5) == 10  # a backlog: full batches
+    window = replace(TPL, delivery_window_s=5.0)
+    assert cost.delivery_batch(window, 38.0) == 10  # 100 M/month with a 5 s window
+    lines = cost.model(_run(), 1_000_000, TPL)
+    per_inv = cost.PRICES["sqs_standard"]["per_million_requests"] / 1e6 * 2
+    # one receive + delete per mail at 1 M/month (the run's batch fill is not used)
+    assert _line(lines, "event source receive") == pytest.approx(1e6 * per_inv, rel=0.02)
+
+
+def test_event_log_is_stored_for_its_retention() -> None:
+    lines = cost.model(_run(), 1_000_000, TPL)
+    gb = 500 * 1e6 / 2**30
+    months = 400 / (cost.SECONDS_PER_MONTH / 86400)
+    assert _line(lines, "event-log storage") == pytest.approx(
+        gb * cost.PRICES["s3_standard"]["storage_per_gb_month"] * months
+    )
+
+
+def test_smtp_time_depends_on_egress_and_overlap() -> None:
+    run = _run()
+    assert cost.smtp_seconds(run, "relay", 1) == pytest.approx(10 * 0.030)
+    assert cost.smtp_seconds(run, "direct", 1) == pytest.approx(10 * 0.400)
+    run.smtp_parallel = 10.0
+    assert cost.smtp_seconds(run, "direct", 10) == pytest.approx(10 * 0.040)
+    assert cost.smtp_seconds(run, "direct", 1) == pytest.approx(10 * 0.400)  # batch of 1
+
+
+def test_the_sweepers_log_is_priced_per_scheduled_run() -> None:
+    tpl = replace(TPL, schedules={"sweeper": 8760.0})
+    quiet = _run()
+    quiet.log_bytes = Counter()
+    quiet.log_events = Counter()
+    a = _line(cost.model(_run(), 1_000_000, tpl), "Logs ingestion")
+    b = _line(cost.model(quiet, 1_000_000, tpl), "Logs ingestion")
+    ovh = cost.ASSUMPTIONS["cw_log_event_overhead_bytes"]
+    assert a - b == pytest.approx(8760 * (1000 + 2 * ovh) / 2**30 * 0.5)
