@@ -104,6 +104,10 @@ class DeliverySettings:
     mta_sts: bool = True
     mta_sts_ca_file: str = ""
     mta_sts_port: int = 443
+    # DANE (RFC 7672, outbound/dane.py) for MX delivery: TLSA records through a validating
+    # resolver ("host:port,..."; only its AD bit is trusted); takes precedence over MTA-STS
+    dane: bool = False
+    dane_nameservers: str = ""
     # "relay" (Lambda outside a VPC) or "direct" (in a VPC, to MX hosts through NAT): direct
     # turns on the egress guard, which refuses non-public MX/literal addresses but these
     egress_mode: str = "relay"
@@ -261,6 +265,10 @@ class DeliveryService:
                 clock=clock,
                 refuse=self.guard.refusal if self.guard is not None else None,
             )
+        self.dane_resolver: dns.resolver.Resolver | None = None
+        if settings.dane:
+            self.dane_resolver = make_resolver(settings.dane_nameservers)
+            self.dane_resolver.lifetime = settings.dns_timeout_seconds
         self.suppress_statuses = parse_statuses(settings.suppression_statuses)
         self.suppression: SuppressionStore | None = None
         if self.suppress_statuses:
@@ -554,6 +562,11 @@ class Invocation:
         route = self.svc.routes.lookup(domain) if self.svc.routes is not None else None
         # the recipient domain's MTA-STS policy, unless a relay or an address literal
         use_sts = sts is not None and not (route and route.host) and not domain.startswith("[")
+        if self.svc.dane_resolver is not None and not (route and route.host):
+            dane = self._dane(domain)  # RFC 8461 §2: DANE before MTA-STS
+            if dane is not None:
+                self._hops[domain] = dane
+                return dane
         entry = sts.discover(domain) if sts is not None and use_sts else None
         enforced = entry is not None and entry.policy.mode is Mode.ENFORCE
         try:
@@ -572,6 +585,25 @@ class Invocation:
             value = sts.apply_entry(entry, value)
         self._hops[domain] = value
         return value
+
+    def _dane(self, domain: str) -> list[Hop] | Result | None:
+        """The domain's hops under DANE (dane.py), or None when DANE does not apply."""
+        from mailqueue.outbound.dane import apply
+
+        if domain.startswith("[") or self.svc.dane_resolver is None:
+            return None
+        try:
+            hops = resolve_next_hops(
+                domain,
+                self.svc.routes,
+                self.svc.resolver,
+                rng=self.svc.rng,
+                port=self.svc.settings.mx_port,
+                guard=self.svc.guard,
+            )
+        except NextHopError as e:
+            return e.result
+        return apply(self.svc.dane_resolver, domain, hops)
 
     def _record(
         self, claim: Claim, results: dict[str, Result], outcome: DeliveryOutcome | None
