@@ -50,6 +50,14 @@ def delivery_ports(storage: AwsStorage, settings: DeliverySettings) -> DeliveryP
         from mailqueue.backends.aws.shaping_store import DynamoShapingStore
 
         extra["shaping"] = DynamoShapingStore(ddb, table)
+    if settings.reputation:
+        from mailqueue.backends.aws.reputation_store import (
+            DynamoReputationStore,
+            OutboxReputationEvents,
+        )
+
+        extra["reputation"] = DynamoReputationStore(ddb, table)
+        extra["reputation_events"] = OutboxReputationEvents(ddb, table)
     if not extra:
         return ports
     from dataclasses import replace

@@ -31,7 +31,19 @@ from mailqueue.core.model import Attempt, Result, to_iso
 
 NAMESPACE = "mailqueue"
 OPERATOR_EVENT = f"{NAMESPACE}:Operator"
-EVENT_TYPES = ("Send", "Delivery", "DeliveryDelay", "Bounce", "Reject", OPERATOR_EVENT)
+#: one-click unsubscribe (SES's Subscription event); reputation pauses (ours, no `mail`)
+SUBSCRIPTION_EVENT = "Subscription"
+REPUTATION_EVENT = f"{NAMESPACE}:Reputation"
+EVENT_TYPES = (
+    "Send",
+    "Delivery",
+    "DeliveryDelay",
+    "Bounce",
+    "Reject",
+    OPERATOR_EVENT,
+    SUBSCRIPTION_EVENT,
+    REPUTATION_EVENT,
+)
 # What the admin service stores (the command) -> what the event log says (what happened).
 OPERATOR_ACTIONS: Mapping[str, str] = {
     "hold": "held",

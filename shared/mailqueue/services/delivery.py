@@ -39,6 +39,7 @@ from mailqueue.outbound.dkim import (
 )
 from mailqueue.outbound.dkim import header_from_domain as dkim_from_domain
 from mailqueue.outbound.mtasts import Mode, MtaSts, explain
+from mailqueue.outbound.reputation import ReputationGuard, Thresholds, counts_of
 from mailqueue.outbound.routing import (
     CredentialsProvider,
     EgressGuard,
@@ -131,6 +132,10 @@ class DeliverySettings:
     # group comes back after at most suspension_recheck_seconds (so a resume takes effect)
     suspension_refresh_seconds: float = 30.0
     suspension_recheck_seconds: int = 300
+    # reputation guards (reputation.py): rates per principal / sender domain, auto pause;
+    # thresholds as JSON ("" = SES's: bounces 5 % review, 10 % pause; complaints 0.1/0.5 %)
+    reputation: bool = False
+    reputation_thresholds: str = ""
 
     def __post_init__(self) -> None:
         if not self.hostname or " " in self.hostname:
@@ -153,6 +158,7 @@ class DeliverySettings:
             self.egress_guard()
             self.dkim_config()
             parse_statuses(self.suppression_statuses)
+            Thresholds.parse(self.reputation_thresholds)
             if self.shaping:
                 load_rules(self.shaping_rules, self.backoff_rules)
         except (ValueError, MailqueueError) as e:
@@ -207,6 +213,7 @@ class Stats:
     groups: int = 0
     throttled: int = 0  # out of the site's budget: re-armed, not attempted
     extra: dict[str, int] = field(default_factory=dict)
+    rates: dict[str, float] = field(default_factory=dict)  # percent gauges (reputation)
 
 
 class DeliveryService:
@@ -280,6 +287,17 @@ class DeliveryService:
             settings.suspension_refresh_seconds,
             clock=lambda: self.clock().timestamp(),
         )
+        self.reputation: ReputationGuard | None = None
+        if settings.reputation:
+            if ports.reputation is None:
+                raise ConfigError("reputation is on but no reputation store was given")
+            self.reputation = ReputationGuard(
+                ports.reputation,
+                ports.suspensions,
+                Thresholds.parse(settings.reputation_thresholds),
+                events=ports.reputation_events,
+                clock=lambda: self.clock().timestamp(),
+            )
         self.shaper: Shaper | None = None
         if settings.shaping:
             if ports.shaping is None:
@@ -455,6 +473,7 @@ class Invocation:
             domain=group.key.split("#", 1)[0],
             sender_domain=group.sender.rpartition("@")[2],
             site=site,
+            principal=group.principal,
         )
         if s is None:
             return None
@@ -496,7 +515,9 @@ class Invocation:
         return results
 
     def release_sites(self) -> None:
-        """End of invocation: give back connection slots; count the shaping requests."""
+        """End of invocation: give back connection slots; count the shaping requests;
+        write the reputation counts (reputation.py)."""
+        self._reputation()
         shaper = self.svc.shaper
         if shaper is None:
             return
@@ -506,6 +527,30 @@ class Invocation:
             except MailqueueError:  # the slot's lease expires by itself
                 log.warning("slot release failed", extra={"site": site})
         self.stats.extra["ShapingRequests"] = shaper.store.requests - self._shaping_requests
+
+    def _reputation(self) -> None:
+        """One write per principal / sender domain for the whole invocation; a pause is a
+        suspension (re-read at once here, so the rest of the queue waits too)."""
+        guard = self.svc.reputation
+        if guard is None:
+            return
+        try:
+            judged = guard.flush()
+        except MailqueueError:  # the counts are lost, never a result
+            log.warning("reputation counters not written")
+            return
+        for st in judged:
+            for name, rate in (
+                ("BounceRate", st.bounce_rate),
+                ("ComplaintRate", st.complaint_rate),
+            ):
+                key = f"Reputation{name}Max"
+                self.stats.rates[key] = max(self.stats.rates.get(key, 0.0), 100.0 * rate)
+            if st.verdict in ("review", "pause"):
+                key = f"Reputation_{st.verdict}"
+                self.stats.extra[key] = self.stats.extra.get(key, 0) + 1
+        if any(st.verdict == "pause" for st in judged):
+            self.svc.suspensions.forget()
 
     def _loop_check(self, content: BinaryIO) -> HeaderPeek | Result:
         """Count the hops before connecting anywhere: a looping mail is bounced 5.4.6 here
@@ -638,6 +683,8 @@ class Invocation:
                 res = expired(last, self.svc.policy.maximal_queue_lifetime)
                 perm.update({rid: res for rid in temp})
                 temp = {}
+            if self.svc.reputation is not None:
+                self.svc.reputation.note(group.principal, group.sender, counts_of({**ok, **perm}))
             if perm:
                 st.drop(claim, perm, tls=tls)
                 self.stats.bounced += len(perm)
