@@ -162,6 +162,7 @@ class FsStorage:
             history=tuple(Attempt.from_json(a) for a in item.get("history", [])),
             groups_in_mail=int(item.get("ng", 0)),
             principal=principal_of(item.get("tags")),
+            tags=tuple((str(k), str(v)) for k, v in (item.get("tags") or {}).items()),
         )
 
     def _items(self) -> Iterator[dict[str, Any]]:

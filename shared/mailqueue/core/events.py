@@ -299,6 +299,9 @@ class QueueEvent:
             }
             if self.extra.get("suppressed_at"):  # recipient_suppressed: since when
                 ours["reject"]["suppressedAt"] = self.extra["suppressed_at"]
+        elif self.event_type == SUBSCRIPTION_EVENT:  # one-click unsubscribe (SES's object)
+            doc["subscription"] = self.extra.get("subscription", {})
+            ours["subscription"] = self.extra.get("ours", {})
         elif self.event_type == OPERATOR_EVENT:
             ours["operator"] = {
                 "timestamp": ts,

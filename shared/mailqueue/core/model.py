@@ -388,6 +388,7 @@ class Group:
     groups_in_mail: int = 0  # how many groups the mail has (0: unknown)
     priority: Priority = Priority.TRANSACTIONAL  # the delivery path (queue) of its trigger
     principal: str = ""  # who submitted it (its `mailqueue:principal` tag): reputation.py
+    tags: tuple[tuple[str, str], ...] = ()  # the mail's tags (unsubscribe.py reads two)
 
     @property
     def ref(self) -> MailRef:

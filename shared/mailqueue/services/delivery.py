@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 from mailqueue.core.config import ConfigError, settings_from_env
 from mailqueue.core.errors import LeaseLost, MailqueueError, NotFound, PoisonMessage
@@ -28,6 +28,7 @@ from mailqueue.core.policy import RetryPolicy, backoff, delay_warning_due, expir
 from mailqueue.core.ports import DeliveryPorts
 from mailqueue.core.storage import QueueStorage
 from mailqueue.core.trace import HOPCOUNT_LIMIT, HeaderPeek, count_received, peek_header
+from mailqueue.outbound import unsubscribe as unsub
 from mailqueue.outbound.dkim import (
     DkimConfig,
     DkimError,
@@ -136,6 +137,12 @@ class DeliverySettings:
     # thresholds as JSON ("" = SES's: bounces 5 % review, 10 % pause; complaints 0.1/0.5 %)
     reputation: bool = False
     reputation_thresholds: str = ""
+    # one-click unsubscribe (unsubscribe.py): the public base URL ("" = off), the HMAC
+    # keys {"kid": "<base64>"} and the current kid, an optional mailto address
+    list_unsubscribe_url: str = ""
+    list_unsubscribe_keys: str = ""
+    list_unsubscribe_kid: str = ""
+    list_unsubscribe_mailto: str = ""
 
     def __post_init__(self) -> None:
         if not self.hostname or " " in self.hostname:
@@ -159,6 +166,13 @@ class DeliverySettings:
             self.dkim_config()
             parse_statuses(self.suppression_statuses)
             Thresholds.parse(self.reputation_thresholds)
+            if self.list_unsubscribe_url:
+                if not self.list_unsubscribe_url.startswith("https://"):
+                    raise ConfigError("list_unsubscribe_url must be an https:// URL")
+                if not unsub.UnsubscribeKeys.parse(
+                    self.list_unsubscribe_keys, self.list_unsubscribe_kid
+                ).keys:
+                    raise ConfigError("list_unsubscribe_url is set but no keys are")
             if self.shaping:
                 load_rules(self.shaping_rules, self.backoff_rules)
         except (ValueError, MailqueueError) as e:
@@ -406,10 +420,11 @@ class Invocation:
         loop = self._loop_check(mail.content)
         if isinstance(loop, Result):
             return self._record(claim, {r.rid: loop for r in group.pending()}, None)
+        loop, added = self._list_unsubscribe(loop, group)  # before DKIM: the fields are signed
         signed = self._sign(loop, group.sender)
         if isinstance(signed, Result):
             return self._record(claim, {r.rid: signed for r in group.pending()}, None)
-        body, size = signed if signed is not None else (loop, mail.size)
+        body, size = signed if signed is not None else (loop, mail.size + added)
         try:
             outcome = self.client.deliver(
                 hops,
@@ -551,6 +566,37 @@ class Invocation:
                 self.stats.extra[key] = self.stats.extra.get(key, 0) + 1
         if any(st.verdict == "pause" for st in judged):
             self.svc.suspensions.forget()
+
+    def _list_unsubscribe(self, content: HeaderPeek, group: Group) -> tuple[HeaderPeek, int]:
+        """RFC 8058 fields for bulk (or asked-for) mail to one recipient (unsubscribe.py):
+        the content with them on top, and how many octets they add."""
+        s = self.svc.settings
+        pending = group.pending()
+        if not s.list_unsubscribe_url or len(pending) != 1 or not unsub.wanted(group.tags):
+            return content, 0
+        if unsub.has_field(content.head, b"List-Unsubscribe"):
+            return content, 0  # the sender runs its own
+        scope = unsub.scope_of(group.tags, group.sender)
+        if scope is None:
+            return content, 0
+        keys = unsub.UnsubscribeKeys.parse(s.list_unsubscribe_keys, s.list_unsubscribe_kid)
+        token = unsub.make_token(
+            keys,
+            unsub.Unsubscription(
+                group.mail_id,
+                pending[0].address,
+                scope[0],
+                scope[1],
+                int(self.svc.clock().timestamp() // 86400),
+                keys.current,
+            ),
+        )
+        url = f"{s.list_unsubscribe_url.rstrip('/')}/u/{token}"
+        eol = b"\r\n" if b"\r\n" in content.head else b"\n"
+        fields = unsub.header_fields(url, s.list_unsubscribe_mailto, eol)
+        head = content.read(len(content.head))  # consumed: served again after the fields
+        self.stats.extra["ListUnsubscribe"] = self.stats.extra.get("ListUnsubscribe", 0) + 1
+        return HeaderPeek(fields + head, cast(BinaryIO, content)), len(fields)
 
     def _loop_check(self, content: BinaryIO) -> HeaderPeek | Result:
         """Count the hops before connecting anywhere: a looping mail is bounced 5.4.6 here

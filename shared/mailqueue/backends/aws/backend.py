@@ -180,6 +180,7 @@ class AwsStorage:
             groups_in_mail=int(d.get("ng", 0)),
             priority=priority_of(d.get("tags")),
             principal=principal_of(d.get("tags")),
+            tags=tuple((str(k), str(v)) for k, v in (d.get("tags") or {}).items()),
         )
 
     def _batch_write(self, requests: list[dict[str, Any]]) -> int:

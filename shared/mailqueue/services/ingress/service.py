@@ -64,6 +64,7 @@ from mailqueue.outbound.suppression import (
     normalise,
     suppressed,
 )
+from mailqueue.outbound.unsubscribe import opt_out_scopes
 from mailqueue.services.ingress.request import (
     Submission,
     body_limit,
@@ -566,7 +567,10 @@ class IngressService:
         submission, before any write; "bounce": they are returned, to bounce."""
         if self.suppression is None or not env.recipients or env.null_sender:
             return {}  # a DSN is never refused for this (its sender must still learn)
-        found = suppressed(self.suppression, [r.address for r in env.recipients], now.timestamp())
+        scopes = opt_out_scopes(env.tags, env.sender)  # one-click opt-outs (unsubscribe.py)
+        found = suppressed(
+            self.suppression, [r.address for r in env.recipients], now.timestamp(), scopes
+        )
         out: dict[int, Entry] = {}
         for i, r in enumerate(env.recipients):
             entry = found.get(normalise(r.address))
