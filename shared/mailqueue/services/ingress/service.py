@@ -371,9 +371,9 @@ class IngressService:
                 )
             )
             guard_parse(lambda: self._check_envelope(sub.envelope, principal))
-            bounced = self._check_suppressed(sub.envelope, now)
             priority = self._priority(sub.priority, principal)
             sub = replace(sub, envelope=self._tagged(sub.envelope, principal, priority))
+            bounced = self._check_suppressed(sub.envelope, now)  # tagged: bulk opt-outs
             original = sub.envelope
             if bounced:  # SuppressionPolicy=bounce: the others go on, these bounce below
                 kept = tuple(r for i, r in enumerate(original.recipients) if i not in bounced)
