@@ -12,7 +12,7 @@ from datetime import datetime, timedelta, timezone
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from .consts import OPERATOR_EVENT
+from .consts import OPERATOR_EVENT, REPUTATION_EVENT
 
 # Diagnostic text normalisation: applied in order, identically by Spark (Java regex) and
 # by `normalise_reason_py` (Python re); the patterns use only syntax both engines share.
@@ -186,7 +186,9 @@ def normalise(raw: DataFrame) -> DataFrame:
     late = (dt > ev_day) | ((dt == ev_day) & (hr > ev_hr.try_cast("int")))
     eid = ours.getField("eventId")
     per_mail = (wire_type == "Send") | (wire_type == "Reject")
-    rows = raw.where(eid.isNotNull() & wire_type.isNotNull()).select(
+    # reputation reviews/pauses are about a sender, not a mail: not report rows
+    keep = eid.isNotNull() & wire_type.isNotNull() & (wire_type != F.lit(REPUTATION_EVENT))
+    rows = raw.where(keep).select(
         eid.alias("_eid"),
         et.alias("event_type"),
         m.getField("messageId").alias("message_id"),
