@@ -126,7 +126,8 @@ def test_one_click_unsubscribe_end_to_end(stack: Stack) -> None:
     lu = " ".join(str(parsed["List-Unsubscribe"]).split())
     assert parsed["List-Unsubscribe-Post"] == "List-Unsubscribe=One-Click"
     m = re.fullmatch(
-        r"<https://mail\.example\.org(/u/[A-Za-z0-9_.-]+)>, <mailto:unsubscribe@example\.org\?subject=unsubscribe>",
+        r"<https://mail\.example\.org(/u/[A-Za-z0-9_.-]+)>, "
+        r"<mailto:unsubscribe@example\.org\?subject=unsubscribe>",
         lu,
     )
     assert m, lu

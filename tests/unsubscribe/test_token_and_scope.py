@@ -124,3 +124,15 @@ def test_one_click_body_forms() -> None:
     assert one_click_body(multipart, "multipart/form-data; boundary=b")
     assert not one_click_body(b"", "application/x-www-form-urlencoded")
     assert not one_click_body(b"List-Unsubscribe=Yes", "application/x-www-form-urlencoded")
+
+
+def test_keys_from_the_generated_secret() -> None:
+    # what the template's GenerateSecretString makes: 44 alphanumerics under "k1"
+    generated = json.dumps({"current": "k1", "k1": "Ab3dEf6hIj9kLm2nOp5qRs8tUv1wXy4zAb7dEf0hIj3k"})
+    k = unsub.keys_from_secret(generated)
+    assert k.current == "k1" and len(k.keys["k1"]) == 33
+    token = unsub.make_token(k, U)
+    assert unsub.verify_token(k, token, today=20000, max_age_days=1).recipient == U.recipient
+    for bad in ("[]", '{"k1": "x"}', "nope"):
+        with pytest.raises(ConfigError):
+            unsub.keys_from_secret(bad)

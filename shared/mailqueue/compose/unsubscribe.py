@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,8 +31,25 @@ def default_service() -> UnsubscribeService:
 
     ing = ingress.ingress_settings_from_env()
     clients = make_clients(region=ing.storage.region, endpoint_url=ing.storage.endpoint_url)
+    settings = UnsubscribeSettings.from_env()
+    if not settings.keys().keys and settings.list_unsubscribe_key_name:  # never in the env
+        from dataclasses import replace
+
+        from mailqueue.compose.aws import key_clients
+        from mailqueue.outbound.dkim import powertools_key_source
+        from mailqueue.outbound.unsubscribe import keys_from_secret
+
+        get = powertools_key_source(**key_clients(ing.storage))
+        keys = keys_from_secret(get(f"secretsmanager:{settings.list_unsubscribe_key_name}"))
+        settings = replace(
+            settings,
+            list_unsubscribe_keys=json.dumps(
+                {k: base64.b64encode(v).decode() for k, v in keys.keys.items()}
+            ),
+            list_unsubscribe_kid=keys.current,
+        )
     return UnsubscribeService(
-        UnsubscribeSettings.from_env(),
+        settings,
         DynamoSuppressionStore(clients.dynamodb, ing.storage.table),
         TableOutboxEmitter(ing.outbox_table, clients.dynamodb),
     )

@@ -84,6 +84,19 @@ class UnsubscribeKeys:
         return cls(keys, current)
 
 
+def keys_from_secret(text: str) -> UnsubscribeKeys:
+    """The keys from their secret (Secrets Manager, never the environment): a JSON object
+    ``{"current": "<kid>", "<kid>": "<base64 key>", ...}`` (template.yaml generates it)."""
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        raise ConfigError("list-unsubscribe secret: not JSON") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("current"), str):
+        raise ConfigError('list-unsubscribe secret: {"current": kid, kid: key, ...}')
+    current = doc.pop("current")
+    return UnsubscribeKeys.parse(json.dumps(doc), current)
+
+
 @dataclass(frozen=True, slots=True)
 class Unsubscription:
     """What a verified token says."""

@@ -140,8 +140,9 @@ class DeliverySettings:
     # one-click unsubscribe (unsubscribe.py): the public base URL ("" = off), the HMAC
     # keys {"kid": "<base64>"} and the current kid, an optional mailto address
     list_unsubscribe_url: str = ""
-    list_unsubscribe_keys: str = ""
+    list_unsubscribe_keys: str = ""  # inline (tests, the local stack); else the secret:
     list_unsubscribe_kid: str = ""
+    list_unsubscribe_key_name: str = ""  # Secrets Manager name (unsubscribe.keys_from_secret)
     list_unsubscribe_mailto: str = ""
 
     def __post_init__(self) -> None:
@@ -169,9 +170,10 @@ class DeliverySettings:
             if self.list_unsubscribe_url:
                 if not self.list_unsubscribe_url.startswith("https://"):
                     raise ConfigError("list_unsubscribe_url must be an https:// URL")
-                if not unsub.UnsubscribeKeys.parse(
+                inline = unsub.UnsubscribeKeys.parse(
                     self.list_unsubscribe_keys, self.list_unsubscribe_kid
-                ).keys:
+                )
+                if not inline.keys and not self.list_unsubscribe_key_name:
                     raise ConfigError("list_unsubscribe_url is set but no keys are")
             if self.shaping:
                 load_rules(self.shaping_rules, self.backoff_rules)
@@ -301,6 +303,16 @@ class DeliveryService:
             settings.suspension_refresh_seconds,
             clock=lambda: self.clock().timestamp(),
         )
+        self.unsub_keys: unsub.UnsubscribeKeys | None = None
+        if settings.list_unsubscribe_url:  # read once per container (cold start)
+            self.unsub_keys = unsub.UnsubscribeKeys.parse(
+                settings.list_unsubscribe_keys, settings.list_unsubscribe_kid
+            )
+            if not self.unsub_keys.keys:
+                if dkim_keys is None:
+                    raise ConfigError("list_unsubscribe_key_name needs a key source")
+                ref = f"secretsmanager:{settings.list_unsubscribe_key_name}"
+                self.unsub_keys = unsub.keys_from_secret(dkim_keys(ref) or "")
         self.reputation: ReputationGuard | None = None
         if settings.reputation:
             if ports.reputation is None:
@@ -572,14 +584,14 @@ class Invocation:
         the content with them on top, and how many octets they add."""
         s = self.svc.settings
         pending = group.pending()
-        if not s.list_unsubscribe_url or len(pending) != 1 or not unsub.wanted(group.tags):
+        keys = self.svc.unsub_keys
+        if keys is None or len(pending) != 1 or not unsub.wanted(group.tags):
             return content, 0
         if unsub.has_field(content.head, b"List-Unsubscribe"):
             return content, 0  # the sender runs its own
         scope = unsub.scope_of(group.tags, group.sender)
         if scope is None:
             return content, 0
-        keys = unsub.UnsubscribeKeys.parse(s.list_unsubscribe_keys, s.list_unsubscribe_kid)
         token = unsub.make_token(
             keys,
             unsub.Unsubscription(

@@ -45,8 +45,9 @@ from mailqueue.outbound.suppression import Entry, SuppressionStore, normalise, s
 class UnsubscribeSettings:
     """Env: ``MQ_<FIELD>``; the keys are the delivery function's (same variables)."""
 
-    list_unsubscribe_keys: str = ""
+    list_unsubscribe_keys: str = ""  # inline (tests, the local stack); else the secret
     list_unsubscribe_kid: str = ""
+    list_unsubscribe_key_name: str = ""  # Secrets Manager name, read by the composition
     list_unsubscribe_max_age_days: int = 180  # a link works this long after delivery
     list_unsubscribe_suppress_days: int = 3650  # how long the opt-out holds
     list_unsubscribe_ip_per_minute: int = 30
