@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import bisect
 import gzip
-import hashlib
 import json
 import multiprocessing
 import os
@@ -405,23 +404,7 @@ def _simulate(
                     f'"remoteMtaIp":"{ip}"}},{mq}"eventId":"{bits(128):032x}",'
                     f'"remoteMta":"{ip}",{att}}}}}',
                 )
-                if (acc * 2_654_435_761 + di) % 97 == 0:  # ~1 %: one-click unsubscribe
-                    sub_ts = iso(finished + 3_600_000)  # no draw: a seed's values stay
-                    emit(finished + 3_600_000, _subscription(mail, addr, src_dom, sub_ts, mq))
                 break
-
-
-def _subscription(mail: str, addr: str, target: str, ts: str, mq: str) -> str:
-    """SES's Subscription event for an opt-out from the sender domain (unsubscribe.py)."""
-    prefs = '{"unsubscribeAll":%s,"topicSubscriptionStatus":[]}'
-    eid = hashlib.sha256(f"{mail}{addr}".encode()).hexdigest()[:32]
-    return (
-        f'{{"eventType":"Subscription",{mail},"subscription":{{"contactList":"{target}",'
-        f'"timestamp":"{ts}","source":"UnsubscribeHeader","newTopicPreferences":'
-        f'{prefs % "true"},"oldTopicPreferences":{prefs % "false"}}},'
-        f'{mq}"eventId":"{eid}","subscription":{{"recipient":"{addr}",'
-        f'"scope":"sender_domain","target":"{target}","method":"one-click"}}}}}}'
-    )
 
 
 def _expiry(eid: int, mail: str, addr: str, ts: str, mta: str, text: str, mq: str) -> str:

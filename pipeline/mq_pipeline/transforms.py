@@ -186,8 +186,10 @@ def normalise(raw: DataFrame) -> DataFrame:
     late = (dt > ev_day) | ((dt == ev_day) & (hr > ev_hr.try_cast("int")))
     eid = ours.getField("eventId")
     per_mail = (wire_type == "Send") | (wire_type == "Reject")
-    # reputation reviews/pauses are about a sender, not a mail: not report rows
-    keep = eid.isNotNull() & wire_type.isNotNull() & (wire_type != F.lit(REPUTATION_EVENT))
+    # reputation reviews/pauses are about a sender, not a mail; unsubscribes carry no
+    # delivery outcome: neither is a report row (the report does not count them yet)
+    not_rows = wire_type.isin(REPUTATION_EVENT, "Subscription")
+    keep = eid.isNotNull() & wire_type.isNotNull() & ~not_rows
     rows = raw.where(keep).select(
         eid.alias("_eid"),
         et.alias("event_type"),
