@@ -180,3 +180,41 @@ def test_late_feedback_counts_and_pauses() -> None:
     held = {(s.scope, s.target) for s in ip.suspensions.all()}
     assert held == {("principal", P), ("sender_domain", "shop.example")}
     assert [e["mailqueue"]["reputation"]["action"] for e in events].count("paused") == 2
+
+
+def test_late_feedback_on_the_state_table(aws: Any) -> None:
+    """The composition other code uses for late bounces and complaints, on moto: counts
+    in sharded bucket items, a pause as a suspension, its event in the outbox."""
+    from mailqueue.backends.aws.suspension_store import DynamoSuspensionStore
+    from mailqueue.compose.aws import reputation_guard
+
+    ddb, table = aws.clients.dynamodb, aws.resources.table
+    th = json.dumps({"min_sends": 5, "window_sends": 100, "evaluate_seconds": 0})
+    guard = reputation_guard(ddb, table, th)
+    for _ in range(5):  # five invocations' worth of sends, each one write per key
+        guard.note(P, "news@shop.example", Counts(sends=4))
+        guard.flush()
+    late = record_feedback(guard, P, "shop.example", "bounce")  # 1 / 20 = 5 %: review
+    assert {s.verdict for s in late} == {"review"}
+    out = record_feedback(guard, P, "shop.example", "complaint")  # 1 / 20 = 5 % >= 0.5 %
+    assert {s.verdict for s in out} == {"pause"}
+    held = {(s.scope, s.target) for s in DynamoSuspensionStore(ddb, table).all()}
+    assert held == {("principal", P), ("sender_domain", "shop.example")}
+    items = ddb.scan(
+        TableName=table,
+        FilterExpression="begins_with(pk, :r)",
+        ExpressionAttributeValues={":r": {"S": "REP#principal#"}},
+    )["Items"]
+    shards = {i["pk"]["S"] for i in items}
+    assert 1 <= len(shards) <= 4 and sum(int(i["s"]["N"]) for i in items) == 20
+    paused = [e for e in outbox_of(ddb, table) if e["eventType"] == "mailqueue:Reputation"]
+    assert {e["mailqueue"]["reputation"]["action"] for e in paused} == {"review", "paused"}
+
+
+def outbox_of(ddb: Any, table: str) -> list[dict[str, Any]]:
+    items = ddb.scan(
+        TableName=table,
+        FilterExpression="begins_with(pk, :e)",
+        ExpressionAttributeValues={":e": {"S": "E#"}},
+    )["Items"]
+    return [json.loads(i["event"]["S"]) for i in items]
