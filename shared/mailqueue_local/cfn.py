@@ -50,7 +50,6 @@ MOTO_SKIPPED: dict[str, str] = {
     "AWS::EMRServerless::Application": "not in moto's CloudFormation (analytics off by default)",
     "AWS::Scheduler::Schedule": "not in moto's CloudFormation (analytics off by default)",
     "AWS::Lambda::EventInvokeConfig": "not in moto's CloudFormation",
-    "AWS::Route53Resolver::ResolverDNSSECConfig": "not in moto's CloudFormation (Dane)",
     "AWS::Lambda::EventSourceMapping": (
         "moto would invoke the function itself (in Docker) on every message; the local "
         "runtime's pollers play Lambda's part instead"
