@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-test: $(STAMP) postfix-peer sisimai
+test: $(STAMP) postfix-peer sisimai dane-dns
 	MAILQUEUE_REQUIRE_POSTFIX=$(REQUIRE_POSTFIX) MAILQUEUE_REQUIRE_SISIMAI=$(REQUIRE_SISIMAI) $(PY) -m pytest -q -p no:cacheprovider
 	$(MAKE) --no-print-directory test-emr-spark
 

@@ -179,6 +179,16 @@ def make_router(api: AdminApi, metrics: Metrics | None = None) -> APIGatewayHttp
         reply = api.suppression("remove", address, query(), None, actor())
         return counted(reply, "unsuppress")
 
+    @router.get("/v1/queue/reputation/<scope>/<target>")
+    def reputation(scope: str, target: str) -> Response[str]:
+        path = {"scope": scope, "target": target}
+        return _response(api.reputation("show", path, None, actor()))
+
+    @router.post("/v1/queue/reputation/<scope>/<target>/resume")
+    def reputation_resume(scope: str, target: str) -> Response[str]:
+        path = {"scope": scope, "target": target}
+        return counted(api.reputation("resume", path, None, actor()), "reputation_resume")
+
     @router.not_found
     def not_found(_: Exception) -> Response[str]:
         return _response(

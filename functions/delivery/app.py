@@ -58,6 +58,8 @@ def handle(event: dict[str, Any], context: LambdaContext, service: DeliveryServi
     ):
         if value:
             metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
+    for name, rate in s.rates.items():  # reputation.py: worst rates judged, percent
+        metrics.add_metric(name=name, unit=MetricUnit.Percent, value=rate)
     return response
 
 

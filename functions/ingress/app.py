@@ -4,6 +4,7 @@ Routes (the template declares them with `AuthorizationType: AWS_IAM`):
   POST /v1/messages  submit a mail (inline base64 content or an upload id)  → 202
   POST /v1/messages/batch  up to MQ_MAX_BATCH mails, one result each       → 207
   POST /v1/uploads   a presigned S3 PUT URL for content too large to inline → 201
+  GET|POST /u/{token}  one-click unsubscribe, public (no IAM): compose/unsubscribe.py
 SES: a receipt rule's S3 action stores the raw mail, its Lambda action invokes us.
 """
 
@@ -22,6 +23,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from mailqueue.backends.aws.clients import AwsClients, make_clients
 from mailqueue.compose import ingress as composition
+from mailqueue.compose import unsubscribe
 from mailqueue.compose.xray import LazyTracer
 from mailqueue.core.errors import PermanentStorageError, TransientStorageError
 from mailqueue.core.events import EventEmitter
@@ -177,6 +179,8 @@ def handle(
         return disposition
     if "requestContext" not in event:
         raise ValueError("neither an SES receipt nor an HTTP API request")
+    if unsubscribe.is_unsubscribe(event):  # public one-click route (services/unsubscribe.py)
+        return unsubscribe.handle_http(event, unsubscribe.default_service())
     response: dict[str, Any] = make_router(service, metrics).resolve(event, context)
     return response
 

@@ -10,10 +10,15 @@ from __future__ import annotations
 # two equal. On the wire the operator type is namespaced; the job calls it "Operator".
 NAMESPACE = "mailqueue"
 OPERATOR_EVENT = "mailqueue:Operator"
+REPUTATION_EVENT = "mailqueue:Reputation"
 WIRE_EVENT_TYPES = (
-    "Send", "Delivery", "DeliveryDelay", "Bounce", "Reject", "Complaint", OPERATOR_EVENT
+    "Send", "Delivery", "DeliveryDelay", "Bounce", "Reject", "Complaint", OPERATOR_EVENT,
+    "Subscription", REPUTATION_EVENT,
 )
-EVENT_TYPES = ("Send", "Delivery", "DeliveryDelay", "Bounce", "Reject", "Complaint", "Operator")
+EVENT_TYPES = (
+    "Send", "Delivery", "DeliveryDelay", "Bounce", "Reject", "Complaint", "Operator",
+    "Subscription", "Reputation",
+)
 # operator command (what the admin API is asked) -> the action the event log records
 OPERATOR_COMMANDS = {
     "hold": "held", "release": "released", "retry": "retried", "delete": "deleted",

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta, timezone
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from .consts import OPERATOR_EVENT
+from .consts import OPERATOR_EVENT, REPUTATION_EVENT
 
 # Diagnostic text normalisation: applied in order, identically by Spark (Java regex) and
 # by `normalise_reason_py` (Python re); the patterns use only syntax both engines share.
@@ -194,7 +194,11 @@ def normalise(raw: DataFrame) -> DataFrame:
     feedback = (wire_type == "Complaint") | F.coalesce(
         ours.getField("feedback").getField("late"), F.lit(False)
     )
-    rows = raw.where(eid.isNotNull() & wire_type.isNotNull()).select(
+    # reputation reviews/pauses are about a sender, not a mail; unsubscribes carry no
+    # delivery outcome: neither is a report row (the report does not count them yet)
+    not_rows = wire_type.isin(REPUTATION_EVENT, "Subscription")
+    keep = eid.isNotNull() & wire_type.isNotNull() & ~not_rows
+    rows = raw.where(keep).select(
         eid.alias("_eid"),
         et.alias("event_type"),
         m.getField("messageId").alias("message_id"),

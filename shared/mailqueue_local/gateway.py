@@ -51,6 +51,7 @@ class Route:
     method: str
     path: str
     function: str
+    auth: str = "AWS_IAM"  # "NONE": a public route (the template's Auth.Authorizer: NONE)
     _regex: re.Pattern[str] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -398,7 +399,11 @@ class ApiGateway:
         host = lower.get("host") or f"{self.host}:{self.port}"
         url = f"http://{host}{target}"
         try:
-            principal = self.auth.authenticate(method.upper(), url, lower, body)
+            principal = (
+                None
+                if route.auth == "NONE"
+                else self.auth.authenticate(method.upper(), url, lower, body)
+            )
         except AuthError as e:
             return _message(403, str(e))
         event = http_api_event(

@@ -184,7 +184,8 @@ def _event(
     kind = ev.get("Type")
     p = ev.get("Properties") or {}
     if kind == "HttpApi":
-        w.routes.append(Route(str(p.get("Method", "ANY")), str(p.get("Path", "/")), name))
+        auth = "NONE" if (p.get("Auth") or {}).get("Authorizer") == "NONE" else "AWS_IAM"
+        w.routes.append(Route(str(p.get("Method", "ANY")), str(p.get("Path", "/")), name, auth))
     elif kind in ("Schedule", "ScheduleV2"):
         expr = str(p.get("Schedule") or p.get("ScheduleExpression") or "")
         seconds = parse_rate(expr)

@@ -282,3 +282,24 @@ def test_outcomes_keep_only_recipients_accepted_in_range(spark: SparkSession) ->
     o = _outcome_rows(spark, rows, day)
     assert list(o) == ["b@x.example"]
     assert o["b@x.example"]["final_state"] == "pending"
+
+
+def test_normalise_leaves_out_unsubscribes_and_reputation_events(spark: SparkSession) -> None:
+    """Neither is a delivery outcome: a Subscription (one-click unsubscribe) of a mail and
+    a reputation pause (no mail at all) make no report row beside the mail's own."""
+    import json
+    import time
+
+    from mailqueue.outbound.reputation import reputation_event
+    from mailqueue.outbound.unsubscribe import Unsubscription
+    from mailqueue.services.unsubscribe import subscription_event
+
+    m = fx.mail("M1", "bob@example.org", at(0))
+    u = Unsubscription("M1", "bob@example.org", "sender_domain", "example.org", 1, "k")
+    docs = [
+        ("2026-05-04", "10", dumps(fx.send(m, "bob@example.org"))),
+        ("2026-05-04", "11", dumps(subscription_event(u, time.time(), method="one-click"))),
+        ("2026-05-04", "11", json.dumps(reputation_event("paused", "principal", "p", time.time()))),
+    ]
+    rows = [r.asDict() for r in T.normalise(fx.raw_df(spark, docs)).collect()]
+    assert [r["event_type"] for r in rows] == ["Send"]

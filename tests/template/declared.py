@@ -28,6 +28,10 @@ DECLARED: dict[str, dict[tuple[str, str], str]] = {
             "reports to a VERP return path are verified with the key ring "
             "(MQ_RETURN_PATH_KEYS, services/feedback); the e2e stack sets no return-path policy"
         ),
+        ("UnsubscribeKeys", "secretsmanager:GetSecretValue"): (
+            "GET|POST /u/{token} read the unsubscribe links' HMAC key (ListUnsubscribeUrl "
+            "set); the e2e stack sets no ListUnsubscribeUrl (Powertools' own client)"
+        ),
         ("Uploads", "s3:PutObject"): (
             "the presigned URL of POST /v1/uploads is signed with the ingress role, so the "
             "client's PUT is authorised as the role's s3:PutObject (presigning calls no API)"

@@ -181,6 +181,8 @@ def test_moto_deploy_leaves_out_only_what_moto_cannot_create(stack: Stack) -> No
             or lid.startswith("Analytics")  # condition off
             or types[lid].startswith("AWS::EC2::")  # EgressMode relay: no network
             or lid == "Dashboard"  # behind EnableDashboard=false
+            or lid == "ListUnsubscribeSecret"  # behind ListUnsubscribeUrl=""
+            or lid == "EgressDnssecValidation"  # behind Dane=true in direct mode
         ), lid
 
 

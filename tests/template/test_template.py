@@ -26,12 +26,13 @@ from mailqueue.services.delivery import DeliverySettings
 from mailqueue.services.eventlog import EventWriterSettings
 from mailqueue.services.ingress.settings import IngressSettings
 from mailqueue.services.sweeper import SweeperSettings
+from mailqueue.services.unsubscribe import UnsubscribeSettings
 
 from tests.template.conftest import ROOT
 
 #: Each function's settings dataclasses: the MQ_* variables it reads are their fields.
 SETTINGS: dict[str, tuple[type[Any], ...]] = {
-    "IngressFunction": (StorageSettings, IngressSettings),
+    "IngressFunction": (StorageSettings, IngressSettings, UnsubscribeSettings),
     "DeliveryFunction": (StorageSettings, DeliverySettings),
     "BounceFunction": (StorageSettings, BounceSettings),
     "SweeperFunction": (StorageSettings, SweeperSettings),
@@ -250,10 +251,16 @@ def test_http_api_routes_and_iam_auth(template: dict[str, Any]) -> None:
         ("POST", "/v1/messages/batch"): "IngressFunction",
         ("POST", "/v1/uploads"): "IngressFunction",
         ("ANY", "/v1/queue/{proxy+}"): "AdminFunction",
+        ("GET", "/u/{token}"): "IngressFunction",  # one-click unsubscribe (RFC 8058)
+        ("POST", "/u/{token}"): "IngressFunction",
     }
     for fid in SETTINGS:
         for e in function_props(template, fid).get("Events", {}).values():
-            assert "Auth" not in e.get("Properties", {}), f"{fid}: a route overriding IAM auth"
+            p = e.get("Properties", {})
+            if p.get("Path") == "/u/{token}":  # public by design: the token's HMAC is the check
+                assert p.get("Auth") == {"Authorizer": "NONE"}
+                continue
+            assert "Auth" not in p, f"{fid}: a route overriding IAM auth"
 
 
 def _invoke_arns(template: dict[str, Any], lid: str) -> list[str]:
@@ -353,17 +360,20 @@ def test_relay_credentials_are_read_from_secrets_only_by_delivery(template: dict
     for fid, statements in roles(template).items():
         actions = {a for st in statements for a in as_list(st["Action"])}
         secret = {"secretsmanager:GetSecretValue", "ssm:GetParameter"} & actions
-        assert bool(secret) == (
-            fid in ("DeliveryFunction", "AdminFunction", "IngressFunction")
-        ), fid
-    # ingress (feedback) reads the return-path keys only
+        readers = ("DeliveryFunction", "AdminFunction", "IngressFunction")
+        assert bool(secret) == (fid in readers), fid
+    # ingress reads only the unsubscribe links' HMAC key (the /u/{token} routes) and the
+    # return-path keys (feedback reports to a VERP address are verified with them)
     ingress = [
         st
         for st in roles(template)["IngressFunction"]
         if {"secretsmanager:GetSecretValue", "ssm:GetParameter"} & set(as_list(st["Action"]))
     ]
-    assert [st["Sid"] for st in ingress] == ["ReturnPathKeys"]
-    assert ingress[0]["Resource"]["Fn::Sub"].endswith("${SecretsPrefix}return-path*")
+    by_sid = {st["Sid"]: st for st in ingress}
+    assert sorted(by_sid) == ["ReturnPathKeys", "UnsubscribeKeys"]
+    unsub = by_sid["UnsubscribeKeys"]["Resource"]["Fn::Sub"]
+    assert unsub.endswith("${SecretsPrefix}list-unsubscribe-*")
+    assert by_sid["ReturnPathKeys"]["Resource"]["Fn::Sub"].endswith("${SecretsPrefix}return-path*")
     # the admin function (doctor) reads the DKIM keys only, not the relay credentials
     admin = [
         st

@@ -49,6 +49,7 @@ from mailqueue.core.model import (
     from_iso,
     mail_id_for_key,
     new_mail_id,
+    principal_of,
     priority_of,
     to_iso,
     utcnow,
@@ -166,6 +167,8 @@ class FsStorage:
             lease_token=item.get("lease_token"),
             history=tuple(Attempt.from_json(a) for a in item.get("history", [])),
             groups_in_mail=int(item.get("ng", 0)),
+            principal=principal_of(item.get("tags")),
+            tags=tuple((str(k), str(v)) for k, v in (item.get("tags") or {}).items()),
         )
 
     def _items(self) -> Iterator[dict[str, Any]]:

@@ -16,7 +16,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -27,6 +27,7 @@ from mailqueue.core.ports import (
     PollResult,  # one batch's outcome at an event source
 )
 from mailqueue.outbound.mtasts import MemoryPolicyCache
+from mailqueue.outbound.reputation import MemoryReputationStore
 from mailqueue.outbound.shaping import SiteState
 from mailqueue.outbound.suppression import Entry
 from mailqueue.outbound.suspensions import Scope, Suspension
@@ -318,6 +319,8 @@ class InProcess:
     suspensions: MemorySuspensionStore
     shaping: MemoryShapingStore
     mta_sts_cache: MemoryPolicyCache
+    reputation: MemoryReputationStore = field(default_factory=MemoryReputationStore)
+    reputation_events: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def new(cls, visibility_timeout: float = 60.0) -> InProcess:
@@ -345,6 +348,8 @@ class InProcess:
             suppression=self.suppression,
             mta_sts_cache=self.mta_sts_cache,
             shaping=self.shaping,
+            reputation=self.reputation,
+            reputation_events=self.reputation_events.append,
         )
 
 

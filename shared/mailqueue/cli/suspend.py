@@ -3,6 +3,7 @@
 mailqueue suspend (--site S | --domain D | --sender-domain D) --for 2h [--reason TEXT]
 mailqueue resume  (--site S | --domain D | --sender-domain D)
 mailqueue suspensions [--expired]
+mailqueue reputation show|resume (--principal ARN | --sender-domain D): cli/reputation.py
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ import argparse
 import json
 import urllib.parse
 from typing import Any, TextIO
+
+from mailqueue.cli import reputation as cli_reputation
 
 __all__ = ["COMMANDS", "add_parsers"]
 
@@ -31,6 +34,7 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     _target(p)
     p = sub.add_parser("suspensions", parents=[common], help="active suspensions")
     p.add_argument("--expired", action="store_true", help="include expired ones")
+    cli_reputation.add_parsers(sub, common)  # automatic pauses: reputation.py
 
 
 def _scope(ns: argparse.Namespace) -> tuple[str, str]:
@@ -75,4 +79,9 @@ def cmd_suspensions(c: Any, ns: argparse.Namespace, out: TextIO, err: TextIO) ->
     return EXIT_OK
 
 
-COMMANDS = {"suspend": cmd_suspend, "resume": cmd_resume, "suspensions": cmd_suspensions}
+COMMANDS = {
+    "suspend": cmd_suspend,
+    "resume": cmd_resume,
+    "suspensions": cmd_suspensions,
+    **cli_reputation.COMMANDS,
+}

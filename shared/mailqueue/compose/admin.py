@@ -48,6 +48,26 @@ def build_admin(
         bounces=SqsBounces(storage),
         suppressions=DynamoSuppressionStore(clients.dynamodb, table),
         suspensions=DynamoSuspensionStore(clients.dynamodb, table),
+        reputation=reputation_api(settings, clients, clock),
+    )
+
+
+def reputation_api(settings: AdminSettings, clients: Any, clock: Callable[[], datetime]) -> Any:
+    """The /reputation routes on the state table (outbound/reputation.py)."""
+    from mailqueue.backends.aws.reputation_store import (
+        DynamoReputationStore,
+        OutboxReputationEvents,
+    )
+    from mailqueue.outbound.reputation import Thresholds
+    from mailqueue.services.admin.reputation import ReputationApi
+
+    table = settings.storage.table
+    return ReputationApi(
+        DynamoReputationStore(clients.dynamodb, table),
+        DynamoSuspensionStore(clients.dynamodb, table),
+        Thresholds.parse(settings.reputation_thresholds),
+        clock,
+        OutboxReputationEvents(clients.dynamodb, table),
     )
 
 

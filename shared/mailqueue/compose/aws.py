@@ -50,6 +50,14 @@ def delivery_ports(storage: AwsStorage, settings: DeliverySettings) -> DeliveryP
         from mailqueue.backends.aws.shaping_store import DynamoShapingStore
 
         extra["shaping"] = DynamoShapingStore(ddb, table)
+    if settings.reputation:
+        from mailqueue.backends.aws.reputation_store import (
+            DynamoReputationStore,
+            OutboxReputationEvents,
+        )
+
+        extra["reputation"] = DynamoReputationStore(ddb, table)
+        extra["reputation_events"] = OutboxReputationEvents(ddb, table)
     if not extra:
         return ports
     from dataclasses import replace
@@ -139,3 +147,21 @@ __all__ = [
     "sweeper",
     "sweeper_from_env",
 ]
+
+
+def reputation_guard(dynamodb: Any, table: str, thresholds: str = "") -> Any:
+    """A `ReputationGuard` on the state table, for code that counts late feedback
+    (`mailqueue.outbound.reputation.record_feedback`: late bounces, complaints)."""
+    from mailqueue.backends.aws.reputation_store import (
+        DynamoReputationStore,
+        OutboxReputationEvents,
+    )
+    from mailqueue.backends.aws.suspension_store import DynamoSuspensionStore
+    from mailqueue.outbound.reputation import ReputationGuard, Thresholds
+
+    return ReputationGuard(
+        DynamoReputationStore(dynamodb, table),
+        DynamoSuspensionStore(dynamodb, table),
+        Thresholds.parse(thresholds),
+        events=OutboxReputationEvents(dynamodb, table),
+    )

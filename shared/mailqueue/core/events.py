@@ -31,8 +31,19 @@ from mailqueue.core.model import Attempt, Result, to_iso
 
 NAMESPACE = "mailqueue"
 OPERATOR_EVENT = f"{NAMESPACE}:Operator"
+#: one-click unsubscribe (SES's Subscription event); reputation pauses (ours, no `mail`)
+SUBSCRIPTION_EVENT = "Subscription"
+REPUTATION_EVENT = f"{NAMESPACE}:Reputation"
 EVENT_TYPES = (
-    "Send", "Delivery", "DeliveryDelay", "Bounce", "Reject", "Complaint", OPERATOR_EVENT
+    "Send",
+    "Delivery",
+    "DeliveryDelay",
+    "Bounce",
+    "Reject",
+    "Complaint",
+    OPERATOR_EVENT,
+    SUBSCRIPTION_EVENT,
+    REPUTATION_EVENT,
 )
 # What the admin service stores (the command) -> what the event log says (what happened).
 OPERATOR_ACTIONS: Mapping[str, str] = {
@@ -309,6 +320,9 @@ class QueueEvent:
             }
             if self.extra.get("suppressed_at"):  # recipient_suppressed: since when
                 ours["reject"]["suppressedAt"] = self.extra["suppressed_at"]
+        elif self.event_type == SUBSCRIPTION_EVENT:  # one-click unsubscribe (SES's object)
+            doc["subscription"] = self.extra.get("subscription", {})
+            ours["subscription"] = self.extra.get("ours", {})
         elif self.event_type == OPERATOR_EVENT:
             ours["operator"] = {
                 "timestamp": ts,

@@ -124,6 +124,15 @@ class Priority(enum.StrEnum):
 PRIORITY_TAG = "mailqueue:priority"
 
 
+PRINCIPAL_TAG = "mailqueue:principal"
+
+
+def principal_of(tags: Any) -> str:
+    """The submitting principal from a mail's tags ("" when unknown: DSNs, old mail)."""
+    items = tags.items() if isinstance(tags, dict) else (tags or ())
+    return next((str(v) for name, v in items if name == PRINCIPAL_TAG), "")
+
+
 def priority_of(tags: Any) -> Priority:
     """A mail's priority from its tags (pairs or a mapping); none or unknown: transactional,
     which is what mail queued before priorities existed (and DSNs of such mail) had."""
@@ -378,6 +387,8 @@ class Group:
     history: tuple[Attempt, ...] = ()  # the last few attempts of this group, newest last
     groups_in_mail: int = 0  # how many groups the mail has (0: unknown)
     priority: Priority = Priority.TRANSACTIONAL  # the delivery path (queue) of its trigger
+    principal: str = ""  # who submitted it (its `mailqueue:principal` tag): reputation.py
+    tags: tuple[tuple[str, str], ...] = ()  # the mail's tags (unsubscribe.py reads two)
 
     @property
     def ref(self) -> MailRef:

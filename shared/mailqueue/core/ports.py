@@ -16,6 +16,7 @@ from mailqueue.core.model import MailRef, Priority
 if TYPE_CHECKING:  # annotations only: the admin, bounce and sweeper functions need none
     # of these modules, and importing them costs every cold start (~10 ms)
     from mailqueue.outbound.mtasts import PolicyCache
+    from mailqueue.outbound.reputation import ReputationEvents, ReputationStore
     from mailqueue.outbound.shaping import ShapingStore
     from mailqueue.outbound.suppression import SuppressionStore
     from mailqueue.outbound.suspensions import SuspensionStore
@@ -74,6 +75,8 @@ class DeliveryPorts:
     suppression: SuppressionStore | None = None
     mta_sts_cache: PolicyCache | None = None
     shaping: ShapingStore | None = None
+    reputation: ReputationStore | None = None  # needed when reputation guards are on
+    reputation_events: ReputationEvents | None = None  # where pause/review events go
 
 
 __all__ = ["BounceHandoff", "DeliveryPorts", "Triggers"]

@@ -58,6 +58,8 @@ import dns.exception
 if TYPE_CHECKING:
     import dns.resolver
 
+    from mailqueue.outbound.dane import DanePolicy
+
 # dns.name and dns.resolver are imported where a lookup is made, not here: routing's
 # types and config checks are imported by every handler, the resolver (~40 ms of cold
 # import) only used where a next hop is resolved (direct mode).
@@ -489,6 +491,8 @@ class Hop:
     relay: bool = False  # from the routing table rather than the recipient's MX
     # the MTA-STS policy (mailqueue.outbound.mtasts) that made TLS verified
     mta_sts: str | None = None
+    # the host's DANE TLSA records (mailqueue.outbound.dane): TLS authenticated by them
+    dane: DanePolicy | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tls", TlsPolicy(self.tls))  # accept plain strings

@@ -770,6 +770,8 @@ class SmtpClient:
             return self._open(hop, clock, allow_tls=False)
 
     def _open(self, hop: Hop, clock: _Deadline, *, allow_tls: bool) -> _Session:
+        if hop.dane is not None and hop.dane.error:  # DANE (dane.py): TLSA lookup failed
+            raise _HopFailed(local_result("4.7.5", hop.dane.error, hop.host))
         seconds = clock.phase(self.timeouts.connect)
         if seconds <= 0:
             raise _HopFailed(connect_failure(f"connect to {hop.name}: deadline reached", hop.host))
@@ -844,6 +846,9 @@ class SmtpClient:
     def _starttls(self, session: _Session, clock: _Deadline) -> None:
         hop, conn = session.hop, session.conn
         if "starttls" not in session.features:
+            if hop.dane is not None:
+                why = f"DANE: TLSA records published, but host {hop.name} offers no STARTTLS"
+                raise _HopFailed(local_result("4.7.5", why, hop.host))
             if hop.tls.mandatory:
                 raise _HopFailed(
                     local_result(
@@ -891,6 +896,12 @@ class SmtpClient:
                 why = f"Cannot start TLS: handshake failure: {_tls_reason(exc)}"
             raise _HopFailed(local_result("4.7.5", f"{why} ({hop.name})", hop.host)) from None
         sock = conn.sock
+        if hop.dane is not None:  # RFC 7672: the chain against the host's TLSA records
+            from mailqueue.outbound.dane import peer_chain, verify
+
+            failed = verify(hop.dane, peer_chain(sock))
+            if failed is not None:
+                raise _HopFailed(local_result("4.7.5", f"{failed} ({hop.name})", hop.host))
         if isinstance(sock, ssl.SSLSocket):
             cipher = sock.cipher()
             session.tls_info = f"{sock.version()} {cipher[0] if cipher else ''}".strip()

@@ -53,11 +53,21 @@ def normalise(address: str) -> str:
         raise InvalidInput("invalid_address", f"not an address: {e}", "address") from None
 
 
+SCOPE_SEP = "\t"  # never in an address (RFC 5321 allows no control character in one)
+
+
+def scoped_key(address: str, scope: str = "") -> str:
+    """The list's key: the normalised address alone (suppressed for every sender), or with
+    a scope ("sender_domain:shop.example", "list:news"): only that sender's or list's mail
+    (one-click unsubscribe, outbound/unsubscribe.py). Stores key entries by it unchanged."""
+    return f"{address}{SCOPE_SEP}{scope}" if scope else address
+
+
 @dataclass(frozen=True, slots=True)
 class Entry:
     """One suppressed address: why, since when, until when, from which mail / by whom."""
 
-    address: str  # normalised
+    address: str  # normalised, with its scope when it has one (scoped_key)
     reason: str
     added_at: float  # epoch seconds
     expires_at: float  # epoch seconds; the entry means nothing after this
@@ -68,9 +78,19 @@ class Entry:
     def active(self, now: float) -> bool:
         return self.expires_at > now
 
+    @property
+    def mailbox(self) -> str:
+        return self.address.partition(SCOPE_SEP)[0]
+
+    @property
+    def scope(self) -> str:
+        """"" for every sender; else "sender_domain:<domain>" or "list:<id>"."""
+        return self.address.partition(SCOPE_SEP)[2]
+
     def to_json(self) -> dict[str, Any]:
         return {
-            "address": self.address,
+            "address": self.mailbox,
+            **({"scope": self.scope} if self.scope else {}),
             "reason": self.reason,
             "added_at": _iso(self.added_at),
             "expires_at": _iso(self.expires_at),
@@ -135,16 +155,26 @@ class SuppressionStore(Protocol):
         ...
 
 
-def suppressed(store: SuppressionStore, addresses: Iterable[str], now: float) -> dict[str, Entry]:
-    """The active entries among these addresses (any form), keyed by normalised address."""
+def suppressed(
+    store: SuppressionStore, addresses: Iterable[str], now: float, scopes: Sequence[str] = ()
+) -> dict[str, Entry]:
+    """The active entries among these addresses (any form), keyed by normalised address:
+    the address's own entry, else one scoped to one of `scopes` (this mail's sender
+    domain or list)."""
     keys: list[str] = []
     for a in addresses:
         try:
-            keys.append(normalise(a))
+            n = normalise(a)
         except InvalidInput:
             continue  # the envelope checks refuse it with their own reason
+        keys += [n, *(scoped_key(n, s) for s in scopes if s)]
     found = store.get_many(list(dict.fromkeys(keys)))
-    return {k: e for k, e in found.items() if e.active(now)}
+    out: dict[str, Entry] = {}
+    for k in keys:  # global first, then the scopes in order
+        e = found.get(k)
+        if e is not None and e.active(now):
+            out.setdefault(e.mailbox, e)
+    return out
 
 
 class RecipientSuppressed(InvalidInput):

@@ -24,10 +24,12 @@ from typing import Any, Literal, Protocol
 
 from mailqueue.core.errors import InvalidInput
 
-Scope = Literal["site", "domain", "sender_domain"]
-SCOPES: tuple[Scope, ...] = ("site", "domain", "sender_domain")
+Scope = Literal["site", "domain", "sender_domain", "principal"]
+SCOPES: tuple[Scope, ...] = ("site", "domain", "sender_domain", "principal")
 MAX_SECONDS = 30 * 86400
 _TARGET = re.compile(r"^[a-z0-9][a-z0-9._:,*-]{0,199}$")
+# a principal is an IAM ARN (case kept; reputation.py pauses one automatically)
+_PRINCIPAL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+=,*-]{0,499}$")
 
 
 def parse_scope(value: Any) -> Scope:
@@ -36,7 +38,12 @@ def parse_scope(value: Any) -> Scope:
     return value  # type: ignore[no-any-return]
 
 
-def parse_target(value: Any) -> str:
+def parse_target(value: Any, scope: Scope | None = None) -> str:
+    if scope == "principal":
+        p = value.strip() if isinstance(value, str) else ""
+        if not _PRINCIPAL.match(p):
+            raise InvalidInput("invalid_target", "a principal (IAM ARN)", "target")
+        return p
     t = value.strip().lower().rstrip(".") if isinstance(value, str) else ""
     if not _TARGET.match(t):
         raise InvalidInput("invalid_target", "a site or domain name (lower case)", "target")
@@ -77,9 +84,12 @@ def matching(
     domain: str,
     sender_domain: str,
     site: str | None,
+    principal: str = "",
 ) -> Suspension | None:
     """The active suspension that holds a group (the one ending last), if any."""
     keys = {("domain", domain.lower()), ("sender_domain", sender_domain.lower())}
+    if principal:
+        keys.add(("principal", principal))
     if site:
         keys.add(("site", site))
     hits = [s for s in suspensions if s.active(now) and (s.scope, s.target) in keys]
@@ -119,7 +129,19 @@ class SuspensionCache:
                 self._read_at = now
             return self._items
 
-    def find(self, *, domain: str, sender_domain: str, site: str | None) -> Suspension | None:
+    def find(
+        self, *, domain: str, sender_domain: str, site: str | None, principal: str = ""
+    ) -> Suspension | None:
         return matching(
-            self.current(), self.clock(), domain=domain, sender_domain=sender_domain, site=site
+            self.current(),
+            self.clock(),
+            domain=domain,
+            sender_domain=sender_domain,
+            site=site,
+            principal=principal,
         )
+
+    def forget(self) -> None:
+        """Read the store again at the next use (after this container changed it)."""
+        with self._lock:
+            self._read_at = -1e18

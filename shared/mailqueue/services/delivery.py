@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 from mailqueue.core.config import ConfigError, settings_from_env
 from mailqueue.core.errors import LeaseLost, MailqueueError, NotFound, PoisonMessage
@@ -29,6 +29,7 @@ from mailqueue.core.ports import DeliveryPorts
 from mailqueue.core.storage import QueueStorage
 from mailqueue.core.trace import HOPCOUNT_LIMIT, HeaderPeek, count_received, peek_header
 from mailqueue.core.verp import ReturnPathPolicy
+from mailqueue.outbound import unsubscribe as unsub
 from mailqueue.outbound.dkim import (
     DkimConfig,
     DkimError,
@@ -41,6 +42,7 @@ from mailqueue.outbound.dkim import (
 from mailqueue.outbound.dkim import header_from_domain as dkim_from_domain
 from mailqueue.outbound.mtasts import Mode, MtaSts, explain
 from mailqueue.outbound.returnpath import KeysUnavailable, ReturnPaths, SecretSource
+from mailqueue.outbound.reputation import ReputationGuard, Thresholds, counts_of
 from mailqueue.outbound.routing import (
     CredentialsProvider,
     EgressGuard,
@@ -106,6 +108,10 @@ class DeliverySettings:
     mta_sts: bool = True
     mta_sts_ca_file: str = ""
     mta_sts_port: int = 443
+    # DANE (RFC 7672, outbound/dane.py) for MX delivery: TLSA records through a validating
+    # resolver ("host:port,..."; only its AD bit is trusted); takes precedence over MTA-STS
+    dane: bool = False
+    dane_nameservers: str = ""
     # "relay" (Lambda outside a VPC) or "direct" (in a VPC, to MX hosts through NAT): direct
     # turns on the egress guard, which refuses non-public MX/literal addresses but these
     egress_mode: str = "relay"
@@ -133,6 +139,17 @@ class DeliverySettings:
     # "bounce domain"}; empty: MAIL FROM is the sender, as before
     return_path_policy: str = ""
     return_path_keys: str = ""  # secretsmanager:<id> | ssm:<name> | file:<path> | the JSON
+    # reputation guards (reputation.py): rates per principal / sender domain, auto pause;
+    # thresholds as JSON ("" = SES's: bounces 5 % review, 10 % pause; complaints 0.1/0.5 %)
+    reputation: bool = False
+    reputation_thresholds: str = ""
+    # one-click unsubscribe (unsubscribe.py): the public base URL ("" = off), the HMAC
+    # keys {"kid": "<base64>"} and the current kid, an optional mailto address
+    list_unsubscribe_url: str = ""
+    list_unsubscribe_keys: str = ""  # inline (tests, the local stack); else the secret:
+    list_unsubscribe_kid: str = ""
+    list_unsubscribe_key_name: str = ""  # Secrets Manager name (unsubscribe.keys_from_secret)
+    list_unsubscribe_mailto: str = ""
 
     def __post_init__(self) -> None:
         if not self.hostname or " " in self.hostname:
@@ -159,6 +176,15 @@ class DeliverySettings:
                 self.return_path_keys
             ):
                 raise ConfigError("return_path_policy is set but return_path_keys is empty")
+            Thresholds.parse(self.reputation_thresholds)
+            if self.list_unsubscribe_url:
+                if not self.list_unsubscribe_url.startswith("https://"):
+                    raise ConfigError("list_unsubscribe_url must be an https:// URL")
+                inline = unsub.UnsubscribeKeys.parse(
+                    self.list_unsubscribe_keys, self.list_unsubscribe_kid
+                )
+                if not inline.keys and not self.list_unsubscribe_key_name:
+                    raise ConfigError("list_unsubscribe_url is set but no keys are")
             if self.shaping:
                 load_rules(self.shaping_rules, self.backoff_rules)
         except (ValueError, MailqueueError) as e:
@@ -213,6 +239,7 @@ class Stats:
     groups: int = 0
     throttled: int = 0  # out of the site's budget: re-armed, not attempted
     extra: dict[str, int] = field(default_factory=dict)
+    rates: dict[str, float] = field(default_factory=dict)  # percent gauges (reputation)
 
 
 class DeliveryService:
@@ -275,6 +302,10 @@ class DeliveryService:
                 clock=clock,
                 refuse=self.guard.refusal if self.guard is not None else None,
             )
+        self.dane_resolver: dns.resolver.Resolver | None = None
+        if settings.dane:
+            self.dane_resolver = make_resolver(settings.dane_nameservers)
+            self.dane_resolver.lifetime = settings.dns_timeout_seconds
         self.suppress_statuses = parse_statuses(settings.suppression_statuses)
         self.suppression: SuppressionStore | None = None
         if self.suppress_statuses:
@@ -286,6 +317,27 @@ class DeliveryService:
             settings.suspension_refresh_seconds,
             clock=lambda: self.clock().timestamp(),
         )
+        self.unsub_keys: unsub.UnsubscribeKeys | None = None
+        if settings.list_unsubscribe_url:  # read once per container (cold start)
+            self.unsub_keys = unsub.UnsubscribeKeys.parse(
+                settings.list_unsubscribe_keys, settings.list_unsubscribe_kid
+            )
+            if not self.unsub_keys.keys:
+                if dkim_keys is None:
+                    raise ConfigError("list_unsubscribe_key_name needs a key source")
+                ref = f"secretsmanager:{settings.list_unsubscribe_key_name}"
+                self.unsub_keys = unsub.keys_from_secret(dkim_keys(ref) or "")
+        self.reputation: ReputationGuard | None = None
+        if settings.reputation:
+            if ports.reputation is None:
+                raise ConfigError("reputation is on but no reputation store was given")
+            self.reputation = ReputationGuard(
+                ports.reputation,
+                ports.suspensions,
+                Thresholds.parse(settings.reputation_thresholds),
+                events=ports.reputation_events,
+                clock=lambda: self.clock().timestamp(),
+            )
         self.shaper: Shaper | None = None
         if settings.shaping:
             if ports.shaping is None:
@@ -394,10 +446,11 @@ class Invocation:
         loop = self._loop_check(mail.content)
         if isinstance(loop, Result):
             return self._record(claim, {r.rid: loop for r in group.pending()}, None)
+        loop, added = self._list_unsubscribe(loop, group)  # before DKIM: the fields are signed
         signed = self._sign(loop, group.sender)
         if isinstance(signed, Result):
             return self._record(claim, {r.rid: signed for r in group.pending()}, None)
-        body, size = signed if signed is not None else (loop, mail.size)
+        body, size = signed if signed is not None else (loop, mail.size + added)
         mail_from = self._mail_from(group)
         if isinstance(mail_from, Result):
             body.close()
@@ -465,6 +518,7 @@ class Invocation:
             domain=group.key.split("#", 1)[0],
             sender_domain=group.sender.rpartition("@")[2],
             site=site,
+            principal=group.principal,
         )
         if s is None:
             return None
@@ -506,7 +560,9 @@ class Invocation:
         return results
 
     def release_sites(self) -> None:
-        """End of invocation: give back connection slots; count the shaping requests."""
+        """End of invocation: give back connection slots; count the shaping requests;
+        write the reputation counts (reputation.py)."""
+        self._reputation()
         shaper = self.svc.shaper
         if shaper is None:
             return
@@ -516,6 +572,61 @@ class Invocation:
             except MailqueueError:  # the slot's lease expires by itself
                 log.warning("slot release failed", extra={"site": site})
         self.stats.extra["ShapingRequests"] = shaper.store.requests - self._shaping_requests
+
+    def _reputation(self) -> None:
+        """One write per principal / sender domain for the whole invocation; a pause is a
+        suspension (re-read at once here, so the rest of the queue waits too)."""
+        guard = self.svc.reputation
+        if guard is None:
+            return
+        try:
+            judged = guard.flush()
+        except MailqueueError:  # the counts are lost, never a result
+            log.warning("reputation counters not written")
+            return
+        for st in judged:
+            for name, rate in (
+                ("BounceRate", st.bounce_rate),
+                ("ComplaintRate", st.complaint_rate),
+            ):
+                key = f"Reputation{name}Max"
+                self.stats.rates[key] = max(self.stats.rates.get(key, 0.0), 100.0 * rate)
+            if st.verdict in ("review", "pause"):
+                key = f"Reputation_{st.verdict}"
+                self.stats.extra[key] = self.stats.extra.get(key, 0) + 1
+        if any(st.verdict == "pause" for st in judged):
+            self.svc.suspensions.forget()
+
+    def _list_unsubscribe(self, content: HeaderPeek, group: Group) -> tuple[HeaderPeek, int]:
+        """RFC 8058 fields for bulk (or asked-for) mail to one recipient (unsubscribe.py):
+        the content with them on top, and how many octets they add."""
+        s = self.svc.settings
+        pending = group.pending()
+        keys = self.svc.unsub_keys
+        if keys is None or len(pending) != 1 or not unsub.wanted(group.tags):
+            return content, 0
+        if unsub.has_field(content.head, b"List-Unsubscribe"):
+            return content, 0  # the sender runs its own
+        scope = unsub.scope_of(group.tags, group.sender)
+        if scope is None:
+            return content, 0
+        token = unsub.make_token(
+            keys,
+            unsub.Unsubscription(
+                group.mail_id,
+                pending[0].address,
+                scope[0],
+                scope[1],
+                int(self.svc.clock().timestamp() // 86400),
+                keys.current,
+            ),
+        )
+        url = f"{s.list_unsubscribe_url.rstrip('/')}/u/{token}"
+        eol = b"\r\n" if b"\r\n" in content.head else b"\n"
+        fields = unsub.header_fields(url, s.list_unsubscribe_mailto, eol)
+        head = content.read(len(content.head))  # consumed: served again after the fields
+        self.stats.extra["ListUnsubscribe"] = self.stats.extra.get("ListUnsubscribe", 0) + 1
+        return HeaderPeek(fields + head, cast(BinaryIO, content)), len(fields)
 
     def _loop_check(self, content: BinaryIO) -> HeaderPeek | Result:
         """Count the hops before connecting anywhere: a looping mail is bounced 5.4.6 here
@@ -583,6 +694,11 @@ class Invocation:
         route = self.svc.routes.lookup(domain) if self.svc.routes is not None else None
         # the recipient domain's MTA-STS policy, unless a relay or an address literal
         use_sts = sts is not None and not (route and route.host) and not domain.startswith("[")
+        if self.svc.dane_resolver is not None and not (route and route.host):
+            dane = self._dane(domain)  # RFC 8461 §2: DANE before MTA-STS
+            if dane is not None:
+                self._hops[domain] = dane
+                return dane
         entry = sts.discover(domain) if sts is not None and use_sts else None
         enforced = entry is not None and entry.policy.mode is Mode.ENFORCE
         try:
@@ -601,6 +717,25 @@ class Invocation:
             value = sts.apply_entry(entry, value)
         self._hops[domain] = value
         return value
+
+    def _dane(self, domain: str) -> list[Hop] | Result | None:
+        """The domain's hops under DANE (dane.py), or None when DANE does not apply."""
+        from mailqueue.outbound.dane import apply
+
+        if domain.startswith("[") or self.svc.dane_resolver is None:
+            return None
+        try:
+            hops = resolve_next_hops(
+                domain,
+                self.svc.routes,
+                self.svc.resolver,
+                rng=self.svc.rng,
+                port=self.svc.settings.mx_port,
+                guard=self.svc.guard,
+            )
+        except NextHopError as e:
+            return e.result
+        return apply(self.svc.dane_resolver, domain, hops)
 
     def _record(
         self, claim: Claim, results: dict[str, Result], outcome: DeliveryOutcome | None
@@ -635,6 +770,8 @@ class Invocation:
                 res = expired(last, self.svc.policy.maximal_queue_lifetime)
                 perm.update({rid: res for rid in temp})
                 temp = {}
+            if self.svc.reputation is not None:
+                self.svc.reputation.note(group.principal, group.sender, counts_of({**ok, **perm}))
             if perm:
                 st.drop(claim, perm, tls=tls)
                 self.stats.bounced += len(perm)

@@ -110,6 +110,7 @@ from mailqueue.core.model import (
     group_key_for,
     mail_id_for_key,
     new_mail_id,
+    principal_of,
     priority_of,
     to_iso,
     utcnow,
@@ -178,6 +179,8 @@ class AwsStorage:
             history=tuple(Attempt.from_json(a) for a in d.get("history") or ()),
             groups_in_mail=int(d.get("ng", 0)),
             priority=priority_of(d.get("tags")),
+            principal=principal_of(d.get("tags")),
+            tags=tuple((str(k), str(v)) for k, v in (d.get("tags") or {}).items()),
         )
 
     def _batch_write(self, requests: list[dict[str, Any]]) -> int:

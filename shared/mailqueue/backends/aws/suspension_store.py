@@ -14,7 +14,7 @@ import threading
 from typing import Any
 
 from mailqueue.backends.aws.clients import translate
-from mailqueue.outbound.suspensions import Scope, Suspension
+from mailqueue.outbound.suspensions import SCOPES, Scope, Suspension
 
 PK = "SUSP"
 
@@ -36,7 +36,7 @@ def _item(s: Suspension) -> dict[str, Any]:
 
 def _suspension(item: dict[str, Any]) -> Suspension | None:
     scope, _, target = item["sk"]["S"].partition("#")
-    if scope not in ("site", "domain", "sender_domain") or not target:
+    if scope not in SCOPES or not target:
         return None
     return Suspension(
         scope,

@@ -18,6 +18,7 @@ Routes (all under IAM auth):
   GET    /v1/queue/doctor                     DNS checks for direct delivery (outbound.doctor)
   GET|POST /v1/queue/suppressions, GET|DELETE /v1/queue/suppressions/{address}
                                               the suppression list (admin/suppressions.py)
+  GET /v1/queue/reputation/{scope}/{target}, POST .../resume   reputation pauses (reputation.py)
   GET|POST /v1/queue/suspensions, DELETE /v1/queue/suspensions/{scope}/{target}
                                               operator suspensions (admin/suspensions.py)
 """
@@ -132,6 +133,19 @@ class AdminApi:
             if op == "suspend":
                 return Reply(200, api.suspend(_json_object(body), actor))
             return Reply(200, api.resume(path["scope"], path["target"]))
+
+        return self._guard(run)
+
+    def reputation(self, op: str, path: Mapping[str, str], body: Any, actor: str) -> Reply:
+        """show | resume (admin/reputation.py)."""
+
+        def run() -> Reply:
+            api = self.service.reputation
+            if api is None:
+                raise ConfigError("reputation guards are not configured for the admin service")
+            if op == "show":
+                return Reply(200, api.show(path["scope"], path["target"]))
+            return Reply(200, api.resume(path["scope"], path["target"], actor))
 
         return self._guard(run)
 
@@ -367,6 +381,16 @@ _ROUTES: tuple[tuple[str, re.Pattern[str], _Route], ...] = (
         "DELETE",
         re.compile(r"/v1/queue/suspensions/(?P<scope>[^/]+)/(?P<target>[^/]+)"),
         lambda a, m, q, b, u: a.suspension("resume", m, q, b, u),
+    ),
+    (
+        "GET",
+        re.compile(r"/v1/queue/reputation/(?P<scope>[^/]+)/(?P<target>[^/]+)"),
+        lambda a, m, q, b, u: a.reputation("show", m, b, u),
+    ),
+    (
+        "POST",
+        re.compile(r"/v1/queue/reputation/(?P<scope>[^/]+)/(?P<target>[^/]+)/resume"),
+        lambda a, m, q, b, u: a.reputation("resume", m, b, u),
     ),
     (
         "GET",

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from email.parser import HeaderParser
 from email.policy import default as default_policy
-from typing import Any, BinaryIO, Protocol
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
 from mailqueue.core.authz import parse_principals, principal_matches
 from mailqueue.core.config import ConfigError, StorageSettings, settings_from_env
@@ -45,6 +45,9 @@ from mailqueue.core.ports import BounceHandoff
 from mailqueue.core.storage import ClaimRefused, Transition
 from mailqueue.outbound.suppression import SuppressionStore
 from mailqueue.outbound.suspensions import SuspensionStore
+
+if TYPE_CHECKING:
+    from mailqueue.services.admin.reputation import ReputationApi
 from mailqueue.services.admin.filters import QueueFilter, parse_filter
 from mailqueue.services.admin.jobs import DONE, Job, JobStore, lease_expired
 from mailqueue.services.admin.shape import Shape, build_shape
@@ -138,6 +141,8 @@ class AdminSettings:
     # IAM principal ARN patterns allowed to administer (mailqueue.core.authz); empty: nobody.
     # Defence in depth behind the route-scoped IAM policies of the template.
     admin_principals: str = ""
+    # the delivery function's reputation thresholds (outbound/reputation.py), same JSON
+    reputation_thresholds: str = ""
 
     def __post_init__(self) -> None:
         self.operators()  # fail fast on a bad pattern
@@ -300,8 +305,10 @@ class QueueAdmin:
         bounces: BounceHandoff,
         suppressions: SuppressionStore | None = None,
         suspensions: SuspensionStore | None = None,
+        reputation: ReputationApi | None = None,
     ) -> None:
         self.s = settings
+        self.reputation = reputation  # the /reputation routes (admin/reputation.py)
         self.storage = storage
         self.bounces = bounces
         # the operator lists (the API's /suppressions and /suspensions); the composition

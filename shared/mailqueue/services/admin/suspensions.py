@@ -47,7 +47,7 @@ class SuspensionApi:
         if unknown:
             raise InvalidInput("unknown_field", f"unknown field {unknown[0]!r}", unknown[0])
         scope = parse_scope(doc.get("scope"))
-        target = parse_target(doc.get("target"))
+        target = parse_target(doc.get("target"), scope)
         if "duration" not in doc:
             raise InvalidInput("missing_field", "duration is required (e.g. 30m, 2h)", "duration")
         try:
@@ -67,7 +67,7 @@ class SuspensionApi:
 
     def resume(self, scope: str, target: str) -> dict[str, Any]:
         sc = parse_scope(scope)
-        t = parse_target(urllib.parse.unquote(target))
+        t = parse_target(urllib.parse.unquote(target), sc)
         old = self.store.delete(sc, t)
         if old is None or not old.active(self.clock().timestamp()):
             raise NotFound(f"{sc} {t} is not suspended")

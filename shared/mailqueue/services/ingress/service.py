@@ -65,6 +65,7 @@ from mailqueue.outbound.suppression import (
     suppressed,
 )
 from mailqueue.services.feedback.service import FeedbackService
+from mailqueue.outbound.unsubscribe import opt_out_scopes
 from mailqueue.services.ingress.request import (
     Submission,
     body_limit,
@@ -374,9 +375,9 @@ class IngressService:
                 )
             )
             guard_parse(lambda: self._check_envelope(sub.envelope, principal))
-            bounced = self._check_suppressed(sub.envelope, now)
             priority = self._priority(sub.priority, principal)
             sub = replace(sub, envelope=self._tagged(sub.envelope, principal, priority))
+            bounced = self._check_suppressed(sub.envelope, now)  # tagged: bulk opt-outs
             original = sub.envelope
             if bounced:  # SuppressionPolicy=bounce: the others go on, these bounce below
                 kept = tuple(r for i, r in enumerate(original.recipients) if i not in bounced)
@@ -570,7 +571,10 @@ class IngressService:
         submission, before any write; "bounce": they are returned, to bounce."""
         if self.suppression is None or not env.recipients or env.null_sender:
             return {}  # a DSN is never refused for this (its sender must still learn)
-        found = suppressed(self.suppression, [r.address for r in env.recipients], now.timestamp())
+        scopes = opt_out_scopes(env.tags, env.sender)  # one-click opt-outs (unsubscribe.py)
+        found = suppressed(
+            self.suppression, [r.address for r in env.recipients], now.timestamp(), scopes
+        )
         out: dict[int, Entry] = {}
         for i, r in enumerate(env.recipients):
             entry = found.get(normalise(r.address))
