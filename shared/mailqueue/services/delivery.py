@@ -41,8 +41,8 @@ from mailqueue.outbound.dkim import (
 )
 from mailqueue.outbound.dkim import header_from_domain as dkim_from_domain
 from mailqueue.outbound.mtasts import Mode, MtaSts, explain
-from mailqueue.outbound.returnpath import KeysUnavailable, ReturnPaths, SecretSource
 from mailqueue.outbound.reputation import ReputationGuard, Thresholds, counts_of
+from mailqueue.outbound.returnpath import KeysUnavailable, ReturnPaths, SecretSource
 from mailqueue.outbound.routing import (
     CredentialsProvider,
     EgressGuard,

@@ -64,8 +64,8 @@ from mailqueue.outbound.suppression import (
     normalise,
     suppressed,
 )
-from mailqueue.services.feedback.service import FeedbackService
 from mailqueue.outbound.unsubscribe import opt_out_scopes
+from mailqueue.services.feedback.service import FeedbackService
 from mailqueue.services.ingress.request import (
     Submission,
     body_limit,
