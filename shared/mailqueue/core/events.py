@@ -31,6 +31,11 @@ from mailqueue.core.model import Attempt, Result, to_iso
 
 NAMESPACE = "mailqueue"
 OPERATOR_EVENT = f"{NAMESPACE}:Operator"
+#: SES's own value where SES has one: its Reject object's reason is "Bad content" for a
+#: virus (https://docs.aws.amazon.com/ses/latest/dg/event-publishing-retrieving-sns-contents.html,
+#: "Reject object": the only value SES uses); others are ours, namespaced "mailqueue:".
+SES_REJECT_REASONS = {"virus": "Bad content"}
+
 EVENT_TYPES = ("Send", "Delivery", "DeliveryDelay", "Bounce", "Reject", OPERATOR_EVENT)
 # What the admin service stores (the command) -> what the event log says (what happened).
 OPERATOR_ACTIONS: Mapping[str, str] = {
@@ -278,7 +283,7 @@ class QueueEvent:
                 ours["nextAttemptAt"] = self.extra["next_attempt_at"]
         elif self.event_type == "Reject":
             reason = str(self.extra.get("reason") or "unspecified")
-            doc["reject"] = {"reason": f"{NAMESPACE}:{reason}"}
+            doc["reject"] = {"reason": SES_REJECT_REASONS.get(reason, f"{NAMESPACE}:{reason}")}
             ours["reject"] = {
                 "timestamp": ts,
                 "reason": reason,
