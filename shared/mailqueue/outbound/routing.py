@@ -125,8 +125,9 @@ def address_refusal(address: str, allow: Iterable[_Network] = ()) -> str | None:
 
     Anything not globally routable is refused (the named classes first, for a clear
     diagnostic): every block IANA's special-purpose registries list as not globally
-    reachable (:mod:`mailqueue.outbound.special`), IPv6 outside 2000::/3; IPv6 forms that embed an IPv4 address (mapped, 6to4, NAT64) are judged by
-    that address too, since the VPC's NAT64/6to4 would lead there. ``allow`` wins over all.
+    reachable (:mod:`mailqueue.outbound.special`), IPv6 outside 2000::/3; IPv6 forms that
+    embed an IPv4 address (mapped, 6to4, NAT64) are judged by that address too, since the
+    VPC's NAT64/6to4 would lead there. ``allow`` wins over all.
     """
     try:
         ip = ipaddress.ip_address(address)
