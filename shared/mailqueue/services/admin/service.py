@@ -55,7 +55,7 @@ log = logging.getLogger(__name__)
 
 MAIL_ID_RE = re.compile(r"^[0-9A-Z]{26}$")
 # bounce-now: RFC 3463 X.4.7 "delivery time expired", reported as failed like a lifetime
-# expiry; code 0 because no SMTP server said anything (Diagnostic-Code: X-mailqueue; ...)
+# expiry; code 0 because no SMTP server said anything (Diagnostic-Code: x-mailqueue; ...)
 OPERATOR_EXPIRY = Result(code=0, status="4.4.7", text="message expired by operator")
 
 

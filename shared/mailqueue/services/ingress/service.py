@@ -683,7 +683,9 @@ class IngressService:
             # a signing domain's mail that dkimpy cannot sign would leave unsigned
             why = unsignable(content)
             if why is not None:
-                raise InvalidInput("dkim_unsignable", f"the mail cannot be signed: {why}", "content")
+                raise InvalidInput(
+                    "dkim_unsignable", f"the mail cannot be signed: {why}", "content"
+                )
 
     def _read_upload(
         self, principal: str, upload_id: str, key: str, sub: Submission
