@@ -196,3 +196,30 @@ def test_a_missing_token_gets_a_hint(
     code, _, err = run("--api", "http://127.0.0.1:9/", "--region", "us-east-1", "size")
     assert code == cli.EXIT_USAGE
     assert "MAILQUEUE_TOKEN" in err and "no AWS credentials" in err
+
+
+def test_aws_region_is_honoured_for_signing(
+    admin: Admin, cli_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 28, item 2: AWS_REGION is documented as a source of the region (boto3 itself
+    reads only AWS_DEFAULT_REGION)."""
+    monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
+    monkeypatch.delenv("MAILQUEUE_TOKEN", raising=False)
+    monkeypatch.setenv("AWS_REGION", cli_env["AWS_DEFAULT_REGION"])
+    with serve({"/v1/queue": lambda ev, ctx: admin_app.handle(ev, ctx, admin.api)}) as url:
+        code, out, err = run("--api", url, "size")
+    assert code == 0, err
+    assert "no AWS region" not in err
+
+
+def test_the_local_stack_without_a_token_says_token_first(
+    admin: Admin, cli_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 28, item 2: a loopback API (the local stack) without a token: the token is
+    the likelier problem, so it is said before the region."""
+    for name in ("AWS_REGION", "AWS_DEFAULT_REGION", "MAILQUEUE_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    code, _, err = run("--api", "http://127.0.0.1:9/", "size")
+    assert code == cli.EXIT_USAGE
+    assert err.splitlines()[0].startswith("mailqueue: no token") or err.startswith("no token"), err
+    assert err.index("MAILQUEUE_TOKEN") < err.index("no AWS region")

@@ -123,15 +123,19 @@ class HttpClient:
             m = _REGION_RE.search(self.base)
             region = m.group(1) if m else None
         if not region:
-            raise CliError(
-                f"no AWS region: give --region or set AWS_REGION\nhint: {TOKEN_HINT}", EXIT_USAGE
-            )
+            raise self._unsignable("no AWS region: give --region or set AWS_REGION")
         creds = session.get_credentials()
         if creds is None:
-            raise CliError(
-                f"no AWS credentials found to sign the request\nhint: {TOKEN_HINT}", EXIT_USAGE
-            )
+            raise self._unsignable("no AWS credentials found to sign the request")
         return creds.get_frozen_credentials(), region
+
+    def _unsignable(self, why: str) -> CliError:
+        """Why the request cannot be signed; against the local stack (a loopback API) the
+        missing token is the likelier problem, so that is said first."""
+        host = urllib.parse.urlsplit(self.base).hostname or ""
+        if host in ("localhost", "::1") or host.startswith("127."):
+            return CliError(f"no token: {TOKEN_HINT}\n(to sign instead: {why})", EXIT_USAGE)
+        return CliError(f"{why}\nhint: {TOKEN_HINT}", EXIT_USAGE)
 
     def request(
         self,
@@ -800,7 +804,8 @@ def make_client(ns: argparse.Namespace, env: Mapping[str, str]) -> Client:
         # a development token (the local stack) replaces SigV4; otherwise sign
         sign=not ns.no_sign and not token,
         token=token,
-        region=ns.region,
+        # boto3 reads only AWS_DEFAULT_REGION; AWS_REGION is documented (and the CLI's)
+        region=ns.region or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION"),
         profile=ns.profile,
     )
 
