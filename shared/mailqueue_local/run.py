@@ -205,7 +205,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         stack.start()
     except OSError as e:
-        log.error("cannot start: %s (is --port %d in use? try --port 0)", e, ns.port)
+        log.error("cannot start: %s%s", e, port_hint(ns.port))
         return 1
     try:
         print(banner(stack), flush=True)
@@ -217,6 +217,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         stack.stop()
     log.info("stopped")
     return 0
+
+
+def port_hint(port: int) -> str:
+    """What to type when the API port is taken: through make too (RUN_ARGS)."""
+    return (
+        f" (is port {port} in use? start on a free port: "
+        'make run RUN_ARGS="--port 0", or .venv/bin/python -m mailqueue_local.run --port 0;'
+        " the READY line and the banner say which port it took)"
+    )
 
 
 if __name__ == "__main__":
