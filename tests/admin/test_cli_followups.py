@@ -223,3 +223,33 @@ def test_the_local_stack_without_a_token_says_token_first(
     assert code == cli.EXIT_USAGE
     assert err.splitlines()[0].startswith("mailqueue: no token") or err.startswith("no token"), err
     assert err.index("MAILQUEUE_TOKEN") < err.index("no AWS region")
+
+
+def test_show_of_a_finished_mail_says_so_and_no_next_attempt(
+    admin: Admin, cli_env: dict[str, str]
+) -> None:
+    """Issue 28, item 4: a delivered mail is finished: no "next attempt", the content
+    cleaned up, where its events are."""
+    from mailqueue.core.model import Result
+
+    q = admin.enqueue("bob@example.net")
+    claim = admin.storage.send_start(MailRef(q.mail_id, q.groups[0]), utcnow(), lease_seconds=60)
+    assert not isinstance(claim, ClaimRefused)
+    admin.storage.send_done(claim, ["r0"], Result(250, "2.0.0", "ok"))
+    code, out, err = run("--local", "show", q.mail_id)
+    assert code == 0, err
+    assert "status: finished" in out and "event log" in out
+    assert "next attempt" not in out
+    assert "finished at: 20" in out and "(content cleaned up)" in out
+    code, out, err = run("--local", "show", q.mail_id, "--json")
+    doc = json.loads(out)
+    assert doc["finished"] is True and doc["groups"][0]["next_attempt_at"] is None
+
+
+def test_show_of_a_mail_no_longer_in_the_queue_says_what_happened(
+    admin: Admin, cli_env: dict[str, str]
+) -> None:
+    """Issue 28, item 4: a bounced-and-cleaned mail is gone: say so, and where to look."""
+    code, out, err = run("--local", "show", "01JZZZZZZZZZZZZZZZZZZZZZZZ")
+    assert code == cli.EXIT_REFUSED and out == ""
+    assert "not in the queue" in err and "cleaned up" in err and "event log" in err

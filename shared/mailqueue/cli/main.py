@@ -49,6 +49,7 @@ from mailqueue.cli.common import (  # noqa: F401 (the exit codes are part of the
     _ok,
     _refusal,
 )
+from mailqueue.cli.finished import GONE, finished_status
 from mailqueue.core.config import ConfigError, StorageSettings, settings_from_env
 from mailqueue.core.errors import MailqueueError
 from mailqueue.core.model import Result
@@ -345,10 +346,18 @@ def render_mail(doc: Mapping[str, Any], out: TextIO) -> None:
         v = doc.get(k)
         if v is not None:
             out.write(f"{k}: {v if v != '' else '<>'}\n")
+    status = finished_status(doc)
+    if status:
+        out.write(status)
     for g in doc.get("groups", []):
+        when = (
+            f"finished at: {g.get('finished_at') or '-'}"
+            if "finished_at" in g
+            else f"next attempt: {g.get('next_attempt_at') or '-'}"
+        )
         out.write(
-            f"group: {g['group']}  state: {g['state']}  next attempt: "
-            f"{g.get('next_attempt_at') or '-'}  attempts: {g.get('attempts', 0)}\n"
+            f"group: {g['group']}  state: {g['state']}  {when}  "
+            f"attempts: {g.get('attempts', 0)}\n"
         )
         for r in g.get("recipients", []):
             out.write(
@@ -486,7 +495,10 @@ def cmd_shape(c: Client, ns: argparse.Namespace, out: TextIO, err: TextIO) -> in
 
 def cmd_show(c: Client, ns: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     query = {"body": "true"} if ns.body else {}
-    doc = _ok(c.request("GET", f"/v1/queue/mails/{urllib.parse.quote(ns.mail_id, safe='')}", query))
+    answer = c.request("GET", f"/v1/queue/mails/{urllib.parse.quote(ns.mail_id, safe='')}", query)
+    if answer[0] == 404 and answer[1].get("error") == "not_found":
+        raise CliError(f"{ns.mail_id}: {GONE}")
+    doc = _ok(answer)
     if ns.json:
         _emit_json(doc, out)
     else:
