@@ -25,6 +25,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
+from mailqueue.core.config import ConfigError
+
 from mailqueue_local.sink import SinkRules
 from mailqueue_local.stack import FAST_RETRIES, LocalStack, StackOptions, parse_concurrency
 
@@ -206,6 +208,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         stack.start()
     except OSError as e:
         log.error("cannot start: %s%s", e, port_hint(ns.port))
+        return 1
+    except ConfigError as e:  # a setting a function refuses: say so, never READY
+        log.error("cannot start: %s", e)
         return 1
     try:
         print(banner(stack), flush=True)

@@ -214,6 +214,10 @@ class LocalStack:
         self._set_env(self.env)
         if o.route_output:
             self._install_router()
+        # every function's settings, before READY (a bad one fails the start, as in Lambda)
+        from mailqueue_local.preflight import check_settings
+
+        check_settings()
         mark = time.monotonic()
         self._load_functions()
         self.timings["functions"] = time.monotonic() - mark
