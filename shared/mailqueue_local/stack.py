@@ -503,6 +503,7 @@ class LocalStack:
                 "MQ_HOSTNAME": env.get("MQ_HOSTNAME") or HOSTNAME,
                 "MQ_ROUTES": json.dumps(routes, separators=(",", ":")),
                 "MQ_JOB_RUNNER": "inline",  # admin bulk jobs run in the request locally
+                "MQ_LOCAL_STACK": "true",  # `mailqueue doctor`: no public DNS here, says so
                 # explicit and local only (the banner says so): any caller, any sender
                 "MQ_SENDER_POLICY": PERMISSIVE_SENDER_POLICY,
                 # the development token's and SigV4 callers are the local operators

@@ -17,7 +17,13 @@ from mailqueue.backends.aws.ports import SqsBounces
 from mailqueue.backends.aws.suppression_store import DynamoSuppressionStore
 from mailqueue.backends.aws.suspension_store import DynamoSuspensionStore
 from mailqueue.core.model import utcnow
-from mailqueue.outbound.doctor import DoctorSettings, KeySource, doctor_report, run
+from mailqueue.outbound.doctor import (
+    DoctorSettings,
+    KeySource,
+    doctor_report,
+    local_stack_report,
+    run,
+)
 from mailqueue.services.admin import AdminSettings, QueueAdmin
 
 __all__ = ["LambdaLauncher", "aws_keys", "build_admin", "default_doctor"]
@@ -76,6 +82,8 @@ def default_doctor(
 ) -> dict[str, Any]:
     """Run every check with MQ_* settings (explicit values win); ConfigError if invalid."""
     settings = DoctorSettings.from_env(env, **explicit)
+    if settings.local_stack and not explicit.get("dns_nameservers"):
+        return local_stack_report()
     source = env if env is not None else os.environ
     if keys is None:
         keys = aws_keys(
