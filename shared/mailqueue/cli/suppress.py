@@ -88,9 +88,9 @@ def _read_import(data: bytes) -> list[tuple[int, dict[str, Any]]]:
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:
-        line = data[: e.start].count(b"\n") + 1
+        lineno = data[: e.start].count(b"\n") + 1
         raise CliError(
-            f"line {line}: not UTF-8 (byte 0x{data[e.start]:02x}); save the file as UTF-8"
+            f"line {lineno}: not UTF-8 (byte 0x{data[e.start]:02x}); save the file as UTF-8"
         ) from None
     out: list[tuple[int, dict[str, Any]]] = []
     for n, raw in enumerate(text.splitlines(), 1):
