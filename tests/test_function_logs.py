@@ -22,7 +22,7 @@ SERVICES = {
     "delivery": ["mailqueue.services.delivery", "mailqueue.outbound.smtp"],
     "bounce": ["mailqueue.services.bounce"],
     "sweeper": ["mailqueue.services.sweeper"],
-    "events": ["mailqueue.services.eventlog"],
+    "events": ["mailqueue.services.eventlog", "mailqueue.core.events"],
     "ingress": ["mailqueue.services.ingress.service"],
     "admin": ["mailqueue.services.admin.api"],
 }
@@ -35,8 +35,8 @@ handler.setFormatter(logging.Formatter("RUNTIME %(name)s %(levelname)s %(message
 logging.getLogger().addHandler(handler)
 importlib.import_module(sys.argv[1])
 for name in sys.argv[2:]:
-    module = importlib.import_module(name)
-    module.log.warning("marker from %s", name)
+    importlib.import_module(name)  # the module exists; its logger is named after it
+    logging.getLogger(name).warning("marker from %s", name)
 """
 
 

@@ -49,7 +49,7 @@ from mailqueue.cli.common import (  # noqa: F401 (the exit codes are part of the
     _ok,
     _refusal,
 )
-from mailqueue.cli.finished import GONE, finished_status
+from mailqueue.cli.finished import GONE, finished_status, group_line, unsignable
 from mailqueue.core.config import ConfigError, StorageSettings, settings_from_env
 from mailqueue.core.errors import MailqueueError
 from mailqueue.core.model import Result
@@ -124,19 +124,11 @@ class HttpClient:
             m = _REGION_RE.search(self.base)
             region = m.group(1) if m else None
         if not region:
-            raise self._unsignable("no AWS region: give --region or set AWS_REGION")
+            raise unsignable(self.base, "no AWS region: give --region or set AWS_REGION")
         creds = session.get_credentials()
         if creds is None:
-            raise self._unsignable("no AWS credentials found to sign the request")
+            raise unsignable(self.base, "no AWS credentials found to sign the request")
         return creds.get_frozen_credentials(), region
-
-    def _unsignable(self, why: str) -> CliError:
-        """Why the request cannot be signed; against the local stack (a loopback API) the
-        missing token is the likelier problem, so that is said first."""
-        host = urllib.parse.urlsplit(self.base).hostname or ""
-        if host in ("localhost", "::1") or host.startswith("127."):
-            return CliError(f"no token: {TOKEN_HINT}\n(to sign instead: {why})", EXIT_USAGE)
-        return CliError(f"{why}\nhint: {TOKEN_HINT}", EXIT_USAGE)
 
     def request(
         self,
@@ -346,19 +338,9 @@ def render_mail(doc: Mapping[str, Any], out: TextIO) -> None:
         v = doc.get(k)
         if v is not None:
             out.write(f"{k}: {v if v != '' else '<>'}\n")
-    status = finished_status(doc)
-    if status:
-        out.write(status)
+    out.write(finished_status(doc))
     for g in doc.get("groups", []):
-        when = (
-            f"finished at: {g.get('finished_at') or '-'}"
-            if "finished_at" in g
-            else f"next attempt: {g.get('next_attempt_at') or '-'}"
-        )
-        out.write(
-            f"group: {g['group']}  state: {g['state']}  {when}  "
-            f"attempts: {g.get('attempts', 0)}\n"
-        )
+        out.write(group_line(g))
         for r in g.get("recipients", []):
             out.write(
                 f"  recipient {r['id']}: {r['address']}  {r['state']}  attempts: "
