@@ -27,7 +27,7 @@ def newest(path: Path) -> float | None:
 
 def note(events: Path, demo: Path = DEMO_EVENTS) -> str | None:
     """A line for the user when the demo's log is newer than the log being reported."""
-    if "://" in str(events) or events.resolve() == demo.resolve():
+    if events.resolve() == demo.resolve():
         return None
     theirs = newest(demo)
     if theirs is None:
@@ -48,6 +48,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args:
         print(__doc__, file=sys.stderr)
         return 2
+    if "://" in args[0]:  # a remote log (s3a://...): nothing local to compare
+        return 0
     line = note(Path(args[0]), Path(args[1]) if len(args) > 1 else DEMO_EVENTS)
     if line:
         print(line)

@@ -82,3 +82,10 @@ def test_typecheck_has_a_recipe(target: str) -> None:
         ["make", "-n", target], cwd=ROOT, capture_output=True, text=True, timeout=60
     )
     assert out.returncode == 0 and "mypy" in out.stdout, out
+
+
+def test_a_remote_log_gets_no_note(capsys: pytest.CaptureFixture[str]) -> None:
+    from mailqueue_local.eventlogs import main
+
+    assert main(["s3a://bucket/events"]) == 0
+    assert capsys.readouterr().out == ""
