@@ -179,7 +179,7 @@ def test_moto_deploy_leaves_out_only_what_moto_cannot_create(stack: Stack) -> No
             types[lid] in MOTO_SKIPPED
             or types[lid] == "AWS::Lambda::Permission"
             or lid in ("SubmitterPolicy", "OperatorPolicy")  # name the HTTP API's routes
-            or lid.startswith("Analytics")  # condition off
+            or lid.startswith(("Analytics", "AccessLog"))  # condition off
             or types[lid].startswith("AWS::EC2::")  # EgressMode relay: no network
             or lid == "Dashboard"  # behind EnableDashboard=false
         ), lid
