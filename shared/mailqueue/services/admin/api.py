@@ -38,13 +38,13 @@ from mailqueue.core.errors import (
     PermanentStorageError,
     TransientStorageError,
 )
+from mailqueue.core.jsonbody import parse_body
 from mailqueue.outbound.suppression import SuppressionStore
 from mailqueue.services.admin.filters import FILTER_KEYS, parse_filter, parse_int
 from mailqueue.services.admin.jobs import JobLauncher
 from mailqueue.services.admin.service import Action, Busy, OpContext, QueueAdmin, group_view
 from mailqueue.services.admin.suppressions import SuppressionApi
 from mailqueue.services.admin.suspensions import SuspensionApi
-from mailqueue.services.ingress.request import parse_body
 
 log = logging.getLogger(__name__)
 

@@ -32,6 +32,7 @@ from mailqueue.core.errors import (
     TransientStorageError,
 )
 from mailqueue.core.events import EventEmitter, MailInfo, QueueEvent
+from mailqueue.core.jsonbody import parse_body
 from mailqueue.core.model import (
     PRIORITY_TAG,
     Envelope,
@@ -70,7 +71,6 @@ from mailqueue.services.ingress.request import (
     check_idempotency_key,
     guard_parse,
     parse_batch,
-    parse_body,
     parse_submission,
     preview,
     printable,
