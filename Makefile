@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv test run lint typecheck bench clean
+.PHONY: help venv test run lint typecheck bench clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
@@ -12,27 +12,30 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[dev,analytics]'
 	@touch $(STAMP)
 
-venv: $(STAMP)
+venv: $(STAMP)  ## create .venv with the project installed editable (every target does it first)
 
-test: $(STAMP) postfix-peer sisimai dane-dns
+test: $(STAMP) postfix-peer sisimai dane-dns  ## the test suite (installs Debian's postfix, sisimai, the DNSSEC tools as root), then the pipeline on EMR's Spark
 	MAILQUEUE_REQUIRE_POSTFIX=$(REQUIRE_POSTFIX) MAILQUEUE_REQUIRE_SISIMAI=$(REQUIRE_SISIMAI) $(PY) -m pytest -q -p no:cacheprovider
 	$(MAKE) --no-print-directory test-emr-spark
 
-run: $(STAMP)
+run: $(STAMP)  ## the whole queue on this machine (RUN_ARGS="--port 0 --fast-retries" ...)
 	$(PY) -m mailqueue_local.run $(RUN_ARGS)
 
-lint: $(STAMP)
+lint: $(STAMP)  ## ruff and mypy
 	$(VENV)/bin/ruff check shared functions tests pipeline
 	$(VENV)/bin/mypy
 
 BENCH_MIX_MAILS ?= 20
 
-bench: $(STAMP)
+typecheck: $(STAMP)  ## mypy alone (strict, the files pyproject.toml names)
+	$(VENV)/bin/mypy
+
+bench: $(STAMP)  ## request counts, cost per message, throughput -> docs/benchmarks.md
 	$(PY) -m bench.run
 	$(PY) -m bench.shaping
 	$(PY) -m bench.mix $(BENCH_MIX_MAILS)
 
-clean:
+clean:  ## remove .venv, var/ and the tool caches
 	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache
 
 # Per-area targets (pipeline, sam, local stack) live in mk/*.mk.

@@ -6,7 +6,7 @@ DANE_BINS := /usr/sbin/unbound /usr/sbin/nsd /usr/bin/ldns-signzone
 REQUIRE_DANE_DNS := $(shell [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && echo 1)
 
 .PHONY: dane-dns
-dane-dns:
+dane-dns:  ## unbound, nsd, ldnsutils from Debian (the DANE signed-zone tests), when root
 	@if ls $(DANE_BINS) >/dev/null 2>&1; then :; \
 	elif [ "$(REQUIRE_DANE_DNS)" = 1 ]; then \
 	  echo "installing Debian's unbound, nsd and ldnsutils (DNSSEC zone for the DANE tests)"; \

@@ -5,7 +5,7 @@ FUZZ_SEED  ?= 14
 FUZZ_TIMEOUT ?= 5400
 
 .PHONY: fuzz
-fuzz: $(STAMP)
+fuzz: $(STAMP)  ## 10,000 generated submissions to the local stack (FUZZ_COUNT, FUZZ_SEED)
 	@mkdir -p var
 	FUZZ_COUNT=$(FUZZ_COUNT) FUZZ_SEED=$(FUZZ_SEED) FUZZ_REPORT=var/fuzz-report.json \
 		$(PY) -m pytest -q -p no:cacheprovider -s --timeout=$(FUZZ_TIMEOUT) tests/fuzz

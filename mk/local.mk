@@ -2,7 +2,7 @@
 # machine only: moto in server mode, the real handlers, an SMTP sink on 127.0.0.1.
 # See docs/local.md. Included by the Makefile, which defines PY and STAMP.
 #
-#   make run  RUN_ARGS="--fast-retries --port 0"      (once the Makefile passes RUN_ARGS)
+#   make run  RUN_ARGS="--fast-retries --port 0"      (the Makefile passes RUN_ARGS)
 #   make demo                                         four mails through the queue, then stop
 #   make bench-local BENCH_ARGS="--mails 500"         throughput on this machine
 
@@ -11,8 +11,8 @@ BENCH_ARGS ?=
 
 .PHONY: demo bench-local
 
-demo: $(STAMP)
+demo: $(STAMP)  ## four mails through a fresh local stack; its event log is var/demo/events
 	$(PY) -m mailqueue_local.demo $(DEMO_ARGS)
 
-bench-local: $(STAMP)
+bench-local: $(STAMP)  ## delivery throughput of the local stack (BENCH_ARGS="--mails 500")
 	$(PY) -m mailqueue_local.bench $(BENCH_ARGS)

@@ -31,7 +31,7 @@ PIPELINE_ENV := PYSPARK_PYTHON=$(abspath $(PY)) PYSPARK_DRIVER_PYTHON=$(abspath 
 
 .PHONY: report bench-pipeline pipeline-zip
 
-report: $(STAMP)
+report: $(STAMP)  ## Spark report over var/events (EVENTS=var/demo/events after make demo)
 	@case "$(EVENTS)" in *://*) ;; *) test -d "$(EVENTS)" || \
 		echo "note: $(EVENTS) does not exist yet (run the local stack first): empty report";; esac
 	@opts='$(PIPELINE_JAVA_OPTS)'; \
@@ -49,10 +49,10 @@ report: $(STAMP)
 		pipeline/main.py --events $(EVENTS) --out $(REPORT_OUT) $(ARGS)
 	@$(PIPELINE_ENV) $(PY) -m mq_pipeline.render $(REPORT_OUT)
 
-bench-pipeline: $(STAMP)
+bench-pipeline: $(STAMP)  ## the Spark pipeline at 1 M / 10 M / 50 M events
 	$(PIPELINE_ENV) $(PY) -m mq_pipeline.bench $(BENCH_ARGS)
 
-pipeline-zip: $(STAMP)
+pipeline-zip: $(STAMP)  ## build/pipeline/{main.py,mq_pipeline.zip} for EMR Serverless
 	$(PIPELINE_ENV) $(PY) -m mq_pipeline.bundle $(PIPELINE_BUILD)
 
 # The daily job runs on EMR Serverless emr-spark-8.0.0, i.e. Spark 4.0.2 (template.yaml's
@@ -67,7 +67,7 @@ $(EMR_SPARK)/.installed: $(STAMP)
 	@touch $@
 
 .PHONY: test-emr-spark
-test-emr-spark: $(EMR_SPARK)/.installed
+test-emr-spark: $(EMR_SPARK)/.installed  ## the pipeline tests on EMR's PySpark version
 	PYTHONPATH=$(abspath $(EMR_SPARK)) $(PY) -c 'import pyspark, sys; v = pyspark.__version__; print("PySpark", v); sys.exit(v != "$(EMR_SPARK_VERSION)")'
 	PYSPARK_PYTHON=$(abspath $(PY)) PYSPARK_DRIVER_PYTHON=$(abspath $(PY)) \
 		PYTHONPATH=$(abspath $(EMR_SPARK)) $(PY) -m pytest -q -p no:cacheprovider tests/pipeline

@@ -7,7 +7,7 @@ POSTFIX_BIN := /usr/sbin/postfix
 REQUIRE_POSTFIX := $(shell [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && echo 1)
 
 .PHONY: postfix-peer
-postfix-peer:
+postfix-peer:  ## install Debian's postfix for the strict-peer tests (root only)
 	@if [ -x $(POSTFIX_BIN) ]; then :; \
 	elif [ "$(REQUIRE_POSTFIX)" = 1 ]; then \
 	  echo "installing Debian's postfix (strict SMTP peer for the delivery tests)"; \

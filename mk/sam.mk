@@ -26,15 +26,15 @@ $(SAM_STAMP): mk/sam.mk
 	$(SAM_VENV)/bin/python -m pip install -q --disable-pip-version-check $(SAM_PINS)
 	@touch $(SAM_STAMP)
 
-sam-venv: $(SAM_STAMP)
+sam-venv: $(SAM_STAMP)  ## AWS SAM and cfn-lint in their own .venv-sam
 
 # Both are offline (no AWS call, no credentials): `sam validate --lint` checks the SAM
 # transform and lints the result; cfn-lint also lints the SAM template itself.
-validate: $(SAM_STAMP)
+validate: $(SAM_STAMP)  ## sam validate + cfn-lint on template.yaml
 	$(SAM_ENV) $(SAM) validate --lint --template-file template.yaml
 	$(SAM_ENV) $(CFN_LINT) template.yaml
 
-build: $(SAM_STAMP)
+build: $(SAM_STAMP)  ## sam build (python3.12 layers and functions, no Docker)
 	@test -n "$(PY312_BIN)" || command -v python3.12 >/dev/null || \
 		{ echo "sam build needs python3.12 (pyenv install 3.12)"; exit 1; }
 	PATH="$(BUILD_PATH)" $(SAM_ENV) $(SAM) build --template-file template.yaml --parallel \
@@ -42,7 +42,7 @@ build: $(SAM_STAMP)
 
 # The first deploy asks (stack name, region, parameters) and writes samconfig.toml; later
 # ones read it. Needs AWS credentials.
-deploy: build
+deploy: build  ## sam deploy (needs AWS credentials; STACK=mailqueue)
 	@if [ -f samconfig.toml ]; then \
 		$(SAM_ENV) $(SAM) deploy; \
 	else \
@@ -50,10 +50,10 @@ deploy: build
 	fi
 
 # The bucket and the table are retained (DeletionPolicy: Retain): see docs/deploy.md.
-delete: $(SAM_STAMP)
+delete: $(SAM_STAMP)  ## sam delete the stack (STACK=mailqueue)
 	@if [ -f samconfig.toml ]; then $(SAM_ENV) $(SAM) delete; \
 	else $(SAM_ENV) $(SAM) delete --stack-name $(STACK); fi
 
 # Sizes of what `make build` produced (each function and layer, unpacked).
-sam-sizes:
+sam-sizes:  ## the built functions' and layers' sizes against Lambda's limits
 	@du -sh $(SAM_BUILD_DIR)/*/ 2>/dev/null || echo "no $(SAM_BUILD_DIR): run make build"

@@ -6,7 +6,7 @@ SISIMAI_PM := /usr/share/perl5/Sisimai.pm
 REQUIRE_SISIMAI := $(shell [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && echo 1)
 
 .PHONY: sisimai
-sisimai:
+sisimai:  ## Debian's libsisimai-perl (the bounce-corpus agreement test), when root
 	@if [ -f $(SISIMAI_PM) ]; then :; \
 	elif [ "$(REQUIRE_SISIMAI)" = 1 ]; then \
 	  echo "installing Debian's libsisimai-perl (reference for the bounce parser test)"; \

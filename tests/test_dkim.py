@@ -203,6 +203,20 @@ def test_a_large_mail_is_signed_with_simple_body_canonicalisation() -> None:
             assert verify_all(signed, dnsfunc_for(dns)) == [True, True]
 
 
+def test_the_relaxed_threshold_is_on_the_body_not_the_whole_message() -> None:
+    """Issue 28, item 19: docs say the body; a body at the limit with headers around it
+    is still canonicalised relaxed, one octet over is simple."""
+    private = generate_key("ed25519-sha256")
+    store = {"secretsmanager:mq/dkim/example.com/ed2": key_json("ed25519-sha256", private)}
+    config = DkimConfig.parse('{"example.com": ["ed2"]}', "send", "")
+    body = b"word  with   spaces \r\n" * 100
+    mail = b"From: a@example.com\r\nSubject: " + b"x" * 500 + b"\r\n\r\n" + body
+    for limit, canon in ((len(body), b"relaxed/relaxed"), (len(body) - 1, b"relaxed/simple")):
+        signer = DkimSigner(config, store.__getitem__, prefix="mq/", relaxed_body_max=limit)
+        signed, _ = signer.sign(mail, from_domain="example.com", null_sender=False)
+        assert [s[b"c"] for s in signatures(signed)] == [canon]
+
+
 @pytest.mark.parametrize("algorithm", ["rsa-sha256", "ed25519-sha256"])
 def test_doctor_reads_the_key_contract_as_the_signer_writes_it(algorithm: str) -> None:
     """`mailqueue doctor` derives the expected TXT record from the stored secret itself:

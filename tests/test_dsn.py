@@ -31,6 +31,7 @@ from mailqueue.core.dsn import (
     xtext_decode,
 )
 from mailqueue.core.model import Envelope, Notify, Recipient, Result, Ret
+from mailqueue.core.policy import expired, lifetime_text
 
 NOW = datetime(2024, 5, 1, 12, 0, 0, tzinfo=UTC)
 ARRIVAL = NOW - timedelta(days=5)
@@ -141,7 +142,7 @@ def test_one_permanent_failure_every_field() -> None:
 
     assert msg["From"] == "Mail Delivery System <MAILER-DAEMON@example.com>"
     assert msg["To"].addresses[0].addr_spec == SENDER
-    assert msg["Subject"] == "Undelivered Mail Returned to Sender"
+    assert msg["Subject"] == "Mail returned to sender: not delivered"
     assert msg["Date"].datetime == NOW
     assert msg["Message-ID"] == MID
     assert msg["Auto-Submitted"] == "auto-replied"
@@ -261,7 +262,7 @@ def test_lifetime_expiry_is_failed_with_4_4_7() -> None:
     assert (report.action, report.status) == (Action.FAILED, EXPIRED_STATUS)
     dsn = build(request(report))
     msg = parse(dsn)
-    assert msg["Subject"] == "Undelivered Mail Returned to Sender"
+    assert msg["Subject"] == "Mail returned to sender: not delivered"
     block = status_blocks(msg)[1]
     assert block["Action"] == "failed"
     assert block["Status"] == "4.4.7"
@@ -271,6 +272,53 @@ def test_lifetime_expiry_is_failed_with_4_4_7() -> None:
     text = text_of(msg)
     assert "expired (4.4.7)" in text
     assert "Last error: 451 4.4.1 Connection timed out" in text
+
+
+def test_expiry_is_the_queues_own_verdict_in_postfix_words() -> None:
+    """Issue 28, item 9: the expiry result the sweeper/delivery record is ours
+    (``x-mailqueue;``), worded like Postfix's, the last server reply kept in the text."""
+    last = Result(451, "4.4.1", "4.4.1 Connection timed out", "mx.example.net")
+    verdict = expired(last, timedelta(days=5))
+    assert (verdict.code, verdict.status, verdict.remote_mta) == (0, "4.4.7", "mx.example.net")
+    rcpt = Recipient(
+        rid="r0", address="bob@example.net", last_attempt_at=LAST, last_result=verdict
+    )
+    block = status_blocks(parse(build(request(DsnRecipient.for_expiry(rcpt)))))[1]
+    assert block["Diagnostic-Code"] == (
+        "x-mailqueue; message expired after 5 days; last error: 451 4.4.1 Connection timed out"
+    )
+    assert expired(None, timedelta(days=5)).text == "message expired after 5 days"
+
+
+@pytest.mark.parametrize(
+    ("lifetime", "text"),
+    [
+        (timedelta(days=5), "5 days"),
+        (timedelta(days=1), "1 day"),
+        (timedelta(hours=36), "36 hours"),
+        (timedelta(minutes=90), "90 minutes"),
+        (timedelta(seconds=45), "45 seconds"),
+        (timedelta(days=5, seconds=1), "432001 seconds"),
+    ],
+)
+def test_lifetime_reads_like_postfix(lifetime: timedelta, text: str) -> None:
+    assert lifetime_text(lifetime) == text
+
+
+def test_the_subject_is_no_other_mtas() -> None:
+    """Bounce parsers pick an MTA's reader by Subject (Sisimai: Postfix's is an exact
+    match on "Undelivered Mail Returned to Sender"); ours must match none of them."""
+    others = re.compile(
+        r"Undelivered Mail Returned to Sender|Delivery Status Notification|Mail delivery "
+        r"failed|Returned mail: |Undeliverable|Delivery report|NOTICE: mail delivery status|"
+        r"WARNING: delayed mail|Delivery failure|failed delivery|see transcript|\AWarning: "
+    )
+    report = DsnRecipient.for_expiry(
+        Recipient(rid="r0", address="bob@example.net", last_attempt_at=LAST,
+                  last_result=Result(0, "4.4.7", "message expired after 5 days"))
+    )
+    subject = parse(build(request(report)))["Subject"]
+    assert subject and not others.search(subject)
 
 
 def test_delay_warning() -> None:
@@ -284,7 +332,7 @@ def test_delay_warning() -> None:
     report = DsnRecipient.from_recipient(rcpt, "delayed", will_retry_until=until)
     dsn = build(request(report, ret=Ret.FULL))
     msg = parse(dsn)
-    assert msg["Subject"] == "Delayed Mail (still being retried)"
+    assert msg["Subject"] == "Mail not yet delivered: still being retried"
     block = status_blocks(msg)[1]
     assert block["Action"] == "delayed"
     assert block["Status"] == "4.7.0"
@@ -311,7 +359,7 @@ def test_success_notice() -> None:
     report = DsnRecipient.from_recipient(rcpt, Action.DELIVERED)
     dsn = build(request(report, ret=Ret.FULL))
     msg = parse(dsn)
-    assert msg["Subject"] == "Successful Mail Delivery Report"
+    assert msg["Subject"] == "Mail delivered: success report"
     block = status_blocks(msg)[1]
     assert block["Action"] == "delivered"
     assert block["Status"] == "2.0.0"
@@ -326,7 +374,7 @@ def test_relayed_notice() -> None:
     dsn = build(request(DsnRecipient("bob@example.net", Action.RELAYED, "2.0.0")))
     msg = parse(dsn)
     assert status_blocks(msg)[1]["Action"] == "relayed"
-    assert msg["Subject"] == "Successful Mail Delivery Report"
+    assert msg["Subject"] == "Mail delivered: success report"
 
 
 # --- policy --------------------------------------------------------------------------
@@ -694,7 +742,7 @@ def test_local_failure_without_smtp_reply() -> None:
     diag = Result(0, "4.4.1", "connect to mx.example.net: Connection refused")
     dsn = build(request(failed(status="4.4.7", diagnostic=diag)))
     block = status_blocks(parse(dsn))[1]
-    assert block["Diagnostic-Code"] == "X-mailqueue; connect to mx.example.net: Connection refused"
+    assert block["Diagnostic-Code"] == "x-mailqueue; connect to mx.example.net: Connection refused"
     assert block["Remote-MTA"] is None
 
 

@@ -18,8 +18,10 @@ from mailqueue.compose.aws import bounce_service_from_env
 from mailqueue.compose.xray import LazyTracer
 from mailqueue.services.bounce import BounceService, BounceStats, parse_ref
 
-logger = Logger(service="bounce")
-tracer = LazyTracer(service="bounce")
+# "mailqueue-bounce", not "bounce": Powertools adds SuppressFilter(service) to the root
+# handlers, which drops every record whose logger name contains it (mailqueue.services.bounce)
+logger = Logger(service="mailqueue-bounce")
+tracer = LazyTracer(service="mailqueue-bounce")
 metrics = Metrics(namespace="mailqueue", service="bounce")
 
 

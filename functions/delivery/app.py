@@ -20,8 +20,10 @@ from mailqueue.outbound.secrets import powertools_credentials
 from mailqueue.outbound.smtp import lambda_deadline
 from mailqueue.services.delivery import DeliveryService
 
-logger = Logger(service="delivery")
-tracer = LazyTracer(service="delivery")
+# "mailqueue-delivery", not "delivery": Powertools adds SuppressFilter(service) to the root
+# handlers, which drops every record whose logger name contains it (mailqueue.services.delivery)
+logger = Logger(service="mailqueue-delivery")
+tracer = LazyTracer(service="mailqueue-delivery")
 metrics = Metrics(namespace="mailqueue", service="delivery")
 
 

@@ -12,8 +12,10 @@ from mailqueue.compose.events import event_writer_from_env
 from mailqueue.compose.xray import LazyTracer
 from mailqueue.services.eventlog import EventWriterService
 
-logger = Logger(service="events")
-tracer = LazyTracer(service="events")
+# "mailqueue-events", not "events": Powertools adds SuppressFilter(service) to the root
+# handlers, which drops every record whose logger name contains it (mailqueue.services.events)
+logger = Logger(service="mailqueue-events")
+tracer = LazyTracer(service="mailqueue-events")
 metrics = Metrics(namespace="mailqueue", service="events")
 
 

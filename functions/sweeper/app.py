@@ -12,8 +12,10 @@ from mailqueue.compose.aws import sweeper_from_env
 from mailqueue.compose.xray import LazyTracer
 from mailqueue.services.sweeper import Sweeper
 
-logger = Logger(service="sweeper")
-tracer = LazyTracer(service="sweeper")
+# "mailqueue-sweeper", not "sweeper": Powertools adds SuppressFilter(service) to the root
+# handlers, which drops every record whose logger name contains it (mailqueue.services.sweeper)
+logger = Logger(service="mailqueue-sweeper")
+tracer = LazyTracer(service="mailqueue-sweeper")
 metrics = Metrics(namespace="mailqueue", service="sweeper")
 
 

@@ -36,6 +36,7 @@ from .consts import (
     lag_bucket_labels,
     qshape_labels,
 )
+from .render import breach_lines
 from .schema import PARTITION_FIELDS, READ_SCHEMA
 from .transforms import UTC, TimeRange
 
@@ -608,7 +609,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "events": summary["input"]["events"],
                 "recipients": h["recipients"],
                 "delivery_rate": h["delivery_rate"],
-                "breaches": len(summary["breaches"]),
+                # what breached, not a bare count: hard-bounce rate over an SES band
+                "hard_bounce_breaches": breach_lines(summary["breaches"]),
                 "out": cfg.out,
             }
         )

@@ -252,7 +252,9 @@ def chart_domain_rates(delivery: list[dict[str, str]], top: int = 15) -> str:
     row_h, x0, bar_w, label_w = 22, 170, 220, 56
     x1 = x0 + bar_w + label_w + 20
     bar2 = W - x1 - label_w  # the hard-bounce bars end at least label_w before the edge
-    svg = Svg(W, 56 + row_h * len(doms), "Delivery rate of the top domains")
+    # below the rows: one line per SES band for its label, so no two labels share a line
+    height = 56 + 10 * len(BOUNCE_BANDS) + row_h * len(doms)
+    svg = Svg(W, height, "Delivery rate of the top domains")
     worst = max((num(r["hard_bounce_rate"]) or 0) for r in doms)
     scale = min(1.0, max(0.12, nice_max(worst)))
     svg.text(x0, 14, "delivered / finalised", weight="bold")
@@ -260,10 +262,13 @@ def chart_domain_rates(delivery: list[dict[str, str]], top: int = 15) -> str:
     bottom = 26 + row_h * len(doms)
     svg.line(x1, 20, x1, bottom, "#999")
     svg.line(x1 + bar2, 20, x1 + bar2, bottom, "#999")
-    for k, (limit, name) in enumerate(BOUNCE_BANDS):
+    # each band's label on a line of its own below the bars (lowest band first), starting
+    # at its dashed line: labels of close bands (a wide axis) never overlap, and nothing is
+    # drawn where the bars' own labels are
+    for k, (limit, name) in enumerate(sorted(BOUNCE_BANDS)):
         x = x1 + bar2 * limit / scale
-        svg.line(x, 20, x, bottom, "#bbb", 1, "3,3")
-        svg.text(x, bottom + 12 + 10 * (k % 2), f"{name} {limit:.0%}", "middle", "#888", 9)
+        svg.line(x, 20, x, bottom + 14 + 10 * k, "#bbb", 1, "3,3")
+        svg.text(x + 2, bottom + 14 + 10 * k, f"{name} {limit:.0%}", "start", "#888", 9)
     for i, r in enumerate(doms):
         y = 24 + i * row_h
         rate, hb = num(r["delivery_rate"]), num(r["hard_bounce_rate"]) or 0
@@ -489,6 +494,21 @@ def range_title(summary: dict[str, Any]) -> str:
     return f"{first:%Y-%m-%d %H:%M:%S} – {b} UTC (the whole log)"
 
 
+def breach_lines(breaches: Sequence[dict[str, Any]], limit: int = 10) -> list[str]:
+    """The job's closing line names each breach: "domain gmail.test: hard bounces 5.30 %
+    of 1,200 recipients, over the review band (5 %)", not "breaches": 2."""
+    bands = {name: limit for limit, name in BOUNCE_BANDS}
+    out = [
+        f"{b['grain']} {b.get('key') or 'all'}: hard bounces {fmt_pct(b['value'])} of "
+        f"{fmt_n(b['recipients'])} recipients, over the {b['band']} band "
+        f"({bands.get(b['band'], 0):.0%})"
+        for b in breaches[:limit]
+    ]
+    if len(breaches) > limit:
+        out.append(f"... and {len(breaches) - limit} more in summary.json")
+    return out
+
+
 def _table(head: Sequence[str], rows: Sequence[Sequence[str]], right_from: int = 1) -> str:
     """An HTML table; columns from `right_from` on are numbers (right-aligned)."""
     def cells(tag: str, vals: Sequence[str]) -> str:
@@ -497,7 +517,9 @@ def _table(head: Sequence[str], rows: Sequence[Sequence[str]], right_from: int =
             for j, v in enumerate(vals)
         )
     body = "".join(f"<tr>{cells('td', r)}</tr>" for r in rows)
-    return f"<table><tr>{cells('th', [esc(h) for h in head])}</tr>{body}</table>"
+    # a wide table scrolls sideways rather than wrap a number ("713.5⏎k"): see .r, .tw
+    heads = cells("th", [esc(h) for h in head])
+    return f"<div class=tw><table><tr>{heads}</tr>{body}</table></div>"
 
 
 def domain_table(delivery: list[dict[str, str]], top: int = 25) -> str:
@@ -660,7 +682,8 @@ h1{{font-size:22px;margin-bottom:4px}} h2{{font-size:16px;margin:28px 0 2px}}
 .tile .n{{font-size:11px;color:#888}}
 table{{border-collapse:collapse;font-size:12px}}
 td,th{{border-bottom:1px solid #eee;padding:3px 8px;text-align:left}}
-.r{{text-align:right}} .band{{padding:1px 6px;border-radius:8px;color:#fff}}
+.r{{text-align:right;white-space:nowrap}} .tw{{overflow-x:auto}}
+.band{{padding:1px 6px;border-radius:8px;color:#fff}}
 .elevated{{background:#E69F00}} .review{{background:#D55E00}} .pause{{background:#8b0000}}
 .ok{{color:#009E73}} svg{{max-width:100%;height:auto}}
 </style></head><body>

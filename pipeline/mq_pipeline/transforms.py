@@ -23,6 +23,9 @@ REASON_RULES: tuple[tuple[str, str], ...] = (
     (r"^\s*(?:(?:smtp|x-mailqueue);\s*)?(?:\d{1,3}[ -]+)?(?:[245]\.\d{1,3}\.\d{1,3}\s*)?", ""),
     (r"<?[a-z0-9._%+=\-]+@[a-z0-9.\-]+>?", "<addr>"),
     (r"\[?\b\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}\b\]?", "<ip>"),
+    # what follows "id=" / "id:" is an id whatever its characters: all digits ("id=#") and
+    # mixed ("id=<id>") made one reason two rows (no backreference: Java and Python differ)
+    (r"(?<=\bid[=:])[a-z0-9._\-]+", "<id>"),
     (r"\b[a-z_]+\d[a-z0-9_]*\b|\b\d+[a-z_][a-z0-9_]*\b", "<id>"),
     (r"\d+", "#"),
     (r"\s+", " "),

@@ -60,6 +60,25 @@ class Tracker:
     dsn_pending: set[str] = field(default_factory=set)
     _des: TypeDeserializer = field(default_factory=TypeDeserializer)
 
+    held: list[dict[str, Any]] = field(default_factory=list)  # records of unlabelled mails
+
+    def feed(self, records: list[dict[str, Any]], submitted: bool) -> list[tuple[str, str]]:
+        """Lines for new stream records, in order. A record of a mail not yet labelled
+        (its 202 not read yet: the stream can be faster than the answer) waits, so a mail
+        is never shown by a bare id before its label; once every submission is answered,
+        what is left is shown as it is (DSNs label themselves)."""
+        pending, self.held = self.held + records, []
+        out: list[tuple[str, str]] = []
+        for i, rec in enumerate(pending):
+            mail_id = str(self._image(rec["dynamodb"].get("Keys")).get("pk", ""))[2:]
+            new = self._image(rec["dynamodb"].get("NewImage"))
+            known = mail_id in self.labels or new.get("sender", None) == ""
+            if not (known or submitted):
+                self.held = pending[i:]  # keep the order: later records wait as well
+                break
+            out.extend(self.lines(rec))
+        return out
+
     def _image(self, raw: dict[str, Any] | None) -> dict[str, Any]:
         return {k: self._des.deserialize(v) for k, v in (raw or {}).items()}
 
@@ -77,7 +96,8 @@ class Tracker:
             if mail_id not in self.labels and new.get("sender", None) == "":
                 self.labels[mail_id] = "DSN"
             label = self.labels.get(mail_id, mail_id[:10])
-            rcpts = int(new.get("rcpt_count", 0))
+            # a solo mail's item carries its recipients itself (no rcpt_count)
+            rcpts = len(new.get("rcpts") or {}) if solo else int(new.get("rcpt_count", 0))
             stored = (label, f"stored: {mail_id}, {rcpts} recipient(s), {new.get('size')} octets")
             if not solo:
                 return [stored]
@@ -254,7 +274,7 @@ def run(var: Path, timeout: float, out: Any = sys.stdout) -> int:
                 return 1
             watcher.poll_once()
             with lock:
-                lines = [line for rec in seen for line in tracker.lines(rec)]
+                lines = tracker.feed(list(seen), submitted.is_set())
             seen.clear()
             for label, text in lines:
                 say(label, text)
@@ -287,6 +307,7 @@ def run(var: Path, timeout: float, out: Any = sys.stdout) -> int:
         out.write(
             f"\nAll four finished in {time.monotonic() - t0:.1f} s; the DSN and the "
             f"delivered mails are in {stack.mail_dir}. Stopping the stack.\n"
+            f"Its event log is {var / 'events'}: make report EVENTS={var / 'events'}\n"
         )
     return 0
 

@@ -18,6 +18,7 @@ before any function runs, as API Gateway does.
 from __future__ import annotations
 
 import base64
+import hashlib
 import hmac
 import json
 import logging
@@ -206,6 +207,14 @@ class LocalAuth:
             raise AuthError(f"Signature expired: {amz_date} is now outside the allowed window")
         names = m["signed"].split(";")
         if "host" not in names or any(n not in headers for n in names):
+            raise AuthError(BAD_SIGNATURE)
+        # botocore's canonical request takes x-amz-content-sha256 as the payload's hash
+        # without hashing the body; API Gateway checks the payload against the signature,
+        # so a body swapped under a valid signature must not pass: hash it ourselves
+        claimed = headers.get("x-amz-content-sha256")
+        if claimed is not None and not hmac.compare_digest(
+            claimed.strip().lower(), hashlib.sha256(body).hexdigest()
+        ):
             raise AuthError(BAD_SIGNATURE)
         request = AWSRequest(
             method=method, url=url, data=body, headers={n: headers[n] for n in names}
@@ -492,6 +501,13 @@ class _RequestHandler(BaseHTTPRequestHandler):
         )
 
     do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = _serve
+
+    def __getattr__(self, name: str) -> Any:
+        """Any other method (TRACE, CONNECT, PROPFIND, made-up ones) goes to the routes
+        too, which answer a 4xx as API Gateway does, instead of http.server's 501."""
+        if name.startswith("do_"):
+            return self._serve
+        raise AttributeError(name)
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("api: " + format, *args)

@@ -25,6 +25,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
+from mailqueue.core.config import ConfigError
+
 from mailqueue_local.sink import SinkRules
 from mailqueue_local.stack import FAST_RETRIES, LocalStack, StackOptions, parse_concurrency
 
@@ -205,7 +207,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         stack.start()
     except OSError as e:
-        log.error("cannot start: %s (is --port %d in use? try --port 0)", e, ns.port)
+        log.error("cannot start: %s%s", e, port_hint(ns.port))
+        return 1
+    except ConfigError as e:  # a setting a function refuses: say so, never READY
+        log.error("cannot start: %s", e)
         return 1
     try:
         print(banner(stack), flush=True)
@@ -217,6 +222,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         stack.stop()
     log.info("stopped")
     return 0
+
+
+def port_hint(port: int) -> str:
+    """What to type when the API port is taken: through make too (RUN_ARGS)."""
+    return (
+        f" (is port {port} in use? start on a free port: "
+        'make run RUN_ARGS="--port 0", or .venv/bin/python -m mailqueue_local.run --port 0;'
+        " the READY line and the banner say which port it took)"
+    )
 
 
 if __name__ == "__main__":

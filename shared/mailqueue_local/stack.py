@@ -214,6 +214,10 @@ class LocalStack:
         self._set_env(self.env)
         if o.route_output:
             self._install_router()
+        # every function's settings, before READY (a bad one fails the start, as in Lambda)
+        from mailqueue_local.preflight import check_settings
+
+        check_settings()
         mark = time.monotonic()
         self._load_functions()
         self.timings["functions"] = time.monotonic() - mark
@@ -499,6 +503,7 @@ class LocalStack:
                 "MQ_HOSTNAME": env.get("MQ_HOSTNAME") or HOSTNAME,
                 "MQ_ROUTES": json.dumps(routes, separators=(",", ":")),
                 "MQ_JOB_RUNNER": "inline",  # admin bulk jobs run in the request locally
+                "MQ_LOCAL_STACK": "true",  # `mailqueue doctor`: no public DNS here, says so
                 # explicit and local only (the banner says so): any caller, any sender
                 "MQ_SENDER_POLICY": PERMISSIVE_SENDER_POLICY,
                 # the development token's and SigV4 callers are the local operators

@@ -202,3 +202,60 @@ def test_a_missing_token_gets_a_hint(
     code, _, err = run("--api", "http://127.0.0.1:9/", "--region", "us-east-1", "size")
     assert code == cli.EXIT_USAGE
     assert "MAILQUEUE_TOKEN" in err and "no AWS credentials" in err
+
+
+def test_aws_region_is_honoured_for_signing(
+    admin: Admin, cli_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 28, item 2: AWS_REGION is documented as a source of the region (boto3 itself
+    reads only AWS_DEFAULT_REGION)."""
+    monkeypatch.delenv("AWS_DEFAULT_REGION", raising=False)
+    monkeypatch.delenv("MAILQUEUE_TOKEN", raising=False)
+    monkeypatch.setenv("AWS_REGION", cli_env["AWS_DEFAULT_REGION"])
+    with serve({"/v1/queue": lambda ev, ctx: admin_app.handle(ev, ctx, admin.api)}) as url:
+        code, out, err = run("--api", url, "size")
+    assert code == 0, err
+    assert "no AWS region" not in err
+
+
+def test_the_local_stack_without_a_token_says_token_first(
+    admin: Admin, cli_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 28, item 2: a loopback API (the local stack) without a token: the token is
+    the likelier problem, so it is said before the region."""
+    for name in ("AWS_REGION", "AWS_DEFAULT_REGION", "MAILQUEUE_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    code, _, err = run("--api", "http://127.0.0.1:9/", "size")
+    assert code == cli.EXIT_USAGE
+    assert err.splitlines()[0].startswith("mailqueue: no token") or err.startswith("no token"), err
+    assert err.index("MAILQUEUE_TOKEN") < err.index("no AWS region")
+
+
+def test_show_of_a_finished_mail_says_so_and_no_next_attempt(
+    admin: Admin, cli_env: dict[str, str]
+) -> None:
+    """Issue 28, item 4: a delivered mail is finished: no "next attempt", the content
+    cleaned up, where its events are."""
+    from mailqueue.core.model import Result
+
+    q = admin.enqueue("bob@example.net")
+    claim = admin.storage.send_start(MailRef(q.mail_id, q.groups[0]), utcnow(), lease_seconds=60)
+    assert not isinstance(claim, ClaimRefused)
+    admin.storage.send_done(claim, ["r0"], Result(250, "2.0.0", "ok"))
+    code, out, err = run("--local", "show", q.mail_id)
+    assert code == 0, err
+    assert "status: finished" in out and "event log" in out
+    assert "next attempt" not in out
+    assert "finished at: 20" in out and "(content cleaned up)" in out
+    code, out, err = run("--local", "show", q.mail_id, "--json")
+    doc = json.loads(out)
+    assert doc["finished"] is True and doc["groups"][0]["next_attempt_at"] is None
+
+
+def test_show_of_a_mail_no_longer_in_the_queue_says_what_happened(
+    admin: Admin, cli_env: dict[str, str]
+) -> None:
+    """Issue 28, item 4: a bounced-and-cleaned mail is gone: say so, and where to look."""
+    code, out, err = run("--local", "show", "01JZZZZZZZZZZZZZZZZZZZZZZZ")
+    assert code == cli.EXIT_REFUSED and out == ""
+    assert "not in the queue" in err and "cleaned up" in err and "event log" in err

@@ -165,3 +165,45 @@ def test_cli_through_the_api_in_process(
     code, out, err = run("doctor", "--local")
     assert (code, err) == (0, ""), err
     assert "9 ok, 0 failing" in out
+
+
+def test_on_the_local_stack_the_doctor_says_its_checks_are_for_a_deployment(
+    admin: Admin, stored: AwsEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 28, item 6: the local stack (MQ_LOCAL_STACK, set by it) publishes no DNS: not
+    "0 ok, 10 failing" against the machine's resolver, but a plain word and exit 0."""
+    s = stored.settings
+    for k, v in {
+        "MQ_TABLE": s.table,
+        "MQ_BUCKET": s.bucket,
+        "MQ_DELIVERY_QUEUE_URL": s.delivery_queue_url,
+        "MQ_BOUNCE_QUEUE_URL": s.bounce_queue_url,
+        "MQ_ENDPOINT_URL": stored.endpoint,
+        "MQ_HOSTNAME": "localhost",
+        "MQ_DKIM_DOMAINS": DKIM,
+        "MQ_LOCAL_STACK": "true",
+    }.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("MQ_DNS_NAMESERVERS", raising=False)
+    code, out, err = run("doctor", "--local")
+    assert (code, err) == (0, ""), err
+    assert out.startswith("not checked: ") and "for a deployment" in out
+    assert "dkim-records.txt" in out and "FAIL" not in out
+
+
+def test_the_same_finding_is_listed_once() -> None:
+    """Issue 28, item 6: the EHLO name is a sender domain too and no sending IP is set: the
+    SPF line ("no sending IPs configured") was printed twice."""
+    from mailqueue.outbound.doctor import DoctorSettings
+    from mailqueue.outbound.doctor import run as run_checks
+
+    settings = DoctorSettings(
+        hostname="mq.example.com",
+        sender_domains="mq.example.com",
+        dns_nameservers="127.0.0.1:9",
+        dns_timeout_seconds=0.2,
+    )
+    found = run_checks(settings.input(), settings.resolver(), lambda ref: None)
+    lines = [(f.check, f.subject, f.detail) for f in found]
+    assert len(lines) == len(set(lines)), lines
+    assert ("spf", "mq.example.com", "no sending IPs configured") in lines

@@ -41,3 +41,28 @@ def test_bad_dkim_settings_stop_the_function(ingress: Ingress) -> None:
         ingress.with_settings(dkim_domains='{"shop.example.org": []}')
     with pytest.raises(ConfigError):
         ingress.with_settings(dkim_unsigned_policy="maybe")
+
+
+OBSOLETE = (
+    b"From: Shop <orders@shop.example.org>\r\nTo : Customer <customer@example.net>\r\n"
+    b"Subject: obsolete syntax\r\n\r\nbody\r\n"
+)
+NO_COLON = (
+    b"From: Shop <orders@shop.example.org>\r\nX-Broken header without a colon\r\n"
+    b"Subject: x\r\n\r\nbody\r\n"
+)
+
+
+@pytest.mark.parametrize("content", [OBSOLETE, NO_COLON], ids=["space-before-colon", "no-colon"])
+def test_refuse_policy_refuses_a_mail_dkim_cannot_sign(ingress: Ingress, content: bytes) -> None:
+    """Issue 28, item 19: a signing domain's mail that dkimpy cannot parse would leave
+    unsigned (and fail DMARC); under "refuse" it is a 422 with the reason, nothing stored."""
+    strict = ingress.with_settings(dkim_domains=SHOP, dkim_unsigned_policy="refuse")
+    before = strict.trace()
+    status, body, _ = strict.http(ev.http_send(content=ev.b64(content)))
+    assert (status, body["error"], body["field"]) == (422, "dkim_unsignable", "content"), body
+    assert "syntax" in body["message"] and "customer@" not in body["message"]
+    assert strict.trace().new_since(before) == (set(), set(), 0)
+    # "send" keeps the old behaviour: accepted (delivery sends it unsigned)
+    lenient = ingress.with_settings(dkim_domains=SHOP, dkim_unsigned_policy="send")
+    assert lenient.http(ev.http_send(content=ev.b64(content)))[0] == 202

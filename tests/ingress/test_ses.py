@@ -115,6 +115,9 @@ def test_failed_verdicts_are_rejected_by_default(
     assert strict(event) == {"disposition": "STOP_RULE"}
     assert strict.trace().new_since(before) == (set(), set(), 0)
     assert [r["mailqueue"]["reject"]["reason"] for r in strict.rejects()] == [verdict]
+    # SES's own value where SES has one: "Bad content" is its Reject reason for a virus
+    ses_reason = "Bad content" if verdict == "virus" else "mailqueue:spam"
+    assert [r["reject"]["reason"] for r in strict.rejects()] == [ses_reason]
     assert _raw_keys(strict) == set()
     lenient = strict.with_settings(**{setting: "accept"})
     _store_raw(lenient, event)

@@ -289,3 +289,45 @@ def test_the_real_ingress_handler_queues_a_mail_through_the_gateway(aws: AwsEnv)
         assert status in (400, 422) and answer["field"].startswith("recipients")
     finally:
         gw.stop()
+
+
+def test_a_body_swapped_under_a_signed_payload_hash_is_refused() -> None:
+    """Issue 28, item 16: x-amz-content-sha256 is signed, but the body must hash to it
+    (botocore's canonical request trusts the header; API Gateway checks the payload)."""
+    import hashlib
+
+    auth = LocalAuth(TOKEN)
+    url = "http://127.0.0.1:3000/v1/messages"
+    body = b'{"sender":"a@example.org"}'
+    req = AWSRequest(
+        method="POST",
+        url=url,
+        data=body,
+        headers={"x-amz-content-sha256": hashlib.sha256(body).hexdigest()},
+    )
+    SigV4Auth(Credentials("MQLOCALDEV", TOKEN), "execute-api", "us-east-1").add_auth(req)
+    headers = {k.lower(): v for k, v in req.headers.items()}
+    headers["host"] = "127.0.0.1:3000"
+    assert "x-amz-content-sha256" in headers["authorization"]  # the hash header is signed
+    assert auth.authenticate("POST", url, headers, body).user_arn.endswith("local-sigv4")
+    with pytest.raises(AuthError):
+        auth.authenticate("POST", url, headers, b'{"sender":"evil@example.org"}')
+
+
+@pytest.mark.parametrize("method", ["TRACE", "CONNECT", "PROPFIND", "FROBNICATE"])
+def test_unknown_methods_get_a_4xx_not_501(
+    gateway: tuple[ApiGateway, list[dict[str, Any]]], method: str
+) -> None:
+    import http.client
+
+    gw, seen = gateway
+    host, port = gw.url.split("//")[1].split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    try:
+        target = f"{host}:{port}" if method == "CONNECT" else "/v1/messages"
+        conn.request(method, target, headers={"authorization": f"Bearer {TOKEN}"})
+        status = conn.getresponse().status
+    finally:
+        conn.close()
+    assert 400 <= status < 500, status
+    assert seen == []

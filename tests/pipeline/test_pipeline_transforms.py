@@ -106,6 +106,10 @@ REASON_CASES = [
      "connection timed out to <id>.<id>.example"),
     ("smtp; 552 5.2.2 Mailbox full (quota exceeded) id=00ab12cd34ef",
      "mailbox full (quota exceeded) id=<id>"),
+    # issue 28: an all-digit id is the same reason, not "id=#"
+    ("smtp; 552 5.2.2 Mailbox full (quota exceeded) id=0012345678",
+     "mailbox full (quota exceeded) id=<id>"),
+    ("smtp; 451 4.3.0 Queue ID:98765 busy", "queue id:<id> busy"),
     ("  SMTP;   554   Service unavailable; Client host [198.51.100.3] blocked",
      "service unavailable; client host <ip> blocked"),
     ("rate limit exceeded", "rate limit exceeded"),

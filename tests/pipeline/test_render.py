@@ -4,10 +4,13 @@ tables show the numbers they are given."""
 
 from __future__ import annotations
 
+import html
 import re
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
+import pytest
 from mq_pipeline import render
 
 W = render.W
@@ -167,3 +170,55 @@ def test_domain_senders_rejects_and_dsn_tables_show_their_numbers() -> None:
         {"recipients": 3, "delivered": 2, "bounced": 0, "deleted": 0, "pending": 1, "bytes": 6000}
     )
     assert re.findall(r"<td[^>]*>([^<]*)</td>", dsn) == ["3", "2", "0", "0", "1", "6.0 kB"]
+
+
+def _text_boxes(svg: str) -> list[tuple[float, float, float, float, str]]:
+    """(left, right, top, bottom, text) of each <text>, its width estimated at 0.62 em a
+    character (wide for this sans-serif: an overlap is never missed)."""
+    boxes = []
+    for m in re.finditer(
+        r'<text x="([\d.]+)" y="([\d.]+)" text-anchor="(\w+)"[^>]*font-size="(\d+)"[^>]*>'
+        r"([^<]*)</text>",
+        svg,
+    ):
+        x, y, anchor, size, s = float(m[1]), float(m[2]), m[3], int(m[4]), html.unescape(m[5])
+        w = 0.62 * size * len(s)
+        left = {"start": x, "middle": x - w / 2, "end": x - w}[anchor]
+        boxes.append((left, left + w, y - size, y, s))
+    return boxes
+
+
+@pytest.mark.parametrize("worst", [0.0, 0.03, 0.3, 1.0])
+def test_the_top_domains_chart_labels_never_overlap(worst: float) -> None:
+    """Issue 28, item 8: the SES band labels overlapped each other (a wide axis puts
+    2 %, 5 % and 10 % close together) and the bars' labels."""
+    rows = [
+        delivery_row(f"d{i}.example", 100 - i, 0.9, worst * (i % 3) / 2) for i in range(12)
+    ]
+    boxes = _text_boxes(render.chart_domain_rates(rows))
+    clashes = [
+        (a[4], b[4])
+        for i, a in enumerate(boxes)
+        for b in boxes[i + 1 :]
+        if a[0] < b[1] and b[0] < a[1] and a[2] < b[3] and b[2] < a[3]
+    ]
+    assert clashes == []
+
+
+def test_numbers_in_tables_do_not_wrap() -> None:
+    """Issue 28, item 8: "713.5 k" and "4.0 min" wrapped in the domain table at 10 M events;
+    number cells keep on one line (the table scrolls sideways instead)."""
+    dom = render.domain_table([delivery_row("d.example", 713_500, 0.5, 0.0)])
+    assert '<div class=tw><table>' in dom and "<td class=r>713.5 k</td>" in dom
+    css = Path(render.__file__).read_text()  # the page's style sheet (an f-string there)
+    assert ".r{{text-align:right;white-space:nowrap}}" in css and ".tw{{overflow-x:auto}}" in css
+
+
+def test_the_jobs_last_line_says_what_breached() -> None:
+    lines = render.breach_lines(
+        [{"grain": "domain", "key": "gmail.test", "value": 0.053, "band": "review",
+          "recipients": 1200}]
+    )
+    assert lines == [
+        "domain gmail.test: hard bounces 5.30 % of 1,200 recipients, over the review band (5%)"
+    ]

@@ -160,7 +160,8 @@ def test_moto_deploy_leaves_out_only_what_moto_cannot_create(stack: Stack) -> No
     assert created | set(stack.outputs.skipped) == set(types)
     # every data resource, function and role is created as the template declares it
     for lid, kind in types.items():
-        if lid.startswith("Analytics"):  # behind EnableAnalytics=false (EMR is not in moto)
+        # behind EnableAnalytics=false (EMR is not in moto), ContentAccessLogging=off
+        if lid.startswith(("Analytics", "AccessLog")):
             assert lid in stack.outputs.skipped, lid
             continue
         if kind in (
@@ -178,7 +179,7 @@ def test_moto_deploy_leaves_out_only_what_moto_cannot_create(stack: Stack) -> No
             types[lid] in MOTO_SKIPPED
             or types[lid] == "AWS::Lambda::Permission"
             or lid in ("SubmitterPolicy", "OperatorPolicy")  # name the HTTP API's routes
-            or lid.startswith("Analytics")  # condition off
+            or lid.startswith(("Analytics", "AccessLog"))  # condition off
             or types[lid].startswith("AWS::EC2::")  # EgressMode relay: no network
             or lid == "Dashboard"  # behind EnableDashboard=false
             or lid == "ListUnsubscribeSecret"  # behind ListUnsubscribeUrl=""

@@ -7,6 +7,7 @@ Its own module so that the command modules (`cli.doctor`, `cli.suppress`, ...) a
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,6 +17,15 @@ TOKEN_HINT = (
     "the local stack wants its development token: export MAILQUEUE_TOKEN=<token from "
     "`make run`'s banner> (or --token); a deployed API wants SigV4 credentials"
 )
+
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(text: object) -> str:
+    """Text from the API for a terminal: control characters (ESC, CR, LF, ...) shown as
+    escapes, never written raw (a stored reason must not drive the operator's terminal)."""
+    return _UNPRINTABLE.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))
+
 
 class CliError(Exception):
     def __init__(self, message: str, code: int = EXIT_REFUSED) -> None:

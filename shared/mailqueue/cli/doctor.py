@@ -42,6 +42,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 def _print(doc: Mapping[str, Any], ns: argparse.Namespace, out: TextIO) -> int:
     if ns.json:
         out.write(json.dumps(doc) + "\n")
+    elif doc.get("skipped"):
+        out.write(f"not checked: {doc['skipped']}\n")
     else:
         out.write(render([Finding(**f) for f in doc.get("findings", [])]))
     return 0 if doc.get("ok") else 1

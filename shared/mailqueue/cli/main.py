@@ -49,6 +49,7 @@ from mailqueue.cli.common import (  # noqa: F401 (the exit codes are part of the
     _ok,
     _refusal,
 )
+from mailqueue.cli.finished import GONE, finished_status, group_line, unsignable
 from mailqueue.core.config import ConfigError, StorageSettings, settings_from_env
 from mailqueue.core.errors import MailqueueError
 from mailqueue.core.model import Result
@@ -123,14 +124,10 @@ class HttpClient:
             m = _REGION_RE.search(self.base)
             region = m.group(1) if m else None
         if not region:
-            raise CliError(
-                f"no AWS region: give --region or set AWS_REGION\nhint: {TOKEN_HINT}", EXIT_USAGE
-            )
+            raise unsignable(self.base, "no AWS region: give --region or set AWS_REGION")
         creds = session.get_credentials()
         if creds is None:
-            raise CliError(
-                f"no AWS credentials found to sign the request\nhint: {TOKEN_HINT}", EXIT_USAGE
-            )
+            raise unsignable(self.base, "no AWS credentials found to sign the request")
         return creds.get_frozen_credentials(), region
 
     def request(
@@ -341,11 +338,9 @@ def render_mail(doc: Mapping[str, Any], out: TextIO) -> None:
         v = doc.get(k)
         if v is not None:
             out.write(f"{k}: {v if v != '' else '<>'}\n")
+    out.write(finished_status(doc))
     for g in doc.get("groups", []):
-        out.write(
-            f"group: {g['group']}  state: {g['state']}  next attempt: "
-            f"{g.get('next_attempt_at') or '-'}  attempts: {g.get('attempts', 0)}\n"
-        )
+        out.write(group_line(g))
         for r in g.get("recipients", []):
             out.write(
                 f"  recipient {r['id']}: {r['address']}  {r['state']}  attempts: "
@@ -482,7 +477,10 @@ def cmd_shape(c: Client, ns: argparse.Namespace, out: TextIO, err: TextIO) -> in
 
 def cmd_show(c: Client, ns: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     query = {"body": "true"} if ns.body else {}
-    doc = _ok(c.request("GET", f"/v1/queue/mails/{urllib.parse.quote(ns.mail_id, safe='')}", query))
+    answer = c.request("GET", f"/v1/queue/mails/{urllib.parse.quote(ns.mail_id, safe='')}", query)
+    if answer[0] == 404 and answer[1].get("error") == "not_found":
+        raise CliError(f"{ns.mail_id}: {GONE}")
+    doc = _ok(answer)
     if ns.json:
         _emit_json(doc, out)
     else:
@@ -800,7 +798,8 @@ def make_client(ns: argparse.Namespace, env: Mapping[str, str]) -> Client:
         # a development token (the local stack) replaces SigV4; otherwise sign
         sign=not ns.no_sign and not token,
         token=token,
-        region=ns.region,
+        # boto3 reads only AWS_DEFAULT_REGION; AWS_REGION is documented (and the CLI's)
+        region=ns.region or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION"),
         profile=ns.profile,
     )
 

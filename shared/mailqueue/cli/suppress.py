@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import urllib.parse
 from collections.abc import Iterator
@@ -65,36 +66,86 @@ def _pages(c: Any, query: dict[str, str]) -> Iterator[dict[str, Any]]:
 
 
 def _line(e: dict[str, Any]) -> str:
+    from mailqueue.cli.common import printable
+
     src = f" mail {e['source']}" if e.get("source") else ""
     who = f" by {e['actor']}" if e.get("actor") else ""
-    return (
+    return printable(
         f"{e['address']:<40} until {e['expires_at']}  since {e['added_at']}{who}{src}"
-        f"  {e.get('reason') or ''}\n"
-    )
+        f"  {e.get('reason') or ''}"
+    ) + "\n"
 
 
-def _entries(stream: TextIO) -> Iterator[dict[str, Any]]:
+def _read_import(data: bytes) -> list[tuple[int, dict[str, Any]]]:
+    """Every entry of an import file with its line number, the whole file checked before
+    anything is sent: UTF-8 (a spreadsheet's BOM stripped), each address and reason valid
+    as the API will judge it, so a bad line 99,999 is refused before line 1 is written."""
     from mailqueue.cli.common import CliError
+    from mailqueue.core.errors import InvalidInput
+    from mailqueue.core.validate import check_text
+    from mailqueue.outbound.suppression import MAX_REASON, normalise
 
-    for n, raw in enumerate(stream, 1):
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        lineno = data[: e.start].count(b"\n") + 1
+        raise CliError(
+            f"line {lineno}: not UTF-8 (byte 0x{data[e.start]:02x}); save the file as UTF-8"
+        ) from None
+    out: list[tuple[int, dict[str, Any]]] = []
+    for n, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
         if line.startswith("{"):
             try:
                 doc = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):
                 raise CliError(f"line {n}: not JSON") from None
             if not isinstance(doc, dict) or not isinstance(doc.get("address"), str):
                 raise CliError(f"line {n}: a JSON line needs an address")
-            yield {"address": doc["address"], "reason": doc.get("reason") or "imported"}
+            address, reason = doc["address"], doc.get("reason") or "imported"
+            if not isinstance(reason, str):
+                raise CliError(f"line {n}: reason must be text")
         else:
             address, _, reason = line.partition(",")
-            yield {"address": address.strip(), "reason": reason.strip() or "imported"}
+            address, reason = address.strip(), reason.strip() or "imported"
+        try:
+            normalise(address)
+            check_text(reason, "reason")
+        except InvalidInput as e:
+            raise CliError(f"line {n}: {e.code}: {e.message}") from None
+        if len(reason) > MAX_REASON:
+            raise CliError(f"line {n}: reason longer than {MAX_REASON} characters")
+        out.append((n, {"address": address, "reason": reason}))
+    return out
+
+
+def _import(c: Any, entries: list[tuple[int, dict[str, Any]]], extra: dict[str, Any]) -> int:
+    """POST the checked entries in chunks; a refusal names the file's line, not the
+    index inside a chunk."""
+    from mailqueue.cli.common import _refusal
+
+    added = 0
+    for i in range(0, len(entries), _IMPORT_BATCH):
+        chunk = entries[i : i + _IMPORT_BATCH]
+        body = {"entries": [e for _, e in chunk], **extra}
+        status, doc, _ = c.request("POST", "/v1/queue/suppressions", body=body)
+        if status != 200:
+            m = re.fullmatch(r"entries\[(\d+)\]", str(doc.get("field") or ""))
+            line = chunk[int(m.group(1))][0] if m and int(m.group(1)) < len(chunk) else 0
+            if line:
+                doc = {**doc, "field": None, "message": f"line {line}: {doc.get('message')}"}
+            err = _refusal(status, doc)
+            if added:
+                err = type(err)(f"{err} ({added} entries before it were added)", err.code)
+            raise err
+        added += int(doc.get("added", 0))
+    return added
 
 
 def cmd_suppression(c: Any, ns: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from mailqueue.cli.common import EXIT_OK, _ok, _refusal
+    from mailqueue.cli.common import EXIT_OK, _ok
 
     if ns.op == "list":
         query = {"limit": str(ns.limit)}
@@ -129,20 +180,13 @@ def cmd_suppression(c: Any, ns: argparse.Namespace, out: TextIO, err: TextIO) ->
         return EXIT_OK
     extra = {"ttl_days": ns.ttl_days} if ns.ttl_days is not None else {}
     if ns.op == "add":
-        entries = [{"address": a, "reason": ns.reason} for a in ns.addresses]
-    else:  # import
-        if ns.file == "-":
-            entries = list(_entries(sys.stdin))
-        else:
-            with open(ns.file, encoding="utf-8") as f:
-                entries = list(_entries(f))
-    added = 0
-    for i in range(0, len(entries), _IMPORT_BATCH):
-        body = {"entries": entries[i : i + _IMPORT_BATCH], **extra}
-        status, doc, _ = c.request("POST", "/v1/queue/suppressions", body=body)
-        if status != 200:
-            raise _refusal(status, doc)
-        added += int(doc.get("added", 0))
+        entries = [(0, {"address": a, "reason": ns.reason}) for a in ns.addresses]
+    elif ns.file == "-":
+        entries = _read_import(sys.stdin.buffer.read())
+    else:
+        with open(ns.file, "rb") as f:
+            entries = _read_import(f.read())
+    added = _import(c, entries, extra)
     if not ns.quiet:
         out.write(f"suppressed {added} address(es)\n")
     return EXIT_OK

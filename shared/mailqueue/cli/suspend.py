@@ -46,8 +46,11 @@ def _scope(ns: argparse.Namespace) -> tuple[str, str]:
 
 
 def _line(s: dict[str, Any]) -> str:
+    from mailqueue.cli.common import printable
+
     who = f" by {s['actor']}" if s.get("actor") else ""
-    return f"{s['scope']:<13} {s['target']:<32} until {s['until']}{who}  {s.get('reason') or ''}\n"
+    line = f"{s['scope']:<13} {s['target']:<32} until {s['until']}{who}  {s.get('reason') or ''}"
+    return printable(line) + "\n"
 
 
 def cmd_suspend(c: Any, ns: argparse.Namespace, out: TextIO, err: TextIO) -> int:

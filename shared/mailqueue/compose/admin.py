@@ -98,9 +98,16 @@ def default_doctor(
 ) -> dict[str, Any]:
     """Run every check with MQ_* settings (explicit values win); ConfigError if invalid."""
     # DNS checks pull in dnspython: loaded only when asked (the admin function's cold start)
-    from mailqueue.outbound.doctor import DoctorSettings, doctor_report, run
+    from mailqueue.outbound.doctor import (
+        DoctorSettings,
+        doctor_report,
+        local_stack_report,
+        run,
+    )
 
     settings = DoctorSettings.from_env(env, **explicit)
+    if settings.local_stack and not explicit.get("dns_nameservers"):
+        return local_stack_report()
     source = env if env is not None else os.environ
     if keys is None:
         keys = aws_keys(

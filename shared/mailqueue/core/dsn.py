@@ -438,7 +438,7 @@ def _diagnostic_code(result: Result) -> str | None:
         reply = text if text.split(" ", 1)[0].rstrip("-") == code else f"{code} {text}"
         return f"smtp; {reply.strip()}"
     # no SMTP reply (connection-level failure): an extension diagnostic-type, RFC 3464 §2.3.6
-    return f"X-mailqueue; {text}" if text else None
+    return f"x-mailqueue; {text}" if text else None
 
 
 def _date(value: datetime) -> str:
@@ -596,10 +596,14 @@ def _returned_part(
 # The report
 
 
+# Subjects no other MTA uses: bounce parsers (Sisimai, ...) pick an MTA-specific reader
+# by Subject, and Postfix's "Undelivered Mail Returned to Sender" made Sisimai read our
+# multi-recipient reports with Postfix's reader, misattributing statuses. These fall to
+# the generic RFC 3464 readers (tests/test_dsn_flufl.py, and Sisimai checked by hand).
 _SUBJECTS = {
-    Notify.FAILURE: "Undelivered Mail Returned to Sender",
-    Notify.DELAY: "Delayed Mail (still being retried)",
-    Notify.SUCCESS: "Successful Mail Delivery Report",
+    Notify.FAILURE: "Mail returned to sender: not delivered",
+    Notify.DELAY: "Mail not yet delivered: still being retried",
+    Notify.SUCCESS: "Mail delivered: success report",
 }
 
 

@@ -34,6 +34,11 @@ OPERATOR_EVENT = f"{NAMESPACE}:Operator"
 #: one-click unsubscribe (SES's Subscription event); reputation pauses (ours, no `mail`)
 SUBSCRIPTION_EVENT = "Subscription"
 REPUTATION_EVENT = f"{NAMESPACE}:Reputation"
+#: SES's own value where SES has one: its Reject object's reason is "Bad content" for a
+#: virus (https://docs.aws.amazon.com/ses/latest/dg/event-publishing-retrieving-sns-contents.html,
+#: "Reject object": the only value SES uses); others are ours, namespaced "mailqueue:".
+SES_REJECT_REASONS = {"virus": "Bad content"}
+
 EVENT_TYPES = (
     "Send",
     "Delivery",
@@ -311,7 +316,7 @@ class QueueEvent:
                 ours["nextAttemptAt"] = self.extra["next_attempt_at"]
         elif self.event_type == "Reject":
             reason = str(self.extra.get("reason") or "unspecified")
-            doc["reject"] = {"reason": f"{NAMESPACE}:{reason}"}
+            doc["reject"] = {"reason": SES_REJECT_REASONS.get(reason, f"{NAMESPACE}:{reason}")}
             ours["reject"] = {
                 "timestamp": ts,
                 "reason": reason,

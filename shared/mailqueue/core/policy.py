@@ -42,6 +42,7 @@ __all__ = [
     "dns_null_mx",
     "dns_temporary",
     "expired",
+    "lifetime_text",
     "local_result",
     "parse_enhanced_status",
     "visibility_hops",
@@ -224,16 +225,32 @@ def dns_temporary(name: str, rdtype: str, why: str) -> Result:
     )
 
 
+def lifetime_text(lifetime: timedelta) -> str:
+    """A queue lifetime as Postfix words it: ``5 days``, ``1 day``, ``36 hours``, ``90
+    minutes``, ``45 seconds`` (the largest unit that divides it; not timedelta's text)."""
+    seconds = int(lifetime.total_seconds())
+    for unit, size in (("day", 86400), ("hour", 3600), ("minute", 60)):
+        if seconds >= size and seconds % size == 0:
+            n = seconds // size
+            return f"{n} {unit}{'s' if n != 1 else ''}"
+    return f"{seconds} second{'s' if seconds != 1 else ''}"
+
+
 def expired(last: Result | None, lifetime: timedelta) -> Result:
     """The bounce for a mail older than the queue lifetime (RFC 3463 X.4.7).
 
-    Class 4 as in sendmail/Postfix DSNs ("failed" with the transient cause kept in the
-    text): callers must treat it as final even though ``Result.permanent`` is False.
+    The queue's own verdict, not a server's reply: code 0, so the DSN and the event log
+    say ``x-mailqueue; message expired after 5 days`` (Postfix: "message expired"), with
+    the last server's reply kept in the text. Class 4 as in sendmail/Postfix DSNs
+    ("failed" with the transient cause kept in the text): callers must treat it as final
+    even though ``Result.permanent`` is False.
     """
-    why = f"; last error: {last.text}" if last is not None and last.text else ""
+    why = ""
+    if last is not None and last.text:
+        said = f"{last.code} {last.text}" if last.code else last.text
+        why = f"; last error: {said}"
     return local_result(
         "4.4.7",
-        f"delivery time expired after {lifetime}{why}",
+        f"message expired after {lifetime_text(lifetime)}{why}",
         last.remote_mta if last is not None else None,
-        last.code if last is not None else 0,
     )

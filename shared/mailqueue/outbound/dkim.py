@@ -262,6 +262,31 @@ def wire_form(content: bytes) -> bytes:
     return data if data.endswith(b"\r\n") else data + b"\r\n"
 
 
+def unsignable(content: bytes) -> str | None:
+    """Why :func:`sign_one` would refuse this mail before any key is read (None: it can
+    sign it): dkimpy's own header parser over the header section, and a From field.
+    Ingress asks under ``DkimUnsignedPolicy=refuse``, so such a mail is a 422 instead of
+    leaving unsigned. The reason names no header value (they hold addresses)."""
+    import dkim as dkimpy  # here, not at import: see sign_one
+
+    try:
+        headers, _ = dkimpy.rfc822_parse(wire_form(header_section(content)))
+    except dkimpy.MessageFormatError:
+        return (
+            "a header field is not in the syntax DKIM signs (obsolete syntax such as "
+            "whitespace before the colon)"
+        )
+    if not any(bytes(name).lower() == b"from" for name, _ in headers):
+        return "no From field"
+    return None
+
+
+def body_length(message: bytes) -> int:
+    """Octets of the body of a CRLF message (after the first empty line)."""
+    end = message.find(b"\r\n\r\n")
+    return 0 if end < 0 else len(message) - end - 4
+
+
 # ---------------------------------------------------------------------- signing
 KeySource = Callable[[str], str]
 """Resolves ``secretsmanager:<name>`` / ``ssm:<name>`` to the secret's string (cached)."""
@@ -319,7 +344,9 @@ class DkimSigner:
             return message, []
         fields: list[bytes] = []
         done: list[Signature] = []
-        body: BodyCanon = "relaxed" if len(message) <= self.relaxed_body_max else "simple"
+        # the threshold is on the body, which the body canonicalisation costs (not headers)
+        small = body_length(message) <= self.relaxed_body_max
+        body: BodyCanon = "relaxed" if small else "simple"
         for selector in self.config.domains[domain]:
             algorithm, private = self.load(domain, selector)
             fields.append(sign_one(message, domain, selector, algorithm, private, body=body))

@@ -42,6 +42,7 @@ __all__ = [
     "check_dmarc",
     "check_fcrdns",
     "check_spf",
+    "local_stack_report",
     "dkim_public_txt",
     "render",
     "run",
@@ -94,6 +95,9 @@ class DoctorSettings:
     dkim_key_store: str = "secretsmanager"
     dns_nameservers: str = ""  # "127.0.0.1:5353" for tests; empty: the system resolver
     dns_timeout_seconds: float = 5.0
+    # the local stack (MQ_LOCAL_STACK): it publishes no DNS, so the checks are skipped
+    # with a plain word instead of failing against the machine's resolver
+    local_stack: bool = False
 
     def __post_init__(self) -> None:
         self.input()  # fail fast on malformed settings
@@ -406,8 +410,27 @@ def check_dmarc(domain: str, resolver: dns.resolver.Resolver) -> Finding:
     return Finding("dmarc", domain, False, "no DMARC record", publish)
 
 
+LOCAL_STACK_NOTE = (
+    "these checks (PTR/FCrDNS, EHLO, SPF, DKIM, DMARC) are for a deployment: they read the "
+    "public DNS of its sending IPs and domains, and the local stack publishes none. Its DKIM "
+    "public keys are in var/dkim-records.txt (and the READY line); to check records you "
+    "published, run `mailqueue doctor --here --ip IP --ehlo NAME --dns-server HOST:PORT`."
+)
+
+
+def local_stack_report() -> dict[str, Any]:
+    """The doctor's answer on the local stack: nothing checked, and why (not a failure)."""
+    return {"ok": True, "findings": [], "publish": [], "skipped": LOCAL_STACK_NOTE}
+
+
 def run(inp: DoctorInput, resolver: dns.resolver.Resolver, keys: KeySource) -> list[Finding]:
-    """Every check for the configuration, in a stable order."""
+    """Every check for the configuration, in a stable order, each line once (the EHLO
+    name is often a sender domain too: its identical SPF finding is not repeated)."""
+    found = _run(inp, resolver, keys)
+    return [f for i, f in enumerate(found) if f not in found[:i]]
+
+
+def _run(inp: DoctorInput, resolver: dns.resolver.Resolver, keys: KeySource) -> list[Finding]:
     out: list[Finding] = []
     if not inp.sending_ips:
         out.append(Finding("fcrdns", "-", False, "no sending IPs configured (SendingIps)"))

@@ -67,6 +67,7 @@ if TYPE_CHECKING:
 from mailqueue.core.config import ConfigError
 from mailqueue.core.model import Result
 from mailqueue.core.policy import dns_null_mx, dns_nxdomain, dns_temporary, local_result
+from mailqueue.outbound.special import lookup
 
 __all__ = [
     "DEFAULT_MAX_ADDRESSES",
@@ -115,6 +116,8 @@ METADATA_ADDRESSES = frozenset(
 )
 _CGNAT = ipaddress.ip_network("100.64.0.0/10")  # RFC 6598 shared address space
 _NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
+# IANA's IPv6 address space registry: only 2000::/3 is allocated as global unicast
+_GLOBAL_UNICAST_V6 = ipaddress.ip_network("2000::/3")
 
 _Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -123,8 +126,10 @@ def address_refusal(address: str, allow: Iterable[_Network] = ()) -> str | None:
     """Why delivery must not connect to ``address`` from inside a VPC; None if it may.
 
     Anything not globally routable is refused (the named classes first, for a clear
-    diagnostic); IPv6 forms that embed an IPv4 address (mapped, 6to4, NAT64) are judged by
-    that address too, since the VPC's NAT64/6to4 would lead there. ``allow`` wins over all.
+    diagnostic): every block IANA's special-purpose registries list as not globally
+    reachable (:mod:`mailqueue.outbound.special`), IPv6 outside 2000::/3; IPv6 forms that
+    embed an IPv4 address (mapped, 6to4, NAT64) are judged by that address too, since the
+    VPC's NAT64/6to4 would lead there. ``allow`` wins over all.
     """
     try:
         ip = ipaddress.ip_address(address)
@@ -141,6 +146,12 @@ def address_refusal(address: str, allow: Iterable[_Network] = ()) -> str | None:
         if embedded is not None:
             inner = address_refusal(str(embedded), allow)
             return None if inner is None else f"{inner} embedded in IPv6"
+    # IANA's special-purpose registries decide for every block they list, the most
+    # specific entry winning (192.0.0.9/32 is reachable inside the refused 192.0.0.0/24);
+    # a refused one is named by its usual class first, for a clear diagnostic
+    special = lookup(ip)
+    if special is not None and special.globally_reachable:
+        return None
     for test, reason in (
         (ip.is_unspecified, "unspecified address"),
         (ip.is_loopback, "loopback address"),
@@ -153,6 +164,10 @@ def address_refusal(address: str, allow: Iterable[_Network] = ()) -> str | None:
     ):
         if test:
             return reason
+    if special is not None:
+        return special.refusal
+    if ip.version == 6 and ip not in _GLOBAL_UNICAST_V6:
+        return "outside IPv6 global unicast 2000::/3 (e.g. deprecated site-local fec0::/10)"
     if not ip.is_global:
         return "address not globally routable"
     return None

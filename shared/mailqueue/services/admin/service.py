@@ -19,7 +19,7 @@ import secrets
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from email.parser import HeaderParser
 from email.policy import default as default_policy
 from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
@@ -58,7 +58,7 @@ log = logging.getLogger(__name__)
 
 MAIL_ID_RE = re.compile(r"^[0-9A-Z]{26}$")
 # bounce-now: RFC 3463 X.4.7 "delivery time expired", reported as failed like a lifetime
-# expiry; code 0 because no SMTP server said anything (Diagnostic-Code: X-mailqueue; ...)
+# expiry; code 0 because no SMTP server said anything (Diagnostic-Code: x-mailqueue; ...)
 OPERATOR_EXPIRY = Result(code=0, status="4.4.7", text="message expired by operator")
 
 
@@ -239,7 +239,8 @@ def group_view(g: Group, now: datetime, *, history: bool = False) -> dict[str, A
         "sender": g.sender,
         "arrival": to_iso(g.arrival),
         "age_seconds": max(0, int((now - g.arrival).total_seconds())),
-        "next_attempt_at": to_iso(g.next_attempt_at),
+        # a finished group has no next attempt (its schedule field is left as it was)
+        "next_attempt_at": None if _finished(g) else to_iso(g.next_attempt_at),
         "lease_until": to_iso(g.lease_until),
         "size": g.size,
         "attempts": g.attempts,
@@ -247,7 +248,23 @@ def group_view(g: Group, now: datetime, *, history: bool = False) -> dict[str, A
     }
     if history:
         doc["history"] = [a.to_json() for a in g.history]
+    if _finished(g):
+        ends = [r.final_at or r.last_attempt_at for r in g.recipients]
+        doc["finished_at"] = to_iso(max((e for e in ends if e is not None), default=None))
     return doc
+
+
+def _epoch_iso(value: Any) -> str | None:
+    """An item's TTL attribute (epoch seconds) as ISO 8601, None when absent."""
+    try:
+        return to_iso(datetime.fromtimestamp(int(value), UTC)) if value is not None else None
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def _finished(g: Group) -> bool:
+    """Every recipient final (delivered, bounced, deleted): nothing more will be tried."""
+    return bool(g.recipients) and all(r.state.final for r in g.recipients)
 
 
 # ---------------------------------------------------------------------- cursors
@@ -466,6 +483,18 @@ class QueueAdmin:
             "groups": [group_view(g, now, history=True) for g in groups],
         }
         doc.update(self._content_view(mail_id, body))
+        # what happened to it, said plainly (issue 28): finished, cleaned up, where the rest is
+        tomb = bool(m.get("tomb"))
+        finished = tomb or bool(groups) and all(_finished(g) for g in groups)
+        doc["finished"] = finished
+        if finished and doc.get("content") == "missing":
+            doc["content"] = "cleaned up"
+        if tomb:  # a keyed mail after cleanup: kept so a late retry of its key is answered
+            doc["cleaned_up"] = True
+            doc["tombstone_expires_at"] = _epoch_iso(m.get("expires_at"))
+        elif finished and m.get("expires_at"):
+            # a finished mail's items stay until cleanup or DynamoDB's TTL removes them
+            doc["expires_at"] = _epoch_iso(m.get("expires_at"))
         return doc
 
     def _content_view(self, mail_id: str, with_body: bool) -> dict[str, Any]:

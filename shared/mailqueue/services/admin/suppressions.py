@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from mailqueue.core.errors import InvalidInput, NotFound
+from mailqueue.core.validate import check_text
 from mailqueue.outbound.suppression import (
     DEFAULT_TTL_DAYS,
     MAX_REASON,
@@ -91,6 +92,7 @@ class SuppressionApi:
             reason = e.get("reason") or "added by an operator"
             if not isinstance(reason, str) or len(reason) > MAX_REASON:
                 raise InvalidInput("invalid_value", f"reason: text up to {MAX_REASON}", where)
+            check_text(reason, where)  # no ESC/CR/LF: a reason is printed on terminals
             try:
                 addr = normalise(e["address"])
             except InvalidInput as err:

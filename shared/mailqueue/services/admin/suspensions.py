@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from mailqueue.core.errors import InvalidInput, NotFound
+from mailqueue.core.validate import check_text
 from mailqueue.outbound.shaping import RulesError, parse_duration
 from mailqueue.outbound.suspensions import (
     MAX_SECONDS,
@@ -59,6 +60,7 @@ class SuspensionApi:
         reason = doc.get("reason") or ""
         if not isinstance(reason, str) or len(reason) > 500:
             raise InvalidInput("invalid_value", "reason: text up to 500 characters", "reason")
+        check_text(reason, "reason")  # no ESC/CR/LF: a reason is printed on terminals
         now = self.clock().timestamp()
         s = Suspension(scope, target, now + seconds, reason, actor, now)
         self.store.put(s)

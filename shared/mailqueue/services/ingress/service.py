@@ -32,6 +32,7 @@ from mailqueue.core.errors import (
     TransientStorageError,
 )
 from mailqueue.core.events import EventEmitter, MailInfo, QueueEvent
+from mailqueue.core.jsonbody import parse_body
 from mailqueue.core.model import (
     PRIORITY_TAG,
     Envelope,
@@ -56,7 +57,7 @@ from mailqueue.core.trace import (
 )
 from mailqueue.core.transitions import TAG_VALUE_RE, merge_duplicates
 from mailqueue.core.validate import validate_address, validate_content, validate_sender
-from mailqueue.outbound.dkim import header_from_domain, header_section
+from mailqueue.outbound.dkim import header_from_domain, header_section, unsignable
 from mailqueue.outbound.suppression import (
     Entry,
     RecipientSuppressed,
@@ -72,7 +73,6 @@ from mailqueue.services.ingress.request import (
     check_idempotency_key,
     guard_parse,
     parse_batch,
-    parse_body,
     parse_submission,
     preview,
     printable,
@@ -678,13 +678,22 @@ class IngressService:
     def _check_dkim(self, env: Envelope, content: bytes) -> None:
         """DkimUnsignedPolicy=refuse: a mail that delivery would not sign is refused now,
         while the client can still be told (delivery never refuses for this)."""
-        if not self.dkim.refuses(header_from_domain(header_section(content)), env.null_sender):
-            return
-        raise InvalidInput(
-            "dkim_unsigned_domain",
-            "the From domain has no DKIM key here and unsigned mail is refused",
-            "content",
-        )
+        from_domain = header_from_domain(header_section(content))
+        if self.dkim.refuses(from_domain, env.null_sender):
+            raise InvalidInput(
+                "dkim_unsigned_domain",
+                "the From domain has no DKIM key here and unsigned mail is refused",
+                "content",
+            )
+        if self.dkim.unsigned_policy == "refuse" and (
+            self.dkim.signing_domain(from_domain, env.null_sender) is not None
+        ):
+            # a signing domain's mail that dkimpy cannot sign would leave unsigned
+            why = unsignable(content)
+            if why is not None:
+                raise InvalidInput(
+                    "dkim_unsignable", f"the mail cannot be signed: {why}", "content"
+                )
 
     def _read_upload(
         self, principal: str, upload_id: str, key: str, sub: Submission
