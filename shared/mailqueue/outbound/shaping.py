@@ -23,6 +23,7 @@ import math
 import random
 import re
 import secrets
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -615,6 +616,9 @@ class Shaper:
         self._pace: dict[str, tuple[float, float]] = {}  # site -> (last, mean use time)
         self._permit_at: dict[str, float] = {}  # site -> when the last permit was given
         self._rng = random.Random()
+        # the records of one invocation run at once (delivery's lanes): one limiter
+        # decision at a time per container, so its caches and blocks stay consistent
+        self._lock = threading.RLock()
 
     @staticmethod
     def new_holder() -> str:
@@ -657,10 +661,11 @@ class Shaper:
 
     # -- admission
     def admit(self, site: str, holder: str, messages: int) -> Permit | Wait:
-        got = self._admit(site, holder, messages)
-        if isinstance(got, Permit):
-            self._permit_at[site] = self.clock()
-        return got
+        with self._lock:
+            got = self._admit(site, holder, messages)
+            if isinstance(got, Permit):
+                self._permit_at[site] = self.clock()
+            return got
 
     def _admit(self, site: str, holder: str, messages: int) -> Permit | Wait:
         limits = self.limits(site)
@@ -729,6 +734,10 @@ class Shaper:
 
     def release(self, site: str, holder: str) -> None:
         """Give back a connection slot (end of invocation); a dead worker's slot expires."""
+        with self._lock:
+            self._release(site, holder)
+
+    def _release(self, site: str, holder: str) -> None:
         if self._slots.pop((site, holder), None) is None:
             return
         state = self._known.get(site) or self.store.load(site)
@@ -748,6 +757,10 @@ class Shaper:
     # -- backoff
     def on_reply(self, site: str, reply: Result) -> BackoffRule | None:
         """Match a reply against the backoff rules; apply the rule's site actions."""
+        with self._lock:
+            return self._on_reply(site, reply)
+
+    def _on_reply(self, site: str, reply: Result) -> BackoffRule | None:
         rule = self.backoff.match(site, reply)
         if rule is None:
             return None

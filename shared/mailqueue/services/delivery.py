@@ -9,13 +9,17 @@ keeps it with the visibility we set; everything else completes and the message i
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import io
 import json
 import logging
 import math
 import random
+import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -96,6 +100,9 @@ class DeliverySettings:
     dns_timeout_seconds: float = 5.0
     mx_port: int = 25  # tests and the local stack use unprivileged ports
     smtp_max_sessions: int = 2
+    # records of one SQS batch delivered at once (threads sharing the invocation's
+    # connection cache); 1: one after another. Default: the batch size (BatchSize 10)
+    batch_concurrency: int = 10
     # more `Received:` fields than this: a mail loop, bounced 5.4.6 (Postfix's hopcount_limit)
     hopcount_limit: int = HOPCOUNT_LIMIT
     # SES receiving domains: each needs an explicit route (its MX is SES, i.e. us: a loop)
@@ -141,6 +148,8 @@ class DeliverySettings:
             raise ConfigError("suspension_recheck_seconds must be within 1..43200")
         if not 1 <= self.suppression_ttl_days <= 3650:
             raise ConfigError("suppression_ttl_days must be within 1..3650")
+        if not 1 <= self.batch_concurrency <= 100:
+            raise ConfigError("batch_concurrency must be within 1..100")
         if self.egress_mode not in ("relay", "direct"):
             raise ConfigError("egress_mode must be 'relay' or 'direct'")
         try:
@@ -192,7 +201,9 @@ class DeliverySettings:
 
 @dataclass
 class Stats:
-    """Per-invocation counters, published as metrics by the handler."""
+    """Per-invocation counters, published as metrics by the handler. The records of a
+    batch run at once (`batch_concurrency`): every change goes through `add` under a lock,
+    so the counts stay exact."""
 
     delivered: int = 0
     bounced: int = 0
@@ -203,6 +214,15 @@ class Stats:
     groups: int = 0
     throttled: int = 0  # out of the site's budget: re-armed, not attempted
     extra: dict[str, int] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, name: str, n: int = 1) -> None:
+        with self._lock:
+            setattr(self, name, getattr(self, name) + n)
+
+    def add_extra(self, key: str, n: int = 1) -> None:
+        with self._lock:
+            self.extra[key] = self.extra.get(key, 0) + n
 
 
 class DeliveryService:
@@ -298,24 +318,83 @@ class DeliveryService:
             max_sessions=self.settings.smtp_max_sessions,
             tls_context_factory=self.tls_contexts,
         )
-        inv = Invocation(self, client, time_left or (lambda: 900.0))
+        lanes = ThreadPoolExecutor(
+            max_workers=self.settings.batch_concurrency, thread_name_prefix="delivery-lane"
+        )
+        inv = Invocation(self, client, time_left or (lambda: 900.0), lanes)
         try:
             yield inv
         finally:
+            lanes.shutdown(wait=True)  # no record outlives its invocation
             pool.close()
             inv.release_sites()
 
 
 class Invocation:
-    def __init__(self, svc: DeliveryService, client: SmtpClient, time_left: Callable[[], float]):
+    """One Lambda invocation: its records run at once on `lanes` (a bounded pool, at most
+    `batch_concurrency` threads), sharing the SMTP client and its connection cache, the
+    container's TLS contexts, routes and limiter, and one deadline (`time_left`)."""
+
+    def __init__(
+        self,
+        svc: DeliveryService,
+        client: SmtpClient,
+        time_left: Callable[[], float],
+        lanes: ThreadPoolExecutor | None = None,
+    ):
         self.svc = svc
         self.client = client
         self.time_left = time_left
         self.stats = Stats()
+        self._lanes = lanes
         self._hops: dict[str, list[Hop] | Result] = {}
-        self._holder = Shaper.new_holder()  # this invocation's connection slots
-        self._sites: set[str] = set()
+        self._lock = threading.Lock()
+        # connection slots (shaping's max_connections) are held per lane: one lane, at
+        # most one connection in use at a time, so concurrent records count as they connect
+        self._lane = threading.local()
+        self._sites: set[tuple[str, str]] = set()  # (site, holder) slots to give back
         self._shaping_requests = svc.shaper.store.requests if svc.shaper else 0
+
+    @property
+    def _holder(self) -> str:
+        holder: str | None = getattr(self._lane, "holder", None)
+        if holder is None:
+            holder = self._lane.holder = Shaper.new_holder()
+        return holder
+
+    # -------------------------------------------------------------- a batch at once
+    async def handle_async(
+        self, body: str, receipt_handle: str | None, source: str | None = None
+    ) -> str:
+        """`handle` on one of the invocation's lanes, awaited: Powertools' async batch
+        processor gathers a batch's records, so they are delivered at once (the SMTP work
+        is blocking I/O, in threads). The caller's context variables go along."""
+        loop = asyncio.get_running_loop()
+        ctx = contextvars.copy_context()
+        return await loop.run_in_executor(
+            self._lanes, ctx.run, self.handle, body, receipt_handle, source
+        )
+
+    def handle_all(
+        self, records: Sequence[tuple[str, str | None, str | None]]
+    ) -> list[str | Exception]:
+        """Each record's outcome (what `handle` returned or raised), the records run at
+        once on the lanes: the in-process workers' batch handler (the Lambda's goes
+        through `handle_async`)."""
+        if self._lanes is None:
+            futures = None
+        else:
+            futures = [
+                self._lanes.submit(contextvars.copy_context().run, self.handle, *r)
+                for r in records
+            ]
+        out: list[str | Exception] = []
+        for i, r in enumerate(records):
+            try:
+                out.append(futures[i].result() if futures is not None else self.handle(*r))
+            except Exception as e:  # noqa: BLE001 - the record's outcome, reported as failed
+                out.append(e)
+        return out
 
     # -------------------------------------------------------------- per record
     def handle(self, body: str, receipt_handle: str | None, source: str | None = None) -> str:
@@ -332,17 +411,17 @@ class Invocation:
         if not isinstance(claim, Claim):
             if claim.reason == "not_due" and claim.next_attempt_at is not None:
                 # early receipt (SQS delay cap, or a re-arm hop): wait, do not attempt
-                self.stats.rearmed += 1
+                self.stats.add("rearmed")
                 if receipt_handle:
                     wait = int((claim.next_attempt_at - now).total_seconds()) + 1
                     self.svc.triggers.rearm(receipt_handle, wait, queue=queue)
                     raise KeepMessage(f"not due for {wait}s")
                 return "not_due"
-            self.stats.lost_claims += 1
+            self.stats.add("lost_claims")
             log.info("claim skipped", extra={"mail_id": ref.mail_id, "reason": claim.reason})
             return f"skipped:{claim.reason}"
         claim.receipt_queue = queue
-        self.stats.groups += 1
+        self.stats.add("groups")
         return self._attempt(claim)
 
     def _attempt(self, claim: Claim) -> str:
@@ -354,11 +433,11 @@ class Invocation:
             last = next((r.last_result for r in group.pending() if r.last_result), None)
             res = expired(last, self.svc.policy.maximal_queue_lifetime)
             st.drop(claim, {r.rid: res for r in group.pending()})
-            self.stats.bounced += len(group.pending())
+            self.stats.add("bounced", len(group.pending()))
             return "expired"
         if self.time_left() < self.svc.settings.min_time_left_seconds:
             st.send_cancel(claim)
-            self.stats.handed_back += 1
+            self.stats.add("handed_back")
             raise KeepMessage("not enough time left; handed back")
 
         held = self._held(claim, None)
@@ -417,7 +496,8 @@ class Invocation:
         while True:
             got = shaper.admit(site, self._holder, 1)
             if isinstance(got, Permit):
-                self._sites.add(site)
+                with self._lock:
+                    self._sites.add((site, self._holder))
                 per_conn = got.limits.max_messages_per_connection
                 if per_conn and self.client.pool is not None:
                     for h in hops:
@@ -428,10 +508,10 @@ class Invocation:
             ):
                 break
             time.sleep(got.seconds)
-        self.stats.throttled += 1
-        self.stats.groups -= 1  # claimed, but not an attempt
+        self.stats.add("throttled")
+        self.stats.add("groups", -1)  # claimed, but not an attempt
         key = f"Throttled_{got.reason}"
-        self.stats.extra[key] = self.stats.extra.get(key, 0) + 1
+        self.stats.add_extra(key)
         wait = max(1, math.ceil(got.seconds + self.svc.rng.uniform(0, 1)))
         self.svc.storage.postpone(claim, wait)
         log.info("site out of budget", extra={"site": site, "reason": got.reason, "wait": wait})
@@ -450,9 +530,9 @@ class Invocation:
         )
         if s is None:
             return None
-        self.stats.groups -= 1  # claimed, but not an attempt
+        self.stats.add("groups", -1)  # claimed, but not an attempt
         key = f"Suspended_{s.scope}"
-        self.stats.extra[key] = self.stats.extra.get(key, 0) + 1
+        self.stats.add_extra(key)
         left = s.until - self.svc.clock().timestamp()
         wait = max(1, min(math.ceil(left), self.svc.settings.suspension_recheck_seconds))
         self.svc.storage.postpone(claim, wait)
@@ -479,7 +559,7 @@ class Invocation:
             claim.shaping = f"{rule.id}:{'+'.join(rule.actions)}"
             for action in rule.actions:
                 key = f"Backoff_{action}"
-                self.stats.extra[key] = self.stats.extra.get(key, 0) + 1
+                self.stats.add_extra(key)
             if rule.reclassify:
                 results = {
                     rid: reclassified(r, rule) if rule.matches(site, r) else r
@@ -492,12 +572,12 @@ class Invocation:
         shaper = self.svc.shaper
         if shaper is None:
             return
-        for site in self._sites:
+        for site, holder in self._sites:
             try:
-                shaper.release(site, self._holder)
+                shaper.release(site, holder)
             except MailqueueError:  # the slot's lease expires by itself
                 log.warning("slot release failed", extra={"site": site})
-        self.stats.extra["ShapingRequests"] = shaper.store.requests - self._shaping_requests
+        self.stats.add_extra("ShapingRequests", shaper.store.requests - self._shaping_requests)
 
     def _loop_check(self, content: BinaryIO) -> HeaderPeek | Result:
         """Count the hops before connecting anywhere: a looping mail is bounced 5.4.6 here
@@ -597,7 +677,7 @@ class Invocation:
                     by_result.setdefault(r, []).append(rid)
                 for r, rids in by_result.items():
                     st.send_done(claim, rids, r, tls=tls)
-                self.stats.delivered += len(ok)
+                self.stats.add("delivered", len(ok))
             now = self.svc.clock()
             attempts = max((pending[rid].attempts for rid in temp), default=0) + 1
             delay = backoff(attempts, now - group.arrival, self.svc.policy) if temp else None
@@ -608,7 +688,7 @@ class Invocation:
                 temp = {}
             if perm:
                 st.drop(claim, perm, tls=tls)
-                self.stats.bounced += len(perm)
+                self.stats.add("bounced", len(perm))
                 self._suppress(group, {pending[rid].address: r for rid, r in perm.items()})
             if temp:
                 assert delay is not None
@@ -618,14 +698,14 @@ class Invocation:
                     all(pending[rid].delay_warned for rid in temp),
                 )
                 st.reschedule(claim, temp, now + delay, delay_warning=warn, tls=tls)
-                self.stats.deferred += len(temp)
+                self.stats.add("deferred", len(temp))
                 if claim.receipt_handle:
                     raise KeepMessage(f"deferred {int(delay.total_seconds())}s")
                 return "deferred"
         except LeaseLost:
             # our lease expired and another attempt took over: it will record its own results
             log.warning("lease lost while recording", extra={"mail_id": group.mail_id})
-            self.stats.lost_claims += 1
+            self.stats.add("lost_claims")
             return "lease_lost"
         return "bounced" if perm and not ok else ("partial" if perm else "delivered")
 
@@ -649,7 +729,7 @@ class Invocation:
         except MailqueueError:
             log.warning("could not add to the suppression list", extra={"count": len(entries)})
             return
-        self.stats.extra["Suppressed"] = self.stats.extra.get("Suppressed", 0) + len(entries)
+        self.stats.add_extra("Suppressed", len(entries))
         log.info("suppressed", extra={"mail_id": group.mail_id, "count": len(entries)})
 
 
