@@ -160,6 +160,7 @@ class FsStorage:
             lease_token=item.get("lease_token"),
             history=tuple(Attempt.from_json(a) for a in item.get("history", [])),
             groups_in_mail=int(item.get("ng", 0)),
+            reservation=item.get("rsv"),
         )
 
     def _items(self) -> Iterator[dict[str, Any]]:
@@ -382,6 +383,7 @@ class FsStorage:
         *,
         next_attempt_at: datetime | None = None,
         attempt: Attempt | None = None,
+        reservation: str | None = None,  # "": clear it; None: leave it
     ) -> Transition:
         if claim.released:
             raise LeaseLost("this claim was already released")
@@ -416,6 +418,10 @@ class FsStorage:
                 ]
             if next_attempt_at is not None:
                 item["next_at"] = to_iso(next_attempt_at)
+            if reservation:
+                item["rsv"] = reservation
+            elif reservation is not None:
+                item.pop("rsv", None)
             if release:
                 state = derive_group_state(tuple(stored.values()))
                 item["st"] = state.value
@@ -484,12 +490,15 @@ class FsStorage:
         self._rearm(claim, 0)
         return t.group
 
-    def postpone(self, claim: Claim, delay_seconds: int) -> Group:
+    def postpone(
+        self, claim: Claim, delay_seconds: int, *, reservation: str | None = None
+    ) -> Group:
         until = self.clock() + timedelta(seconds=delay_seconds)
         t = self._transition(
             claim,
             {r.rid: r.with_(state=RecipientState.QUEUED) for r in claim.unresolved()},
             next_attempt_at=max(claim.group.next_attempt_at, until),
+            reservation=reservation or "",
         )
         self._rearm(claim, delay_seconds)
         return t.group

@@ -378,6 +378,9 @@ class Group:
     history: tuple[Attempt, ...] = ()  # the last few attempts of this group, newest last
     groups_in_mail: int = 0  # how many groups the mail has (0: unknown)
     priority: Priority = Priority.TRANSACTIONAL  # the delivery path (queue) of its trigger
+    # a traffic-shaping slot booked for this group when it was postponed (opaque to
+    # storage; outbound.shaping.Reservation reads it): it comes back and sends, no poll
+    reservation: str | None = None
 
     @property
     def ref(self) -> MailRef:

@@ -55,7 +55,9 @@ from mailqueue.outbound.routing import (
 )
 from mailqueue.outbound.shaping import (
     Permit,
+    Reservation,
     Shaper,
+    Wait,
     check_transaction_limits,
     load_rules,
     reclassified,
@@ -80,6 +82,11 @@ if TYPE_CHECKING:
     import dns.resolver
 
 log = logging.getLogger(__name__)
+
+
+# a booked shaping slot is used up to this long after its time (SQS and a busy poller
+# bring a group back a little late); later, the slot is gone and the group books again
+RESERVATION_GRACE_SECONDS = 10.0
 
 
 class KeepMessage(MailqueueError):
@@ -349,18 +356,66 @@ class Invocation:
         self._lanes = lanes
         self._hops: dict[str, list[Hop] | Result] = {}
         self._lock = threading.Lock()
-        # connection slots (shaping's max_connections) are held per lane: one lane, at
-        # most one connection in use at a time, so concurrent records count as they connect
-        self._lane = threading.local()
+        # Connection slots (shaping's max_connections): the invocation holds some per site,
+        # each used by one record at a time (so at most one connection in use per slot);
+        # a record takes an idle one, or a new one, or waits for one to be given back
+        self._free = threading.Condition(self._lock)
+        self._idle: dict[str, list[str]] = {}  # site -> holders with a slot, not in use
+        self._held_slots: dict[str, int] = {}  # site -> holders with a slot
+        self._lane = threading.local()  # the (site, holder) this record uses
         self._sites: set[tuple[str, str]] = set()  # (site, holder) slots to give back
+        self._full: set[str] = set()  # sites that refused this invocation a connection
+        self._asking: set[str] = set()  # sites a record is asking a new slot of now
         self._shaping_requests = svc.shaper.store.requests if svc.shaper else 0
 
-    @property
-    def _holder(self) -> str:
-        holder: str | None = getattr(self._lane, "holder", None)
-        if holder is None:
-            holder = self._lane.holder = Shaper.new_holder()
-        return holder
+    def _holder_for(self, site: str) -> tuple[str, bool]:
+        """(holder, asking): an idle holder of this invocation for `site` (its connection
+        slot is ours), else a new one that asks the limiter for a slot, one record at a
+        time per site; once the site has refused us one, records wait for ours instead
+        (ten records refused one after another would be ten reads of the site)."""
+        end = time.monotonic() + max(
+            0.0, self.time_left() - self.svc.settings.min_time_left_seconds
+        )
+        with self._free:
+            while True:
+                idle = self._idle.get(site)
+                if idle:
+                    return idle.pop(), False
+                left = end - time.monotonic()
+                mine = self._held_slots.get(site, 0) > 0
+                if left <= 0 or not (site in self._asking or (site in self._full and mine)):
+                    if left > 0:
+                        self._asking.add(site)
+                    return Shaper.new_holder(), left > 0
+                self._free.wait(min(left, 1.0))
+
+    def _wait_holder(self, site: str, seconds: float) -> str | None:
+        """When the site's connections are all taken and this invocation holds some: one
+        of ours, given back by a record that has finished (None after `seconds`)."""
+        end = time.monotonic() + seconds
+        with self._free:
+            while not self._idle.get(site):
+                left = end - time.monotonic()
+                if self._held_slots.get(site, 0) == 0 or left <= 0:
+                    return None
+                self._free.wait(left)
+            return self._idle[site].pop()
+
+    def _note_slot(self, site: str, holder: str) -> None:
+        with self._lock:
+            if (site, holder) not in self._sites:
+                self._sites.add((site, holder))
+                self._held_slots[site] = self._held_slots.get(site, 0) + 1
+
+    def _give_back_holder(self) -> None:
+        """The record is done with its connection slot: another record may use it."""
+        using: tuple[str, str] | None = getattr(self._lane, "using", None)
+        if using is None:
+            return
+        self._lane.using = None
+        with self._free:
+            self._idle.setdefault(using[0], []).append(using[1])
+            self._free.notify_all()
 
     # -------------------------------------------------------------- a batch at once
     async def handle_async(
@@ -422,7 +477,10 @@ class Invocation:
             return f"skipped:{claim.reason}"
         claim.receipt_queue = queue
         self.stats.add("groups")
-        return self._attempt(claim)
+        try:
+            return self._attempt(claim)
+        finally:
+            self._give_back_holder()
 
     def _attempt(self, claim: Claim) -> str:
         st = self.svc.storage
@@ -493,17 +551,49 @@ class Invocation:
         held = self._held(claim, site)
         if held is not None:
             return held
+        inline = self.svc.settings.shaping_inline_wait_seconds
+        booked = Reservation.decode(claim.group.reservation)
+        now = self.svc.clock().timestamp()
+        if booked is not None and not (
+            booked.site == site
+            and booked.attempts == claim.group.attempts
+            and now <= booked.at + RESERVATION_GRACE_SECONDS
+        ):
+            booked = None  # another site, a later attempt, or missed: book afresh
+        holder, asking = self._holder_for(site)
         while True:
-            got = shaper.admit(site, self._holder, 1)
+            got = (
+                shaper.redeem(site, holder, booked.at)
+                if booked is not None
+                else shaper.admit(site, holder, 1, reserve=True)
+            )
+            if asking:
+                asking = False
+                with self._free:
+                    self._asking.discard(site)
+                    if isinstance(got, Wait) and got.reason == "connections":
+                        self._full.add(site)
+                    self._free.notify_all()
+            if isinstance(got, Wait) and got.reason == "connections":
+                mine = self._wait_holder(site, min(got.seconds + 30.0, self.time_left()))
+                if mine is not None:  # one of this invocation's slots came free
+                    holder = mine
+                    continue
+            if isinstance(got, Wait) and got.slot:
+                booked = Reservation(site, got.slot, claim.group.attempts)
+                if shaper.holds_slot(site, holder):  # booked with a connection slot
+                    self._note_slot(site, holder)
+            elif isinstance(got, Wait):
+                booked = None
             if isinstance(got, Permit):
-                with self._lock:
-                    self._sites.add((site, self._holder))
+                self._note_slot(site, holder)
+                self._lane.using = (site, holder)
                 per_conn = got.limits.max_messages_per_connection
                 if per_conn and self.client.pool is not None:
                     for h in hops:
                         self.client.pool.per_key_max[h.pool_key] = per_conn
                 return None
-            if got.seconds > self.svc.settings.shaping_inline_wait_seconds or (
+            if got.seconds > inline or (
                 self.time_left() - got.seconds < self.svc.settings.min_time_left_seconds
             ):
                 break
@@ -512,8 +602,15 @@ class Invocation:
         self.stats.add("groups", -1)  # claimed, but not an attempt
         key = f"Throttled_{got.reason}"
         self.stats.add_extra(key)
-        wait = max(1, math.ceil(got.seconds + self.svc.rng.uniform(0, 1)))
-        self.svc.storage.postpone(claim, wait)
+        if booked is not None:
+            # back a little before its own slot (SQS counts whole seconds), then the
+            # rest is slept: the group is re-armed once and sends on its slot
+            wait = max(1, math.floor(got.seconds))
+        else:
+            wait = max(1, math.ceil(got.seconds + self.svc.rng.uniform(0, 1)))
+        self.svc.storage.postpone(
+            claim, wait, reservation=booked.encode() if booked is not None else None
+        )
         log.info("site out of budget", extra={"site": site, "reason": got.reason, "wait": wait})
         if claim.receipt_handle:
             raise KeepMessage(f"site {site} {got.reason}: back in {wait}s")
