@@ -223,6 +223,7 @@ def measure(
     peer_limit: int = 40,
     timeout: float = 600.0,
     shaping: bool = True,
+    book_slots: bool = False,
 ) -> Result:
     from mailqueue.backends.aws.backend import AwsStorage
     from mailqueue.backends.aws.clients import make_clients
@@ -258,6 +259,7 @@ def measure(
                 "MQ_SHAPING": "true" if shaping else "false",
                 "MQ_SHAPING_RULES": json.dumps(rules),
                 "MQ_DKIM_DOMAINS": "{}",
+                "MQ_SHAPING_BOOK_SLOTS": "true" if book_slots else "false",
             },
         )
         site.install()
@@ -384,7 +386,9 @@ def waits(ns: argparse.Namespace, argv: list[str] | None) -> int:
     whether the site gets its limit at every burst size."""
     rows = []
     for burst in (int(b) for b in ns.bursts.split(",") if b.strip()):
-        r = measure(ns.mails, ns.rate, burst, 5, ns.concurrency, ns.peer_limit)
+        r = measure(
+            ns.mails, ns.rate, burst, 5, ns.concurrency, ns.peer_limit, book_slots=ns.book_slots
+        )
         ok = abs(r.rate_steady - r.rate) <= 0.05 * r.rate
         print(
             f"burst {burst}: {r.delivered}/{r.mails} delivered, steady {r.rate_steady:.3f}/s "
@@ -441,6 +445,9 @@ def main(argv: list[str] | None = None) -> int:
         default="",
         help="a binding limit at each of these bursts (e.g. 1,2,5): limiter requests and "
         "re-arms per mail, the achieved rate",
+    )
+    p.add_argument(
+        "--book-slots", action="store_true", help="MQ_SHAPING_BOOK_SLOTS=true (issue 25 item 6)"
     )
     ns = p.parse_args(argv)
     if ns.bursts:

@@ -671,11 +671,13 @@ class Shaper:
         *,
         slot_lease: float = 360.0,
         clock: Callable[[], float] = time.time,
+        inline_wait: float = 2.0,
     ) -> None:
         self.rules = rules
         self.backoff = backoff
         self.store = store
         self.slot_lease = slot_lease
+        self.inline_wait = inline_wait  # waits up to this are slept by the caller
         self.clock = clock
         self._sites: dict[str, tuple[str, float]] = {}
         self._blocks: dict[str, _Block] = {}
@@ -853,8 +855,13 @@ class Shaper:
                 for _ in range(min(extra, 9)):
                     booked, more = reserve(booked, now, limits, messages)
                     spares.append(more)
-                if not has_slot and limits.max_connections is not None:
-                    # the connection slot too, if one is free: the same write
+                if (
+                    not has_slot
+                    and limits.max_connections is not None
+                    and slot - now <= self.inline_wait
+                ):
+                    # the connection slot too, if one is free and the sender waits for
+                    # its slot here (a re-armed one would hold it for nothing): same write
                     took = take_slot(
                         booked, now, limits, holder=holder, slot_lease=self.slot_lease
                     )
