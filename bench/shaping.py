@@ -103,6 +103,16 @@ class Result:
     delivery_ops: Counter[str] = field(default_factory=Counter)
     site_ops: Counter[str] = field(default_factory=Counter)
     peak_running: int = 0
+    rearms: int = 0  # delivery triggers re-armed (ChangeMessageVisibility), any reason
+    rate_steady: float = 0.0  # (n - burst) / (last - first): GCRA's own expectation
+
+    @property
+    def limiter_per_mail(self) -> float:
+        return self.per_mail(self.site_ops)
+
+    @property
+    def rearms_per_mail(self) -> float:
+        return self.rearms / max(1, self.delivered)
 
     @property
     def bound(self) -> int:
@@ -149,9 +159,19 @@ class _SiteHooks:
 
     def __init__(self) -> None:
         self.ops: Counter[str] = Counter()
+        self.rearms = 0  # ChangeMessageVisibility on a delivery queue
         self.lock = threading.Lock()
 
     def before(self, model: Any, params: Any, **_: Any) -> None:
+        if model.service_model.service_name == "sqs":
+            # a delivery trigger kept for later (throttled, deferred, not yet due): any
+            # thread, so delivery's concurrent lanes are counted too
+            if model.name == "ChangeMessageVisibility" and "delivery" in str(
+                params.get("QueueUrl", "")
+            ):
+                with self.lock:
+                    self.rearms += 1
+            return
         if model.service_model.service_name != "dynamodb":
             return
         pk = (params.get("Key") or {}).get("pk", {}).get("S", "")
@@ -164,11 +184,13 @@ class _SiteHooks:
         from botocore import handlers as builtin
 
         builtin.BUILTIN_HANDLERS.append(("before-parameter-build.dynamodb.*", self.before))
+        builtin.BUILTIN_HANDLERS.append(("before-parameter-build.sqs.*", self.before))
 
     def remove(self) -> None:
         from botocore import handlers as builtin
 
         builtin.BUILTIN_HANDLERS.remove(("before-parameter-build.dynamodb.*", self.before))
+        builtin.BUILTIN_HANDLERS.remove(("before-parameter-build.sqs.*", self.before))
 
 
 def max_in_window(times: list[float], seconds: float) -> int:
@@ -201,6 +223,7 @@ def measure(
     peer_limit: int = 40,
     timeout: float = 600.0,
     shaping: bool = True,
+    book_slots: bool = False,
 ) -> Result:
     from mailqueue.backends.aws.backend import AwsStorage
     from mailqueue.backends.aws.clients import make_clients
@@ -236,6 +259,7 @@ def measure(
                 "MQ_SHAPING": "true" if shaping else "false",
                 "MQ_SHAPING_RULES": json.dumps(rules),
                 "MQ_DKIM_DOMAINS": "{}",
+                "MQ_SHAPING_BOOK_SLOTS": "true" if book_slots else "false",
             },
         )
         site.install()
@@ -271,9 +295,11 @@ def measure(
             res.rate_all = (len(times) - 1) / (times[-1] - times[0])
             lo, hi = int(len(times) * 0.1), int(len(times) * 0.9)
             res.rate_mid = (hi - lo) / (times[hi] - times[lo])
+            res.rate_steady = (len(times) - min(burst, len(times) - 1)) / (times[-1] - times[0])
         res.max_1s = max_in_window(times, 1.0)
     res.delivery_ops = run.ops("delivery")
     res.site_ops = site.ops
+    res.rearms = site.rearms
     return res
 
 
@@ -338,17 +364,68 @@ def markdown(results: list[Result], command: str, ceiling: Result | None = None)
     return lines
 
 
-def write_section(lines: list[str]) -> None:
+def write_section(lines: list[str], section: str = SECTION) -> None:
     path = ROOT / "docs" / "benchmarks.md"
     text = path.read_text()
     block = "\n".join(lines).rstrip() + "\n\n"
-    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
+    pattern = re.compile(rf"^{re.escape(section)}\n.*?(?=^## |\Z)", re.S | re.M)
     text = (
         pattern.sub(lambda _: block, text)
         if pattern.search(text)
         else text.rstrip() + "\n\n" + block
     )
     path.write_text(text)
+
+
+WAITS_SECTION = "## Traffic shaping: a binding limit waits once"
+
+
+def waits(ns: argparse.Namespace, argv: list[str] | None) -> int:
+    """Issue 25 item 6: with the limit binding (every mail queued at once, several
+    invocations), how many limiter requests and trigger re-arms each mail costs, and
+    whether the site gets its limit at every burst size."""
+    rows = []
+    for burst in (int(b) for b in ns.bursts.split(",") if b.strip()):
+        r = measure(
+            ns.mails, ns.rate, burst, 5, ns.concurrency, ns.peer_limit, book_slots=ns.book_slots
+        )
+        ok = abs(r.rate_steady - r.rate) <= 0.05 * r.rate
+        print(
+            f"burst {burst}: {r.delivered}/{r.mails} delivered, steady {r.rate_steady:.3f}/s "
+            f"(all {r.rate_all:.3f}/s, middle 80 % {r.rate_mid:.3f}/s; within 5 %: {ok}), "
+            f"limiter {r.limiter_per_mail:.2f} requests/mail {dict(r.site_ops)}, "
+            f"re-arms {r.rearms_per_mail:.2f}/mail, {r.throttled} x 421, "
+            f"wall {r.wall_s:.0f} s",
+            flush=True,
+        )
+        rows.append(
+            f"| {burst} | {r.delivered}/{r.mails} | **{r.rate_steady:.3f}/s** "
+            f"({(r.rate_steady / r.rate - 1) * 100:+.1f} %) | {r.rate_mid:.3f}/s | "
+            f"**{r.limiter_per_mail:.2f}** | **{r.rearms_per_mail:.2f}** | {r.throttled} |"
+        )
+    command = "python -m bench.shaping " + " ".join(argv or [])
+    lines = [
+        WAITS_SECTION,
+        "",
+        f"{ns.mails} one-recipient mails to one site limited at {ns.rate:g}/s, all queued at "
+        f"once (the limit binds from the start), {ns.concurrency} delivery invocations "
+        "polling the queue. Steady rate: (mails − burst) / (last − first MAIL FROM), what "
+        "GCRA allows after its burst. Limiter requests: UpdateItem + Query on the site "
+        "item; re-arms: ChangeMessageVisibility on the delivery queue (any reason).",
+        "",
+        "| burst | delivered | steady rate (vs limit) | middle 80 % | limiter requests "
+        "per mail | re-arms per mail | 421s |",
+        "|---|---|---|---|---|---|---|",
+        *rows,
+        "",
+        f"_Run {datetime.now():%Y-%m-%d %H:%M} on {platform.machine()}, "
+        f"{platform.python_version()}: `{command.strip()}`._",
+        "",
+    ]
+    print("\n".join(lines))
+    if not ns.no_write:
+        write_section(lines, WAITS_SECTION)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -363,7 +440,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--ceiling", action="store_true", help="also a run with shaping off: this machine's rate"
     )
+    p.add_argument(
+        "--bursts",
+        default="",
+        help="a binding limit at each of these bursts (e.g. 1,2,5): limiter requests and "
+        "re-arms per mail, the achieved rate",
+    )
+    p.add_argument(
+        "--book-slots", action="store_true", help="MQ_SHAPING_BOOK_SLOTS=true (issue 25 item 6)"
+    )
     ns = p.parse_args(argv)
+    if ns.bursts:
+        return waits(ns, argv)
     results = []
     ceiling: Result | None = None
     if ns.ceiling:

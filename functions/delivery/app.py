@@ -1,4 +1,6 @@
-"""Delivery Lambda: SQS batch → one claimed SMTP attempt per record (partial batch failures)."""
+"""Delivery Lambda: SQS batch → one claimed SMTP attempt per record, the records at once
+(Powertools' async batch processor over the invocation's bounded lanes; partial batch
+failures)."""
 
 from __future__ import annotations
 
@@ -8,9 +10,9 @@ from typing import Any
 from aws_lambda_powertools import Logger, Metrics
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import (
-    BatchProcessor,
+    AsyncBatchProcessor,
     EventType,
-    process_partial_response,
+    async_process_partial_response,
 )
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -34,13 +36,15 @@ def default_service() -> DeliveryService:
 
 
 def handle(event: dict[str, Any], context: LambdaContext, service: DeliveryService) -> Any:
-    processor = BatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
+    processor = AsyncBatchProcessor(event_type=EventType.SQS, raise_on_entire_batch_failure=False)
     with service.invocation(lambda_deadline(context, reserve=5.0)) as inv:
 
-        def record_handler(record: SQSRecord) -> str:
-            return inv.handle(record.body, record.receipt_handle, record.event_source_arn)
+        async def record_handler(record: SQSRecord) -> str:
+            return await inv.handle_async(
+                record.body, record.receipt_handle, record.event_source_arn
+            )
 
-        response = process_partial_response(
+        response = async_process_partial_response(
             event=event, record_handler=record_handler, processor=processor, context=context
         )
     s = inv.stats

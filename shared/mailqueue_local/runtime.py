@@ -13,6 +13,7 @@ on an event) and `Schedule` (an EventBridge `rate(...)` rule).
 
 from __future__ import annotations
 
+import contextvars
 import importlib
 import importlib.util
 import io
@@ -179,17 +180,23 @@ class OutputRouter(io.TextIOBase):
     function's log file (its CloudWatch log group), everything else to the real stream.
 
     Powertools' Logger binds sys.stdout when the function module is imported, so the router
-    is installed before the local stack imports any function.
+    is installed before the local stack imports any function. The redirection is a context
+    variable, not a thread-local: the threads an invocation runs its records on (delivery's
+    lanes) copy the invoking context and so write to the same function's log.
     """
 
     def __init__(self, default: TextIO, share: OutputRouter | None = None) -> None:
         super().__init__()
         self.default = default
         # routers made with `share` follow the same redirection (stdout and stderr alike)
-        self._local: threading.local = share._local if share is not None else threading.local()
+        self._var: contextvars.ContextVar[TextIO | None] = (
+            share._var
+            if share is not None
+            else contextvars.ContextVar(f"mq_output_{id(self)}", default=None)
+        )
 
     def _target(self) -> TextIO:
-        target: TextIO | None = getattr(self._local, "target", None)
+        target = self._var.get()
         return target if target is not None else self.default
 
     def write(self, s: str) -> int:
@@ -210,12 +217,11 @@ class OutputRouter(io.TextIOBase):
 
     @contextmanager
     def to(self, stream: TextIO) -> Iterator[None]:
-        previous = getattr(self._local, "target", None)
-        self._local.target = stream
+        token = self._var.set(stream)
         try:
             yield
         finally:
-            self._local.target = previous
+            self._var.reset(token)
 
 
 @dataclass

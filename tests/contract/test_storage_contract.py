@@ -470,3 +470,19 @@ def test_an_oversized_reply_is_stored_bounded(backend: Backend) -> None:
     assert len((r.last_result.remote_mta or "").encode()) <= 255
     (g,) = backend.all_groups(q.mail_id)
     assert g.recipients[0].last_result == r.last_result  # type: ignore[attr-defined]
+
+
+def test_postpone_keeps_a_shaping_reservation_until_the_next_postpone(backend: Backend) -> None:
+    """Traffic shaping books a slot for a postponed group (issue 25 item 6): the next
+    claim carries it; a postpone without one (a suspension) clears it."""
+    q = backend.storage.enqueue(f.envelope("a@x.example"), f.content())
+    c = claim(backend, q.mail_id, "x.example")
+    assert c.group.reservation is None
+    g = backend.storage.postpone(c, 0, reservation="1700000000.250|0|mx:site")
+    assert g.reservation == "1700000000.250|0|mx:site"
+    later = utcnow() + timedelta(seconds=2)
+    c2 = claim(backend, q.mail_id, "x.example", now=later)
+    assert c2.group.reservation == "1700000000.250|0|mx:site"
+    backend.storage.postpone(c2, 0)
+    c3 = claim(backend, q.mail_id, "x.example", now=later + timedelta(seconds=2))
+    assert c3.group.reservation is None

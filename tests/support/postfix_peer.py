@@ -18,7 +18,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,7 +116,13 @@ class PostfixPeer:
             return None
 
 
-def _main_cf(base: Path, port: int, domain: str, mailboxes: tuple[str, ...]) -> str:
+def _main_cf(
+    base: Path,
+    port: int,
+    domain: str,
+    mailboxes: tuple[str, ...],
+    extra: Mapping[str, str] | None = None,
+) -> str:
     uid = pwd.getpwnam("postfix").pw_uid
     gid = pwd.getpwnam("postfix").pw_gid
     pk = pki()
@@ -162,14 +168,17 @@ smtpd_tls_received_header = yes
 smtpd_tls_loglevel = 1
 smtp_tls_security_level = none
 biff = no
-"""
+""" + "".join(f"{k} = {v}\n" for k, v in (extra or {}).items())
 
 
 @contextmanager
 def postfix_peer(
-    domain: str = "example.net", mailboxes: tuple[str, ...] = ("bob",)
+    domain: str = "example.net",
+    mailboxes: tuple[str, ...] = ("bob",),
+    settings: Mapping[str, str] | None = None,
 ) -> Iterator[PostfixPeer]:
-    """A private Postfix accepting mail for `mailboxes` at `domain` on a loopback port."""
+    """A private Postfix accepting mail for `mailboxes` at `domain` on a loopback port;
+    `settings`: more main.cf parameters (e.g. anvil's client limits)."""
     why = available()
     if why is not None:
         raise RuntimeError(why)
@@ -190,7 +199,9 @@ def postfix_peer(
         postfix_gid = pwd.getpwnam("postfix").pw_gid
         for d in ("data", "vmail"):
             os.chown(base / d, postfix_uid, postfix_gid)
-        (base / "etc" / "main.cf").write_text(_main_cf(base, port, domain, mailboxes))
+        (base / "etc" / "main.cf").write_text(
+            _main_cf(base, port, domain, mailboxes, settings)
+        )
         (base / "etc" / "master.cf").write_text(MASTER_CF.format(port=port))
         env = {**os.environ, "MAIL_CONFIG": str(base / "etc")}
         run = subprocess.run(

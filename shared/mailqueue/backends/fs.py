@@ -169,6 +169,7 @@ class FsStorage:
             groups_in_mail=int(item.get("ng", 0)),
             principal=principal_of(item.get("tags")),
             tags=tuple((str(k), str(v)) for k, v in (item.get("tags") or {}).items()),
+            reservation=item.get("rsv"),
         )
 
     def _items(self) -> Iterator[dict[str, Any]]:
@@ -436,6 +437,7 @@ class FsStorage:
         next_attempt_at: datetime | None = None,
         attempt: Attempt | None = None,
         op: dict[str, Any] | None = None,
+        reservation: str | None = None,  # "": clear it; None: leave it
     ) -> Transition:
         if claim.released:
             raise LeaseLost("this claim was already released")
@@ -472,6 +474,10 @@ class FsStorage:
                 item["next_at"] = to_iso(next_attempt_at)
             if op is not None:
                 item["op"] = {**op, "at": to_iso(now)}
+            if reservation:
+                item["rsv"] = reservation
+            elif reservation is not None:
+                item.pop("rsv", None)
             if release:
                 state = derive_group_state(tuple(stored.values()))
                 item["st"] = state.value
@@ -540,12 +546,15 @@ class FsStorage:
         self._rearm(claim, 0)
         return t.group
 
-    def postpone(self, claim: Claim, delay_seconds: int) -> Group:
+    def postpone(
+        self, claim: Claim, delay_seconds: int, *, reservation: str | None = None
+    ) -> Group:
         until = self.clock() + timedelta(seconds=delay_seconds)
         t = self._transition(
             claim,
             {r.rid: r.with_(state=RecipientState.QUEUED) for r in claim.unresolved()},
             next_attempt_at=max(claim.group.next_attempt_at, until),
+            reservation=reservation or "",
         )
         self._rearm(claim, delay_seconds)
         return t.group

@@ -401,17 +401,17 @@ class Worker:
 
 
 def delivery_handler(service: DeliveryService, *, reserve: float = 5.0) -> BatchHandler:
-    """One invocation per batch, one `Invocation.handle` per record (as the Lambda)."""
+    """One invocation per batch, its records at once on the invocation's lanes (as the
+    Lambda); a record that raised (KeepMessage and errors alike) is kept."""
 
     def handle(records: list[Received], time_left: Callable[[], float]) -> set[str]:
-        failed: set[str] = set()
         with service.invocation(lambda: time_left() - reserve) as inv:
-            for r in records:
-                try:
-                    inv.handle(r.body, r.receipt_handle)
-                except Exception:  # noqa: BLE001 - KeepMessage and errors alike: kept
-                    failed.add(r.message_id)
-        return failed
+            outcomes = inv.handle_all([(r.body, r.receipt_handle, None) for r in records])
+        return {
+            r.message_id
+            for r, outcome in zip(records, outcomes, strict=True)
+            if isinstance(outcome, Exception)
+        }
 
     return handle
 

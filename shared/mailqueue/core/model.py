@@ -389,6 +389,9 @@ class Group:
     priority: Priority = Priority.TRANSACTIONAL  # the delivery path (queue) of its trigger
     principal: str = ""  # who submitted it (its `mailqueue:principal` tag): reputation.py
     tags: tuple[tuple[str, str], ...] = ()  # the mail's tags (unsubscribe.py reads two)
+    # a traffic-shaping slot booked for this group when it was postponed (opaque to
+    # storage; outbound.shaping.Reservation reads it): it comes back and sends, no poll
+    reservation: str | None = None
 
     @property
     def ref(self) -> MailRef:

@@ -221,9 +221,13 @@ class QueueStorage(Storage, Protocol):
         """A stream of the stored content (the caller closes it). Raises `NotFound`."""
         ...
 
-    def postpone(self, claim: Claim, delay_seconds: int) -> Group:
+    def postpone(
+        self, claim: Claim, delay_seconds: int, *, reservation: str | None = None
+    ) -> Group:
         """Give a claimed group back untried for `delay_seconds`: no attempt, no event;
-        its trigger comes back after the delay (traffic shaping, suspensions)."""
+        its trigger comes back after the delay (traffic shaping, suspensions).
+        `reservation`: kept with the group (its `reservation` on the next claim),
+        replacing any earlier one; None clears it. Same request as without."""
         ...
 
     def dsn_sent(self, ref: MailRef, rids: Sequence[str], kind: str) -> Transition | None:

@@ -11,6 +11,11 @@ read-modify-write loop with conditional writes.
 
 Rules are data: ``data/shaping.json`` (providers, limits) and ``data/backoff.json``
 (reply rules), overridable per deployment (see docs/operations.md, "Traffic shaping").
+
+One piece (~900 lines): the rules' types (Limits, Rate) are what the pure decisions
+(GCRA, admission, booked slots, backoff actions) compute with and what the Shaper's
+read-modify-write loop applies to one shared state item; split, each part would import
+the others' internals.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import math
 import random
 import re
 import secrets
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -528,6 +534,70 @@ def admit(
     return Admission(True, new_state, 0.0, "", tokens)
 
 
+def reserve(
+    state: SiteState, now: float, limits: Limits, tokens: int
+) -> tuple[SiteState, float]:
+    """Book `tokens` messages at the earliest time every rate allows them: (the state
+    with the booking in its TATs, that time). Pure. What a refused sender gets instead of
+    a "try again in w": its own future slot, so it waits once and sends then without
+    asking again; later refusals book after it, so the waiting senders never collide.
+
+    For each rate the booking conforms at `slot` (GCRA: new TAT - slot <= burst x
+    interval), and the slot is the latest of the rates' earliest conforming times."""
+    scale, scaled_at = effective_scale(state, now, limits)
+    tats = dict(state.tats)
+    slot = now
+    for rate in limits.rates:
+        i, b = rate.interval(scale), scaled_burst(rate, scale)
+        n = max(1, min(tokens, b))
+        slot = max(slot, max(tats.get(rate.key, 0.0), now) + n * i - b * i)
+    for rate in limits.rates:
+        i, b = rate.interval(scale), scaled_burst(rate, scale)
+        n = max(1, min(tokens, b))
+        tats[rate.key] = max(tats.get(rate.key, 0.0), slot) + n * i
+    return replace(state, tats=tats, scale=scale, scaled_at=scaled_at), slot
+
+
+def take_slot(
+    state: SiteState, now: float, limits: Limits, *, holder: str, slot_lease: float
+) -> Admission:
+    """A connection slot alone (a booked message's sender: its tokens are paid)."""
+    if state.suspended_until > now:
+        return Admission(False, state, state.suspended_until - now, "suspended")
+    slots = {h: t for h, t in state.slots.items() if t > now}
+    if limits.max_connections is not None:
+        if holder not in slots and len(slots) >= limits.max_connections:
+            soonest = min(slots.values()) - now
+            return Admission(False, state, min(limits.connection_wait, soonest), "connections")
+        slots[holder] = now + slot_lease
+    return Admission(True, replace(state, slots=slots))
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """A booked slot as it travels with a postponed group (`Group.reservation`): the
+    site, the time, and the group's attempt count when booked (a later attempt, after a
+    temporary failure, must book again)."""
+
+    site: str
+    at: float
+    attempts: int
+
+    def encode(self) -> str:
+        return f"{self.at:.3f}|{self.attempts}|{self.site}"
+
+    @classmethod
+    def decode(cls, value: str | None) -> Reservation | None:
+        if not value:
+            return None
+        at, _, rest = value.partition("|")
+        attempts, _, site = rest.partition("|")
+        try:
+            return cls(site, float(at), int(attempts))
+        except ValueError:
+            return None
+
+
 def release_slot(state: SiteState, now: float, holder: str) -> SiteState:
     slots = {h: t for h, t in state.slots.items() if t > now and h != holder}
     return replace(state, slots=slots)
@@ -577,6 +647,7 @@ class Wait:
     site: str
     seconds: float
     reason: str
+    slot: float = 0.0  # > 0: a booked slot (epoch s): send then, without asking again
 
 
 @dataclass
@@ -600,11 +671,13 @@ class Shaper:
         *,
         slot_lease: float = 360.0,
         clock: Callable[[], float] = time.time,
+        inline_wait: float = 2.0,
     ) -> None:
         self.rules = rules
         self.backoff = backoff
         self.store = store
         self.slot_lease = slot_lease
+        self.inline_wait = inline_wait  # waits up to this are slept by the caller
         self.clock = clock
         self._sites: dict[str, tuple[str, float]] = {}
         self._blocks: dict[str, _Block] = {}
@@ -615,6 +688,12 @@ class Shaper:
         self._pace: dict[str, tuple[float, float]] = {}  # site -> (last, mean use time)
         self._permit_at: dict[str, float] = {}  # site -> when the last permit was given
         self._rng = random.Random()
+        # the records of one invocation run at once (delivery's lanes): one limiter
+        # decision at a time per container, so its caches and blocks stay consistent
+        self._lock = threading.RLock()
+        self._demand_lock = threading.Lock()
+        self._demand: dict[str, int] = {}  # site -> records waiting to ask for it
+        self._spare: dict[str, list[float]] = {}  # site -> slots booked for those records
 
     @staticmethod
     def new_holder() -> str:
@@ -656,13 +735,73 @@ class Shaper:
         return max(messages, min(limits.block_size, usable))
 
     # -- admission
-    def admit(self, site: str, holder: str, messages: int) -> Permit | Wait:
-        got = self._admit(site, holder, messages)
-        if isinstance(got, Permit):
-            self._permit_at[site] = self.clock()
-        return got
+    def admit(
+        self, site: str, holder: str, messages: int, *, reserve: bool = False
+    ) -> Permit | Wait:
+        """Permit, or how long to wait. `reserve`: a refusal for the rate books the
+        earliest slot instead (`Wait.slot`, in the same conditional write a grant would
+        be), and the caller sends then with `redeem`, no further request."""
+        if reserve:
+            with self._demand_lock:  # records of this container about to ask for the site
+                self._demand[site] = self._demand.get(site, 0) + 1
+        with self._lock:
+            extra = 0
+            if reserve:
+                with self._demand_lock:
+                    self._demand[site] -= 1
+                    extra = self._demand[site]
+                spare = self._spare.get(site)
+                if spare:  # booked by another record's write a moment ago, for us
+                    slot = spare.pop(0)
+                    return Wait(site, max(0.0, slot - self.clock()), "rate", slot)
+            got = self._admit(site, holder, messages, reserve, extra)
+            if isinstance(got, Permit):
+                self._permit_at[site] = self.clock()
+            return got
 
-    def _admit(self, site: str, holder: str, messages: int) -> Permit | Wait:
+    def holds_slot(self, site: str, holder: str) -> bool:
+        """Whether `holder` has a connection slot at `site` (to give back at the end)."""
+        with self._lock:
+            return (site, holder) in self._slots
+
+    def redeem(self, site: str, holder: str, slot: float) -> Permit | Wait:
+        """Send on a slot booked by `admit(reserve=True)`. No request unless a connection
+        slot must be taken; a suspension this container knows of still holds (the booking
+        is then given up: the caller waits it out and asks afresh)."""
+        with self._lock:
+            limits = self.limits(site)
+            now = self.clock()
+            until = self._suspended.get(site, 0.0)
+            if until > now:
+                return Wait(site, until - now, "suspended")
+            if slot > now + _EPS:
+                return Wait(site, slot - now, "reserved", slot)
+            if limits.max_connections is None or self._slots.get((site, holder), 0.0) > now + 5:
+                return Permit(site, limits)
+            state = self._known.get(site) or self.store.load(site)
+            for _ in range(_WRITE_RETRIES):
+                a = take_slot(
+                    state, self.clock(), limits, holder=holder, slot_lease=self.slot_lease
+                )
+                if not a.allowed:
+                    if a.reason == "suspended":
+                        self._suspended[site] = state.suspended_until
+                    # the booking stands: a connection frees within connection_wait
+                    return Wait(site, a.wait, a.reason, slot if a.reason != "suspended" else 0.0)
+                current = self.store.save(site, a.state, state.version)
+                if current is None:
+                    stored = replace(a.state, version=state.version + 1)
+                    self._known[site] = stored
+                    self._slots[(site, holder)] = stored.slots.get(holder, 0.0)
+                    return Permit(site, limits)
+                state = current
+            return Wait(site, limits.connection_wait, "contention", slot)
+
+    def _admit(
+        self, site: str, holder: str, messages: int, book: bool = False, extra: int = 0
+    ) -> Permit | Wait:
+        """`extra`: records of this container waiting to ask the same (booking for them
+        too, in the same write, saves their writes and the conflicts between them)."""
         limits = self.limits(site)
         now = self.clock()
         until = self._suspended.get(site, 0.0)
@@ -681,7 +820,9 @@ class Shaper:
             if block is not None:
                 block.tokens -= messages
             return Permit(site, limits)
-        want = self._want(site, limits, messages, now)
+        # a booking sender takes what it sends: a block's unused tokens would be slots
+        # lost to everyone booked after them
+        want = messages if book else self._want(site, limits, messages, now)
         cached = self._known.get(site)
         # others write this site: before writing, a read (1 RRU) beats a refused write (1 WRU)
         read_first = now - self._conflict_at.get(site, -1e18) < _READ_FIRST
@@ -706,6 +847,35 @@ class Shaper:
                 # a stale TAT or suspension only errs towards allowing, the write decides
                 state, fresh = self.store.load(site), True
                 continue
+            if not a.allowed and book and a.reason == "rate":
+                # book the earliest slot (a conditional write, as a grant): the sender
+                # waits once for its own slot instead of asking again at random
+                booked, slot = reserve(state, now, limits, messages)
+                spares = []
+                for _ in range(min(extra, 9)):
+                    booked, more = reserve(booked, now, limits, messages)
+                    spares.append(more)
+                if (
+                    not has_slot
+                    and limits.max_connections is not None
+                    and slot - now <= self.inline_wait
+                ):
+                    # the connection slot too, if one is free and the sender waits for
+                    # its slot here (a re-armed one would hold it for nothing): same write
+                    took = take_slot(
+                        booked, now, limits, holder=holder, slot_lease=self.slot_lease
+                    )
+                    booked = took.state if took.allowed else booked
+                current = self.store.save(site, booked, state.version)
+                if current is None:
+                    self._known[site] = replace(booked, version=state.version + 1)
+                    self._spare.setdefault(site, []).extend(spares)
+                    if holder in booked.slots and limits.max_connections is not None:
+                        self._slots[(site, holder)] = booked.slots[holder]
+                    return Wait(site, slot - now, "rate", slot)
+                state, fresh = current, True
+                self._conflict_at[site] = now
+                continue
             if not a.allowed:
                 if a.reason == "suspended":
                     self._suspended[site] = state.suspended_until
@@ -729,6 +899,10 @@ class Shaper:
 
     def release(self, site: str, holder: str) -> None:
         """Give back a connection slot (end of invocation); a dead worker's slot expires."""
+        with self._lock:
+            self._release(site, holder)
+
+    def _release(self, site: str, holder: str) -> None:
         if self._slots.pop((site, holder), None) is None:
             return
         state = self._known.get(site) or self.store.load(site)
@@ -748,6 +922,10 @@ class Shaper:
     # -- backoff
     def on_reply(self, site: str, reply: Result) -> BackoffRule | None:
         """Match a reply against the backoff rules; apply the rule's site actions."""
+        with self._lock:
+            return self._on_reply(site, reply)
+
+    def _on_reply(self, site: str, reply: Result) -> BackoffRule | None:
         rule = self.backoff.match(site, reply)
         if rule is None:
             return None

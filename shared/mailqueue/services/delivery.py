@@ -5,17 +5,23 @@ connection pool for the whole batch) and `Invocation.handle(body, receipt_handle
 record. A record that must come back later (not yet due, temporary failure, handed back
 before the deadline) raises `KeepMessage`, so the batch reports it as a failure and SQS
 keeps it with the visibility we set; everything else completes and the message is deleted.
+One piece (~850 lines): a record's claim, shaping, SMTP and result recording share the
+invocation's lanes, connection slots and counters.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import io
 import json
 import logging
 import math
 import random
+import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -55,7 +61,9 @@ from mailqueue.outbound.routing import (
 )
 from mailqueue.outbound.shaping import (
     Permit,
+    Reservation,
     Shaper,
+    Wait,
     check_transaction_limits,
     load_rules,
     reclassified,
@@ -82,6 +90,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
+# a booked shaping slot is used up to this long after its time (SQS and a busy poller
+# bring a group back a little late); later, the slot is gone and the group books again
+RESERVATION_GRACE_SECONDS = 10.0
+
+
 class KeepMessage(MailqueueError):
     """The record must stay on the queue (its visibility is already set as intended)."""
 
@@ -100,6 +113,9 @@ class DeliverySettings:
     dns_timeout_seconds: float = 5.0
     mx_port: int = 25  # tests and the local stack use unprivileged ports
     smtp_max_sessions: int = 2
+    # records of one SQS batch delivered at once (threads sharing the invocation's
+    # connection cache); 1: one after another. Default: the batch size (BatchSize 10)
+    batch_concurrency: int = 10
     # more `Received:` fields than this: a mail loop, bounced 5.4.6 (Postfix's hopcount_limit)
     hopcount_limit: int = HOPCOUNT_LIMIT
     # SES receiving domains: each needs an explicit route (its MX is SES, i.e. us: a loop)
@@ -127,6 +143,9 @@ class DeliverySettings:
     shaping_rules: str = ""  # path, or the JSON itself
     backoff_rules: str = ""  # path, or the JSON itself
     shaping_inline_wait_seconds: float = 2.0  # waits up to this are slept, longer re-armed
+    # a group refused for a site's rate books its own slot and waits once (issue 25 item
+    # 6); off by default until its cost with connection limits is fixed (see the report)
+    shaping_book_slots: bool = False
     # suppression list (suppression.py): a remote 5xx with one of these statuses puts the
     # recipient on the list for suppression_ttl_days; "" turns the additions off
     suppression_statuses: str = DEFAULT_STATUSES
@@ -164,6 +183,8 @@ class DeliverySettings:
             raise ConfigError("suspension_recheck_seconds must be within 1..43200")
         if not 1 <= self.suppression_ttl_days <= 3650:
             raise ConfigError("suppression_ttl_days must be within 1..3650")
+        if not 1 <= self.batch_concurrency <= 100:
+            raise ConfigError("batch_concurrency must be within 1..100")
         if self.egress_mode not in ("relay", "direct"):
             raise ConfigError("egress_mode must be 'relay' or 'direct'")
         try:
@@ -228,7 +249,9 @@ class DeliverySettings:
 
 @dataclass
 class Stats:
-    """Per-invocation counters, published as metrics by the handler."""
+    """Per-invocation counters, published as metrics by the handler. The records of a
+    batch run at once (`batch_concurrency`): every change goes through `add` under a lock,
+    so the counts stay exact."""
 
     delivered: int = 0
     bounced: int = 0
@@ -240,6 +263,15 @@ class Stats:
     throttled: int = 0  # out of the site's budget: re-armed, not attempted
     extra: dict[str, int] = field(default_factory=dict)
     rates: dict[str, float] = field(default_factory=dict)  # percent gauges (reputation)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def add(self, name: str, n: int = 1) -> None:
+        with self._lock:
+            setattr(self, name, getattr(self, name) + n)
+
+    def add_extra(self, key: str, n: int = 1) -> None:
+        with self._lock:
+            self.extra[key] = self.extra.get(key, 0) + n
 
 
 class DeliveryService:
@@ -350,6 +382,7 @@ class DeliveryService:
                 ports.shaping,
                 slot_lease=float(settings.lease_seconds),
                 clock=lambda: self.clock().timestamp(),
+                inline_wait=settings.shaping_inline_wait_seconds,
             )
 
     @contextmanager
@@ -364,24 +397,137 @@ class DeliveryService:
             max_sessions=self.settings.smtp_max_sessions,
             tls_context_factory=self.tls_contexts,
         )
-        inv = Invocation(self, client, time_left or (lambda: 900.0))
+        lanes = ThreadPoolExecutor(
+            max_workers=self.settings.batch_concurrency, thread_name_prefix="delivery-lane"
+        )
+        inv = Invocation(self, client, time_left or (lambda: 900.0), lanes)
         try:
             yield inv
         finally:
+            lanes.shutdown(wait=True)  # no record outlives its invocation
             pool.close()
             inv.release_sites()
 
 
 class Invocation:
-    def __init__(self, svc: DeliveryService, client: SmtpClient, time_left: Callable[[], float]):
+    """One Lambda invocation: its records run at once on `lanes` (a bounded pool, at most
+    `batch_concurrency` threads), sharing the SMTP client and its connection cache, the
+    container's TLS contexts, routes and limiter, and one deadline (`time_left`)."""
+
+    def __init__(
+        self,
+        svc: DeliveryService,
+        client: SmtpClient,
+        time_left: Callable[[], float],
+        lanes: ThreadPoolExecutor | None = None,
+    ):
         self.svc = svc
         self.client = client
         self.time_left = time_left
         self.stats = Stats()
+        self._lanes = lanes
         self._hops: dict[str, list[Hop] | Result] = {}
-        self._holder = Shaper.new_holder()  # this invocation's connection slots
-        self._sites: set[str] = set()
+        self._lock = threading.Lock()
+        # Connection slots (shaping's max_connections): the invocation holds some per site,
+        # each used by one record at a time (so at most one connection in use per slot);
+        # a record takes an idle one, or a new one, or waits for one to be given back
+        self._free = threading.Condition(self._lock)
+        self._idle: dict[str, list[str]] = {}  # site -> holders with a slot, not in use
+        self._held_slots: dict[str, int] = {}  # site -> holders with a slot
+        self._lane = threading.local()  # the (site, holder) this record uses
+        self._sites: set[tuple[str, str]] = set()  # (site, holder) slots to give back
+        self._full: set[str] = set()  # sites that refused this invocation a connection
+        self._asking: set[str] = set()  # sites a record is asking a new slot of now
         self._shaping_requests = svc.shaper.store.requests if svc.shaper else 0
+
+    def _holder_for(self, site: str) -> tuple[str, bool]:
+        """(holder, asking): an idle holder of this invocation for `site` (its connection
+        slot is ours), else a new one that asks the limiter for a slot, one record at a
+        time per site; once the site has refused us one, records wait for ours instead
+        (ten records refused one after another would be ten reads of the site)."""
+        # no longer than a short wait is slept: then ask the limiter (or re-arm) anyway
+        end = time.monotonic() + min(
+            self.svc.settings.shaping_inline_wait_seconds,
+            max(0.0, self.time_left() - self.svc.settings.min_time_left_seconds),
+        )
+        with self._free:
+            while True:
+                idle = self._idle.get(site)
+                if idle:
+                    return idle.pop(), False
+                left = end - time.monotonic()
+                mine = self._held_slots.get(site, 0) > 0
+                if left <= 0 or not (site in self._asking or (site in self._full and mine)):
+                    if left > 0:
+                        self._asking.add(site)
+                    return Shaper.new_holder(), left > 0
+                self._free.wait(min(left, 1.0))
+
+    def _wait_holder(self, site: str, seconds: float) -> str | None:
+        """When the site's connections are all taken and this invocation holds some: one
+        of ours, given back by a record that has finished (None after `seconds`)."""
+        end = time.monotonic() + seconds
+        with self._free:
+            while not self._idle.get(site):
+                left = end - time.monotonic()
+                if self._held_slots.get(site, 0) == 0 or left <= 0:
+                    return None
+                self._free.wait(left)
+            return self._idle[site].pop()
+
+    def _note_slot(self, site: str, holder: str) -> None:
+        with self._lock:
+            if (site, holder) not in self._sites:
+                self._sites.add((site, holder))
+                self._held_slots[site] = self._held_slots.get(site, 0) + 1
+
+    def _give_back_holder(self) -> None:
+        """The record is done with its connection slot: another record may use it."""
+        using: tuple[str, str] | None = getattr(self._lane, "using", None)
+        if using is None:
+            return
+        self._lane.using = None
+        with self._free:
+            self._idle.setdefault(using[0], []).append(using[1])
+            self._free.notify_all()
+
+    # -------------------------------------------------------------- a batch at once
+    async def handle_async(
+        self, body: str, receipt_handle: str | None, source: str | None = None
+    ) -> str:
+        """`handle` on one of the invocation's lanes, awaited: Powertools' async batch
+        processor gathers a batch's records, so they are delivered at once (the SMTP work
+        is blocking I/O, in threads). The caller's context variables go along."""
+        loop = asyncio.get_running_loop()
+        ctx = contextvars.copy_context()
+        return await loop.run_in_executor(
+            self._lanes, ctx.run, self.handle, body, receipt_handle, source
+        )
+
+    def handle_all(
+        self, records: Sequence[tuple[str, str | None, str | None]]
+    ) -> list[str | Exception]:
+        """Each record's outcome (what `handle` returned or raised), the records run at
+        once on the lanes: the in-process workers' batch handler (the Lambda's goes
+        through `handle_async`)."""
+        if self._lanes is None:
+            futures = None
+        else:
+            futures = [self._lanes.submit(self._in_context(*r)) for r in records]
+        out: list[str | Exception] = []
+        for i, r in enumerate(records):
+            try:
+                out.append(futures[i].result() if futures is not None else self.handle(*r))
+            except Exception as e:  # noqa: BLE001 - the record's outcome, reported as failed
+                out.append(e)
+        return out
+
+    def _in_context(
+        self, body: str, receipt_handle: str | None, source: str | None
+    ) -> Callable[[], str]:
+        """`handle` of one record, to run on a lane in the caller's context variables."""
+        ctx = contextvars.copy_context()
+        return lambda: ctx.run(self.handle, body, receipt_handle, source)
 
     # -------------------------------------------------------------- per record
     def handle(self, body: str, receipt_handle: str | None, source: str | None = None) -> str:
@@ -398,18 +544,21 @@ class Invocation:
         if not isinstance(claim, Claim):
             if claim.reason == "not_due" and claim.next_attempt_at is not None:
                 # early receipt (SQS delay cap, or a re-arm hop): wait, do not attempt
-                self.stats.rearmed += 1
+                self.stats.add("rearmed")
                 if receipt_handle:
                     wait = int((claim.next_attempt_at - now).total_seconds()) + 1
                     self.svc.triggers.rearm(receipt_handle, wait, queue=queue)
                     raise KeepMessage(f"not due for {wait}s")
                 return "not_due"
-            self.stats.lost_claims += 1
+            self.stats.add("lost_claims")
             log.info("claim skipped", extra={"mail_id": ref.mail_id, "reason": claim.reason})
             return f"skipped:{claim.reason}"
         claim.receipt_queue = queue
-        self.stats.groups += 1
-        return self._attempt(claim)
+        self.stats.add("groups")
+        try:
+            return self._attempt(claim)
+        finally:
+            self._give_back_holder()
 
     def _attempt(self, claim: Claim) -> str:
         st = self.svc.storage
@@ -420,11 +569,11 @@ class Invocation:
             last = next((r.last_result for r in group.pending() if r.last_result), None)
             res = expired(last, self.svc.policy.maximal_queue_lifetime)
             st.drop(claim, {r.rid: res for r in group.pending()})
-            self.stats.bounced += len(group.pending())
+            self.stats.add("bounced", len(group.pending()))
             return "expired"
         if self.time_left() < self.svc.settings.min_time_left_seconds:
             st.send_cancel(claim)
-            self.stats.handed_back += 1
+            self.stats.add("handed_back")
             raise KeepMessage("not enough time left; handed back")
 
         held = self._held(claim, None)
@@ -485,26 +634,70 @@ class Invocation:
         held = self._held(claim, site)
         if held is not None:
             return held
+        inline = self.svc.settings.shaping_inline_wait_seconds
+        book = self.svc.settings.shaping_book_slots
+        booked = Reservation.decode(claim.group.reservation) if book else None
+        now = self.svc.clock().timestamp()
+        if booked is not None and not (
+            booked.site == site
+            and booked.attempts == claim.group.attempts
+            and now <= booked.at + RESERVATION_GRACE_SECONDS
+        ):
+            booked = None  # another site, a later attempt, or missed: book afresh
+        holder, asking = self._holder_for(site)
         while True:
-            got = shaper.admit(site, self._holder, 1)
+            got = (
+                shaper.redeem(site, holder, booked.at)
+                if booked is not None
+                else shaper.admit(site, holder, 1, reserve=book)
+            )
+            if asking:
+                asking = False
+                with self._free:
+                    self._asking.discard(site)
+                    if isinstance(got, Wait) and got.reason == "connections":
+                        self._full.add(site)
+                    self._free.notify_all()
+            if isinstance(got, Wait) and got.reason == "connections":
+                mine = self._wait_holder(
+                    site, min(got.seconds, self.svc.settings.shaping_inline_wait_seconds)
+                )
+                if mine is not None:  # one of this invocation's slots came free
+                    holder = mine
+                    continue
+            if isinstance(got, Wait) and got.slot:
+                booked = Reservation(site, got.slot, claim.group.attempts)
+                if shaper.holds_slot(site, holder):  # booked with a connection slot
+                    self._note_slot(site, holder)
+                    self._lane.using = (site, holder)  # given back if we re-arm
+            elif isinstance(got, Wait):
+                booked = None
             if isinstance(got, Permit):
-                self._sites.add(site)
+                self._note_slot(site, holder)
+                self._lane.using = (site, holder)
                 per_conn = got.limits.max_messages_per_connection
                 if per_conn and self.client.pool is not None:
                     for h in hops:
                         self.client.pool.per_key_max[h.pool_key] = per_conn
                 return None
-            if got.seconds > self.svc.settings.shaping_inline_wait_seconds or (
+            if got.seconds > inline or (
                 self.time_left() - got.seconds < self.svc.settings.min_time_left_seconds
             ):
                 break
             time.sleep(got.seconds)
-        self.stats.throttled += 1
-        self.stats.groups -= 1  # claimed, but not an attempt
+        self.stats.add("throttled")
+        self.stats.add("groups", -1)  # claimed, but not an attempt
         key = f"Throttled_{got.reason}"
-        self.stats.extra[key] = self.stats.extra.get(key, 0) + 1
-        wait = max(1, math.ceil(got.seconds + self.svc.rng.uniform(0, 1)))
-        self.svc.storage.postpone(claim, wait)
+        self.stats.add_extra(key)
+        if booked is not None:
+            # back a little before its own slot (SQS counts whole seconds), then the
+            # rest is slept: the group is re-armed once and sends on its slot
+            wait = max(1, math.floor(got.seconds))
+        else:
+            wait = max(1, math.ceil(got.seconds + self.svc.rng.uniform(0, 1)))
+        self.svc.storage.postpone(
+            claim, wait, reservation=booked.encode() if booked is not None else None
+        )
         log.info("site out of budget", extra={"site": site, "reason": got.reason, "wait": wait})
         if claim.receipt_handle:
             raise KeepMessage(f"site {site} {got.reason}: back in {wait}s")
@@ -522,9 +715,9 @@ class Invocation:
         )
         if s is None:
             return None
-        self.stats.groups -= 1  # claimed, but not an attempt
+        self.stats.add("groups", -1)  # claimed, but not an attempt
         key = f"Suspended_{s.scope}"
-        self.stats.extra[key] = self.stats.extra.get(key, 0) + 1
+        self.stats.add_extra(key)
         left = s.until - self.svc.clock().timestamp()
         wait = max(1, min(math.ceil(left), self.svc.settings.suspension_recheck_seconds))
         self.svc.storage.postpone(claim, wait)
@@ -551,7 +744,7 @@ class Invocation:
             claim.shaping = f"{rule.id}:{'+'.join(rule.actions)}"
             for action in rule.actions:
                 key = f"Backoff_{action}"
-                self.stats.extra[key] = self.stats.extra.get(key, 0) + 1
+                self.stats.add_extra(key)
             if rule.reclassify:
                 results = {
                     rid: reclassified(r, rule) if rule.matches(site, r) else r
@@ -566,12 +759,12 @@ class Invocation:
         shaper = self.svc.shaper
         if shaper is None:
             return
-        for site in self._sites:
+        for site, holder in self._sites:
             try:
-                shaper.release(site, self._holder)
+                shaper.release(site, holder)
             except MailqueueError:  # the slot's lease expires by itself
                 log.warning("slot release failed", extra={"site": site})
-        self.stats.extra["ShapingRequests"] = shaper.store.requests - self._shaping_requests
+        self.stats.add_extra("ShapingRequests", shaper.store.requests - self._shaping_requests)
 
     def _reputation(self) -> None:
         """One write per principal / sender domain for the whole invocation; a pause is a
@@ -761,7 +954,7 @@ class Invocation:
                     by_result.setdefault(r, []).append(rid)
                 for r, rids in by_result.items():
                     st.send_done(claim, rids, r, tls=tls)
-                self.stats.delivered += len(ok)
+                self.stats.add("delivered", len(ok))
             now = self.svc.clock()
             attempts = max((pending[rid].attempts for rid in temp), default=0) + 1
             delay = backoff(attempts, now - group.arrival, self.svc.policy) if temp else None
@@ -774,7 +967,7 @@ class Invocation:
                 self.svc.reputation.note(group.principal, group.sender, counts_of({**ok, **perm}))
             if perm:
                 st.drop(claim, perm, tls=tls)
-                self.stats.bounced += len(perm)
+                self.stats.add("bounced", len(perm))
                 self._suppress(group, {pending[rid].address: r for rid, r in perm.items()})
             if temp:
                 assert delay is not None
@@ -784,14 +977,14 @@ class Invocation:
                     all(pending[rid].delay_warned for rid in temp),
                 )
                 st.reschedule(claim, temp, now + delay, delay_warning=warn, tls=tls)
-                self.stats.deferred += len(temp)
+                self.stats.add("deferred", len(temp))
                 if claim.receipt_handle:
                     raise KeepMessage(f"deferred {int(delay.total_seconds())}s")
                 return "deferred"
         except LeaseLost:
             # our lease expired and another attempt took over: it will record its own results
             log.warning("lease lost while recording", extra={"mail_id": group.mail_id})
-            self.stats.lost_claims += 1
+            self.stats.add("lost_claims")
             return "lease_lost"
         return "bounced" if perm and not ok else ("partial" if perm else "delivered")
 
@@ -815,7 +1008,7 @@ class Invocation:
         except MailqueueError:
             log.warning("could not add to the suppression list", extra={"count": len(entries)})
             return
-        self.stats.extra["Suppressed"] = self.stats.extra.get("Suppressed", 0) + len(entries)
+        self.stats.add_extra("Suppressed", len(entries))
         log.info("suppressed", extra={"mail_id": group.mail_id, "count": len(entries)})
 
 

@@ -181,6 +181,7 @@ class AwsStorage:
             priority=priority_of(d.get("tags")),
             principal=principal_of(d.get("tags")),
             tags=tuple((str(k), str(v)) for k, v in (d.get("tags") or {}).items()),
+            reservation=d.get("rsv"),
         )
 
     def _batch_write(self, requests: list[dict[str, Any]]) -> int:
@@ -994,6 +995,7 @@ class AwsStorage:
         next_attempt_at: datetime | None = None,
         attempt: Attempt | None = None,
         op: dict[str, Any] | None = None,
+        reservation: str | None = None,  # postpone's shaping slot; "": clear it
     ) -> Transition:
         """Write changed recipients; release the lease when none of the claim is unresolved.
 
@@ -1016,6 +1018,17 @@ class AwsStorage:
             plan = self._transition_request(
                 claim, by_rid, changed, next_attempt_at=next_attempt_at, attempt=attempt, op=op
             )
+            if reservation is not None:  # one more action in the same UpdateItem
+                req = plan.request
+                if reservation:
+                    req["ExpressionAttributeValues"][":rsv"] = {"S": reservation}
+                    req["UpdateExpression"] = req["UpdateExpression"].replace(
+                        "SET ", "SET rsv = :rsv, ", 1
+                    )
+                else:
+                    req["UpdateExpression"] += (
+                        ", rsv" if " REMOVE " in req["UpdateExpression"] else " REMOVE rsv"
+                    )
             with translate("dynamodb:UpdateItem"):
                 try:
                     self.c.dynamodb.update_item(**plan.request)
@@ -1048,6 +1061,7 @@ class AwsStorage:
             state=state,
             next_attempt_at=next_at,
             history=tuple(history),
+            reservation=(reservation or None) if reservation is not None else group.reservation,
             lease_token=None if release else group.lease_token,
             lease_until=None if release else group.lease_until,
         )
@@ -1265,7 +1279,9 @@ class AwsStorage:
         self._rearm(claim, 0)
         return t.group
 
-    def postpone(self, claim: Claim, delay_seconds: int) -> Group:
+    def postpone(
+        self, claim: Claim, delay_seconds: int, *, reservation: str | None = None
+    ) -> Group:
         """Give a claimed group back untried for `delay_seconds` (traffic shaping: its
         site is out of budget). Like send_cancel: no attempt, no event; the trigger is
         re-armed for the delay (lifetime is checked when it comes back)."""
@@ -1277,6 +1293,7 @@ class AwsStorage:
             claim,
             {r.rid: r.with_(state=RecipientState.QUEUED) for r in claim.unresolved()},
             next_attempt_at=max(group.next_attempt_at, until),
+            reservation=reservation or "",
         )
         self._rearm(claim, delay_seconds)
         return t.group

@@ -1,0 +1,91 @@
+"""A throttled group waits once (issue 25 item 6).
+
+A site limited at 2.5/s, 20 one-recipient mails queued at once (so the limit binds from
+the start), three delivery invocations polling the queue at once, each its own container
+and limiter cache, all sharing the site's state item on moto. A group refused for the
+rate books its own future slot in the same conditional write a grant would be, is
+re-armed once for that slot, and sends when it comes back without asking again. So, on
+average per mail: at most 1 re-arm, and the rate the peer sees after the burst is the
+limit within 5 %, at burst 1, 2 and 5.
+
+Not met yet: the issue's 1.2 limiter requests per mail. Three containers booking one
+item at once conflict (a refused conditional write, then a retry on the state it
+returns): measured 1.6-2.4 requests per mail here (before this change: 3.2-3.8 in this
+test, with the rate 15-35 % under the limit). The bound below holds most of that gain.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from tests.support import factories as f
+from tests.support.aws import AwsEnv
+from tests.support.rigs import RigFactory, relay_to
+from tests.support.smtp_peers import smtp_sink
+
+RATE = 2.5
+MAILS = 20
+WORKERS = 3
+
+
+def drive(rigs: list[Any], peer: Any, n: int, seconds: float) -> None:
+    """The pollers of WORKERS invocations at once until the peer has n messages."""
+    stop = time.monotonic() + seconds
+    errors: list[BaseException] = []
+
+    def worker(r: Any) -> None:
+        try:
+            while time.monotonic() < stop and len(peer.messages) < n:
+                if not r.poll().received:
+                    time.sleep(0.05)
+        except BaseException as e:  # noqa: BLE001 - re-raised in the test's thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(r,)) for r in rigs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(seconds + 30)
+    if errors:
+        raise errors[0]
+
+
+@pytest.mark.parametrize("burst", [1, 2, 5])
+def test_a_binding_limit_costs_one_request_and_one_rearm_per_mail(
+    burst: int, rig: RigFactory, aws: AwsEnv
+) -> None:
+    rules = {
+        "version": 1,
+        "default": {"rates": [{"messages": int(RATE * 2), "per": "2s", "burst": burst}]},
+    }
+    with smtp_sink() as peer:
+        settings = dict(
+            routes=relay_to(peer.port),
+            shaping=True,
+            shaping_book_slots=True,
+            shaping_rules=json.dumps(rules),
+            backoff_rules=json.dumps({"version": 1, "rules": []}),
+        )
+        rigs = [rig(**settings) for _ in range(WORKERS)]
+        st = aws.storage()
+        for i in range(MAILS):
+            st.enqueue(f.envelope(f"u{i}@peer.example"), f.content())
+        rigs[0].reset_counts()
+        drive(rigs, peer, MAILS, seconds=MAILS / RATE + 30)
+        assert len(peer.messages) == MAILS
+        rearms = rigs[0].rearms()
+    requests = sum(r.service.shaper.store.requests for r in rigs if r.service.shaper)
+    times = sorted(peer.accepted_at)
+    steady = (MAILS - burst) / (times[-1] - times[0])
+    print(
+        f"burst {burst}: {requests / MAILS:.2f} limiter requests/mail, "
+        f"{rearms / MAILS:.2f} re-arms/mail, {steady:.3f}/s (limit {RATE:g}/s)"
+    )
+    assert requests / MAILS <= 3.0
+    assert rearms / MAILS <= 1.0
+    assert abs(steady - RATE) <= 0.05 * RATE
