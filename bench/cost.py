@@ -27,6 +27,7 @@ and `memory_sweep` prices each function at each memory size. Assumptions that ar
 from __future__ import annotations
 
 import base64
+import contextvars
 import json
 import math
 import threading
@@ -397,7 +398,9 @@ class Run:
         return out
 
 
-_local = threading.local()
+# which function a request belongs to: a context variable, so the delivery service's
+# lanes (threads that run in a copy of the invocation's context) are credited too
+_function: contextvars.ContextVar[str | None] = contextvars.ContextVar("mq_fn", default=None)
 
 
 class _Hooks:
@@ -408,7 +411,7 @@ class _Hooks:
         self.lock = threading.Lock()
 
     def before(self, model: Any, params: Any, context: Any, **_: Any) -> None:
-        fn = getattr(_local, "function", None)
+        fn = _function.get()
         if fn is None:
             return
         op = f"{model.service_model.service_name}:{model.name}"
@@ -524,14 +527,14 @@ def _wrap(
     records_in: Counter[str] | None = None,
 ) -> Callable[..., Any]:
     def run(event: Any, context: Any) -> Any:
-        _local.function = name
+        token = _function.set(name)
         if records_in is not None and isinstance(event, dict):
             records_in[name] += len(event.get("Records") or ()) or 1
         t0 = time.thread_time()
         try:
             return handler(event, context)
         finally:
-            _local.function = None
+            _function.reset(token)
             cpu[name] = cpu.get(name, 0.0) + time.thread_time() - t0
 
     return run
