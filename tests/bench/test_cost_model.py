@@ -317,13 +317,13 @@ def test_a_client_kept_from_an_earlier_run_counts_in_the_run_in_progress(
     first, second = cost.Run(mails=1), cost.Run(mails=1)
     with cost._Hooks(first).installed():
         client = session().client("sqs", endpoint_url=moto_endpoint, region_name=REGION)
-    cost._local.function = "delivery"
+    token = cost._function.set("delivery")
     try:
         with cost._Hooks(second).installed():
             client.list_queues()
         client.list_queues()  # between runs: nobody's
     finally:
-        cost._local.function = None
+        cost._function.reset(token)
     assert second.ops("delivery") == {"sqs:ListQueues": 1}
     assert first.requests == {}
 
