@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-test: $(STAMP) postfix-peer
+test: $(STAMP) postfix-peer swaks-client
 	MAILQUEUE_REQUIRE_POSTFIX=$(REQUIRE_POSTFIX) $(PY) -m pytest -q -p no:cacheprovider
 	$(MAKE) --no-print-directory test-emr-spark
 

@@ -820,6 +820,10 @@ def main(
         from mailqueue.cli.dkim import main as dkim_main
 
         return dkim_main(args[1:], env=environ, stdout=out, stderr=err)
+    if args[:1] == ["smtpd"]:  # the SMTP front door (cli/smtpd.py)
+        from mailqueue.cli.smtpd import main as smtpd_main
+
+        return smtpd_main(args[1:], env=environ, stdout=out, stderr=err)
     parser = build_parser()
     try:
         ns = parser.parse_args(argv)
