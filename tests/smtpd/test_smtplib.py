@@ -253,3 +253,17 @@ def test_principal_arn_is_the_policy_subject(door: Door) -> None:
     assert door.server.door.credentials is not None
     rec = door.server.door.credentials.lookup("alice")
     assert rec is not None and rec.principal == ALICE_ARN
+
+
+def test_smtputf8_address(door: Door) -> None:
+    c = submit(door)
+    assert c.mail("a@example.org", ["SMTPUTF8", "BODY=8BITMIME"])[0] == 250
+    assert c.rcpt("josé@example.net")[0] == 250
+    code, reply = c.data(MESSAGE)
+    assert code == 250
+    items, _ = door.stored(queued_id(reply))
+    assert [r.address for g in items["groups"] for r in g.recipients] == ["josé@example.net"]
+    # without SMTPUTF8 the same address is refused
+    assert c.mail("a@example.org")[0] == 250
+    assert c.rcpt("josé@example.net")[0] == 553
+    c.quit()
