@@ -33,7 +33,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from aiosmtpd.smtp import SMTP, AuthResult, LoginPassword
+from aiosmtpd.smtp import SMTP, AuthResult, LoginPassword, TLSSetupException
 from aiosmtpd.smtp import Envelope as AioEnvelope
 from aiosmtpd.smtp import Session as AioSession
 
@@ -349,6 +349,25 @@ class FrontDoor(SMTP):
             lines.append("AUTH " + " ".join(sorted(self._auth_methods)))
         for i, line in enumerate(lines):
             await super().push(f"250{'-' if i < len(lines) - 1 else ' '}{line}")
+
+    async def smtp_STARTTLS(self, arg: str) -> None:
+        """A failed handshake is the client's problem: logged at INFO, the connection
+        closed (aiosmtpd would log it as a session exception)."""
+        try:
+            await super().smtp_STARTTLS(arg)
+            if self._tls_protocol is not None and (self.session is None or not self.session.ssl):
+                # the client went away during the handshake: the TLS layer ended the
+                # handshake without an error and without making the session its protocol
+                raise TLSSetupException("connection closed during the TLS handshake")
+        except TLSSetupException as e:
+            self.door.gate.counters["tls_failed"] += 1
+            log.info("TLS handshake failed", extra={"ip": self._ip, "cause": repr(e.__cause__)})
+            for t in (self._original_transport, self.transport):
+                if t is not None:
+                    t.close()
+            # the TLS layer never made the session its app protocol: nobody else will
+            # tell us the connection is gone (the session task, the connection count)
+            self.connection_lost(e)
 
     # ------------------------------------------------------------------ AUTH
     def _no_authenticator(self, *args: Any) -> AuthResult:
@@ -717,6 +736,8 @@ class SmtpServer:
             log.info("listening", extra={"kind": kind, "host": bound[0], "port": bound[1]})
 
     def start(self, timeout: float = 10.0) -> SmtpServer:
+        quiet_aiosmtpd_logs()
+
         def run() -> None:
             loop = asyncio.new_event_loop()
             self._loop = loop
