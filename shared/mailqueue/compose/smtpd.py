@@ -3,7 +3,10 @@ builds it), the credentials store (a file, or Secrets Manager) and the TLS conte
 
 from __future__ import annotations
 
+import json
 import ssl
+import tempfile
+from pathlib import Path
 
 import boto3
 
@@ -11,6 +14,7 @@ from mailqueue.backends.aws.clients import AwsClients, make_clients
 from mailqueue.backends.aws.smtpd_secrets import load_secret
 from mailqueue.backends.credentials_file import load_file
 from mailqueue.compose.ingress import build_service
+from mailqueue.core.config import ConfigError
 from mailqueue.core.events import EventEmitter
 from mailqueue.services.ingress import IngressService, IngressSettings
 from mailqueue.services.smtpd import CredentialStore, SmtpdSettings, SmtpServer
@@ -18,13 +22,33 @@ from mailqueue.services.smtpd import CredentialStore, SmtpdSettings, SmtpServer
 __all__ = ["build_server", "credentials_store", "tls_context"]
 
 
-def tls_context(settings: SmtpdSettings) -> ssl.SSLContext | None:
-    """A server context (TLS 1.2 and later) from the certificate files, None without."""
-    if not settings.cert_file:
-        return None
+def tls_context(
+    settings: SmtpdSettings, *, region: str | None = None, endpoint_url: str | None = None
+) -> ssl.SSLContext | None:
+    """A server context (TLS 1.2 and later) from the certificate files or the secret,
+    None without either."""
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    ctx.load_cert_chain(settings.cert_file, settings.key_file)
+    if settings.cert_file:
+        ctx.load_cert_chain(settings.cert_file, settings.key_file)
+        return ctx
+    if not settings.tls_secret:
+        return None
+    client = boto3.session.Session().client(
+        "secretsmanager", region_name=region, endpoint_url=endpoint_url
+    )
+    try:
+        doc = json.loads(client.get_secret_value(SecretId=settings.tls_secret)["SecretString"])
+        cert, key = doc["cert"], doc["key"]
+    except (KeyError, TypeError, ValueError) as e:
+        raise ConfigError(f"smtpd tls_secret: expected {{'cert': PEM, 'key': PEM}}: {e}") from e
+    # ssl loads a chain from files only: a private directory, removed once loaded
+    with tempfile.TemporaryDirectory(prefix="smtpd-tls-") as d:
+        cert_path, key_path = Path(d, "cert.pem"), Path(d, "key.pem")
+        cert_path.write_text(cert)
+        key_path.touch(mode=0o600)
+        key_path.write_text(key)
+        ctx.load_cert_chain(str(cert_path), str(key_path))
     return ctx
 
 
@@ -58,4 +82,7 @@ def build_server(
     store = credentials_store(
         smtpd, region=ingress.storage.region, endpoint_url=ingress.storage.endpoint_url
     )
-    return SmtpServer(smtpd, svc, store, tls_context(smtpd))
+    tls = tls_context(
+        smtpd, region=ingress.storage.region, endpoint_url=ingress.storage.endpoint_url
+    )
+    return SmtpServer(smtpd, svc, store, tls)

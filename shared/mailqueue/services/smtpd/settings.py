@@ -26,6 +26,8 @@ class SmtpdSettings:
     receive_port: int = -1  # receiving listener (25): no AUTH, the receiving domains only
     cert_file: str = ""
     key_file: str = ""
+    # instead of the two files: a Secrets Manager secret {"cert": PEM, "key": PEM} (ECS)
+    tls_secret: str = ""
     credentials: str = ""  # file:/path | secretsmanager:<secret id or ARN>
     max_connections: int = 200
     max_connections_per_ip: int = 50
@@ -47,8 +49,8 @@ class SmtpdSettings:
         if self.port < 0 and self.tls_port < 0 and self.receive_port < 0:
             raise ConfigError("smtpd: no listener (port, tls_port and receive_port are off)")
         submission = self.port >= 0 or self.tls_port >= 0
-        if submission and not (self.cert_file and self.key_file):
-            raise ConfigError("smtpd: submission needs cert_file and key_file (AUTH after TLS)")
+        if submission and not (self.cert_file and self.key_file) and not self.tls_secret:
+            raise ConfigError("smtpd: submission needs cert_file and key_file, or tls_secret")
         if submission and not self.credentials:
             raise ConfigError("smtpd: submission needs credentials (file:… or secretsmanager:…)")
         if self.credentials and not self.credentials.startswith(("file:", "secretsmanager:")):
