@@ -28,6 +28,7 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m bench.run
 	$(PY) -m bench.shaping
+	$(MAKE) --no-print-directory bench-smtp
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache

@@ -16,3 +16,9 @@ demo: $(STAMP)
 
 bench-local: $(STAMP)
 	$(PY) -m mailqueue_local.bench $(BENCH_ARGS)
+
+# SMTP front door vs HTTP API on the local stack (smtp-source from Debian's postfix):
+#   make bench-smtp SMTP_BENCH_ARGS="--mails 2000"   → var/smtpbench/result.json
+.PHONY: bench-smtp
+bench-smtp: $(STAMP) postfix-peer
+	$(PY) -m mailqueue_local.smtpbench $(SMTP_BENCH_ARGS)
