@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import functools
 import json
 import os
 import resource
@@ -228,7 +229,7 @@ def run(mails: int, sessions: int, var: Path) -> dict[str, Any]:
             row: dict[str, Any] = {}
             before = _stored(stack)
             (rc, tail), sec, cpu, mcpu = measured(
-                moto, lambda size=size: smtp_source(port, mails, sessions, size)
+                moto, functools.partial(smtp_source, port, mails, sessions, size)
             )
             got = _stored(stack) - before
             row["smtp"] = {
@@ -243,7 +244,7 @@ def run(mails: int, sessions: int, var: Path) -> dict[str, Any]:
                 row["smtp"]["tail"] = tail
             before = _stored(stack)
             args = ["http", stack.api_url, stack.token, str(mails), str(size), str(sessions)]
-            res, sec, cpu, mcpu = measured(moto, lambda args=args: _child(args))
+            res, sec, cpu, mcpu = measured(moto, functools.partial(_child, args))
             got = _stored(stack) - before
             row["http"] = {
                 "errors": res["errors"],

@@ -91,7 +91,8 @@ def try_lines(r: dict[str, Any]) -> list[str]:
         "c.sendmail('a@example.org', ['b@example.net'], open('message.eml','rb').read())"
     )
     return [
-        f"  swaks --server 127.0.0.1:{port} --tls --tls-verify --tls-ca-path {ca} --auth-user {user} "
-        f"--auth-password {pw} --from a@example.org --to b@example.net --data @message.eml",
+        f"  swaks --server 127.0.0.1:{port} --tls --tls-verify --tls-ca-path {ca} "
+        f"--auth-user {user} --auth-password {pw} --from a@example.org --to b@example.net "
+        "--data @message.eml",
         f'  .venv/bin/python -c "{py}"',
     ]

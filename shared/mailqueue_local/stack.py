@@ -226,9 +226,7 @@ class LocalStack:
         if o.smtpd:
             from mailqueue_local.smtpd import start_local_smtpd
 
-            self.smtpd = start_local_smtpd(
-                self.var_dir, o.host, receive_port=o.smtpd_receive_port
-            )
+            self.smtpd = start_local_smtpd(self.var_dir, o.host, receive_port=o.smtpd_receive_port)
         self.timings["total"] = time.monotonic() - started
         log.info(
             "started in %.1f s (moto %.1f s, resources %.1f s, function imports %.1f s)",

@@ -120,8 +120,7 @@ class Session:
 
 def _message(rng: random.Random) -> bytes:
     body = b"".join(
-        rng.choice([b"plain line", b".leading dot", b"8-bit \xc3\xa9", b"", b"x" * 200])
-        + b"\r\n"
+        rng.choice([b"plain line", b".leading dot", b"8-bit \xc3\xa9", b"", b"x" * 200]) + b"\r\n"
         for _ in range(rng.randint(1, 30))
     )
     return f"From: a@example.org\r\nSubject: fuzz {rng.random()}\r\n\r\n".encode() + body
@@ -157,7 +156,7 @@ def _envelope_arg(rng: random.Random) -> bytes:
             b"user@example.com",
             b"<" + b"l" * 300 + b"@example.com>",
             b"<user@" + b"d" * 300 + b".com>",
-            b"<\"quoted >\"@example.com>",
+            b'<"quoted >"@example.com>',
             _junk(rng, rng.randint(0, 40)),
         ]
     )
@@ -206,7 +205,7 @@ def run_session(
             return
         if kind == "brute":
             if s.starttls():
-                for i in range(rng.randint(1, 5)):
+                for _ in range(rng.randint(1, 5)):
                     s.auth(rng.choice(["alice", "mallory", "x" * 300]), PASSWORD_GUESS.format(n=n))
             return
         if kind in ("submit",):
@@ -385,4 +384,3 @@ def test_bare_newline_reject_mode_closes_with_550(aws: AwsEnv, tmp_path: Path) -
         assert door.mail_ids() == []
     finally:
         door.server.stop()
-

@@ -55,7 +55,8 @@ def test_ehlo_offers_the_extensions_and_auth_only_after_tls(door: Door) -> None:
 def test_a_submission_is_stored_byte_exact_behind_our_received_field(door: Door) -> None:
     c = submit(door)
     c.mail("a@example.org", ["RET=HDRS", "ENVID=env+2Bid-1"])
-    assert c.rcpt("b@example.net", ["NOTIFY=SUCCESS,FAILURE", "ORCPT=rfc822;orig+2Bx@example.net"])[0] == 250
+    params = ["NOTIFY=SUCCESS,FAILURE", "ORCPT=rfc822;orig+2Bx@example.net"]
+    assert c.rcpt("b@example.net", params)[0] == 250
     assert c.rcpt("c@example.com")[0] == 250
     code, reply = c.data(MESSAGE)
     assert code == 250

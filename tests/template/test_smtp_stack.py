@@ -41,9 +41,9 @@ def smtp_stack(moto_endpoint: str) -> Iterator[tuple[str, StackOutputs]]:
     ec2 = client(moto_endpoint, "ec2")
     vpc = ec2.create_vpc(CidrBlock="10.90.0.0/16")["Vpc"]["VpcId"]
     subnets = [
-        ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.90.{i}.0/24", AvailabilityZone=az)[
-            "Subnet"
-        ]["SubnetId"]
+        ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.90.{i}.0/24", AvailabilityZone=az)["Subnet"][
+            "SubnetId"
+        ]
         for i, az in enumerate(("us-east-1a", "us-east-1b"))
     ]
     sm = client(moto_endpoint, "secretsmanager")
@@ -86,15 +86,14 @@ def test_front_door_is_a_fargate_service_behind_an_nlb(
     assert env["MQ_DELIVERY_QUEUE_URL"] == out.delivery_queue_url
     assert env["MQ_SMTPD_CREDENTIALS"].startswith("secretsmanager:arn:aws:secretsmanager:")
     assert container["command"] == ["mailqueue", "smtpd"]
-    assert env["MQ_SMTPD_CREDENTIALS"] == f"secretsmanager:{out.parameters['SmtpCredentialsSecretArn']}"
+    users = out.parameters["SmtpCredentialsSecretArn"]
+    assert env["MQ_SMTPD_CREDENTIALS"] == f"secretsmanager:{users}"
     elb = client(endpoint, "elbv2")
     (lb,) = elb.describe_load_balancers(LoadBalancerArns=[res["SmtpLoadBalancer"][1]])[
         "LoadBalancers"
     ]
     assert lb["Scheme"] == "internet-facing"  # (moto records Type network as application)
-    (tg,) = elb.describe_target_groups(TargetGroupArns=[res["SmtpTargetGroup"][1]])[
-        "TargetGroups"
-    ]
+    (tg,) = elb.describe_target_groups(TargetGroupArns=[res["SmtpTargetGroup"][1]])["TargetGroups"]
     assert (tg["Protocol"], tg["Port"], tg["TargetType"]) == ("TCP", 587, "ip")
     assert "SmtpListener" in out.skipped
     assert out.outputs["SmtpEndpoint"].endswith(":587")

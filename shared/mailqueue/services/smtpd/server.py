@@ -257,6 +257,7 @@ class FrontDoor(SMTP):
             self._ip = str(peer[0]) if isinstance(peer, tuple) and peer else "?"
             if not self.door.gate.enter(self._ip):
                 log.warning("connection refused: too many connections", extra={"ip": self._ip})
+                assert isinstance(transport, asyncio.WriteTransport)
                 try:
                     transport.write(
                         f"421 4.7.0 {self.hostname} Error: too many connections\r\n".encode()
@@ -275,17 +276,17 @@ class FrontDoor(SMTP):
         super().connection_lost(error)
 
     def _timeout_cb(self) -> None:
-        if self.transport is not None:
+        if isinstance(self.transport, asyncio.WriteTransport):
             try:
                 self.transport.write(
                     f"421 4.4.2 {self.hostname} Error: timeout exceeded\r\n".encode()
                 )
             except Exception:  # noqa: BLE001  the transport is closing; the close below runs
                 log.debug("could not write the timeout reply")
-        super()._timeout_cb()
+        super()._timeout_cb()  # type: ignore[no-untyped-call]
 
     def _set_post_data_state(self) -> None:
-        super()._set_post_data_state()
+        super()._set_post_data_state()  # type: ignore[no-untyped-call]
         self.tx = None
 
     @property
@@ -330,7 +331,7 @@ class FrontDoor(SMTP):
         if not hostname:
             await self.push("501 Syntax: EHLO hostname")
             return
-        self._set_rset_state()
+        self._set_rset_state()  # type: ignore[no-untyped-call]
         assert self.session is not None
         self.session.extended_smtp = True
         self.session.host_name = hostname
