@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)  ## create .venv with the project installed editable (every target does it first)
 
-test: $(STAMP) postfix-peer sisimai dane-dns  ## the test suite (installs Debian's postfix, sisimai, the DNSSEC tools as root), then the pipeline on EMR's Spark
+test: $(STAMP) postfix-peer swaks-client sisimai dane-dns  ## the test suite (installs Debian's postfix, swaks, sisimai, the DNSSEC tools as root), then the pipeline on EMR's Spark
 	MAILQUEUE_REQUIRE_POSTFIX=$(REQUIRE_POSTFIX) MAILQUEUE_REQUIRE_SISIMAI=$(REQUIRE_SISIMAI) $(PY) -m pytest -q -p no:cacheprovider
 	$(MAKE) --no-print-directory test-emr-spark
 
@@ -34,6 +34,7 @@ bench: $(STAMP)  ## request counts, cost per message, throughput -> docs/benchma
 	$(PY) -m bench.run
 	$(PY) -m bench.shaping
 	$(PY) -m bench.mix $(BENCH_MIX_MAILS)
+	$(MAKE) --no-print-directory bench-smtp
 
 clean:  ## remove .venv, var/ and the tool caches
 	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache

@@ -10,3 +10,16 @@ fuzz: $(STAMP)  ## 10,000 generated submissions to the local stack (FUZZ_COUNT, 
 	FUZZ_COUNT=$(FUZZ_COUNT) FUZZ_SEED=$(FUZZ_SEED) FUZZ_REPORT=var/fuzz-report.json \
 		$(PY) -m pytest -q -p no:cacheprovider -s --timeout=$(FUZZ_TIMEOUT) tests/fuzz
 	@cat var/fuzz-report.json
+
+# `make fuzz` also runs the SMTP session fuzz long (tests/fuzz/test_fuzz_smtp.py; make test
+# runs 25 sessions): SMTP_FUZZ_COUNT sessions from seed SMTP_FUZZ_SEED → var/smtp-fuzz-report.json
+SMTP_FUZZ_COUNT ?= 2000
+SMTP_FUZZ_SEED  ?= 26
+fuzz: fuzz-smtp
+.PHONY: fuzz-smtp
+fuzz-smtp: $(STAMP)  ## the seeded SMTP session fuzz against mailqueue smtpd (FUZZ_SMTP_COUNT)
+	@mkdir -p var
+	SMTP_FUZZ_COUNT=$(SMTP_FUZZ_COUNT) SMTP_FUZZ_SEED=$(SMTP_FUZZ_SEED) \
+		SMTP_FUZZ_REPORT=var/smtp-fuzz-report.json \
+		$(PY) -m pytest -q -p no:cacheprovider -s --timeout=$(FUZZ_TIMEOUT) tests/fuzz/test_fuzz_smtp.py
+	@cat var/smtp-fuzz-report.json

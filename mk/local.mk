@@ -16,3 +16,9 @@ demo: $(STAMP)  ## four mails through a fresh local stack; its event log is var/
 
 bench-local: $(STAMP)  ## delivery throughput of the local stack (BENCH_ARGS="--mails 500")
 	$(PY) -m mailqueue_local.bench $(BENCH_ARGS)
+
+# SMTP front door vs HTTP API on the local stack (smtp-source from Debian's postfix):
+#   make bench-smtp SMTP_BENCH_ARGS="--mails 2000"   → var/smtpbench/result.json
+.PHONY: bench-smtp
+bench-smtp: $(STAMP) postfix-peer  ## SMTP vs HTTP acceptance on the local stack (smtp-source)
+	$(PY) -m mailqueue_local.smtpbench $(SMTP_BENCH_ARGS)

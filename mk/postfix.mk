@@ -17,3 +17,19 @@ postfix-peer:  ## install Debian's postfix for the strict-peer tests (root only)
 	    || { apt-get update -qq && apt-get install -y -qq --no-install-recommends postfix >/dev/null; }; \
 	else echo "postfix is not installed and this is not root with apt-get:" \
 	  "tests/delivery/test_postfix_peer.py will be skipped"; fi
+
+# swaks (with Net::SSLeay for STARTTLS/AUTH) as an SMTP client of `mailqueue smtpd`
+# (tests/smtpd/test_swaks.py; the README's example). Same rule: installed when root.
+SWAKS_BIN := /usr/bin/swaks
+.PHONY: swaks-client
+swaks-client:  ## Debian's swaks and SASL modules (the SMTP front door tests), when root
+	@if [ -x $(SWAKS_BIN) ] && perl -MNet::SSLeay -e1 2>/dev/null; then :; \
+	elif [ "$(REQUIRE_POSTFIX)" = 1 ]; then \
+	  echo "installing swaks (SMTP client for the smtpd tests)"; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  apt-get install -y -qq --no-install-recommends swaks libnet-ssleay-perl \
+	    libio-socket-ssl-perl libauthen-sasl-perl libsasl2-modules >/dev/null 2>&1 \
+	    || { apt-get update -qq && apt-get install -y -qq --no-install-recommends swaks \
+	      libnet-ssleay-perl libio-socket-ssl-perl libauthen-sasl-perl libsasl2-modules >/dev/null; }; \
+	else echo "swaks is not installed and this is not root with apt-get:" \
+	  "tests/smtpd/test_swaks.py will be skipped"; fi

@@ -50,6 +50,9 @@ MOTO_SKIPPED: dict[str, str] = {
     "AWS::EMRServerless::Application": "not in moto's CloudFormation (analytics off by default)",
     "AWS::Scheduler::Schedule": "not in moto's CloudFormation (analytics off by default)",
     "AWS::Lambda::EventInvokeConfig": "not in moto's CloudFormation",
+    "AWS::ElasticLoadBalancingV2::Listener": "moto's CloudFormation makes every load "
+    "balancer an application one (it ignores Type: network), which refuses the SMTP front "
+    "door's TCP listener (SmtpFrontDoor=on only; cfn-lint checks it)",
     "AWS::Lambda::EventSourceMapping": (
         "moto would invoke the function itself (in Docker) on every message; the local "
         "runtime's pollers play Lambda's part instead"

@@ -87,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="refuse, as AWS would, requests over the services' documented limits (moto "
         "does not); each is logged and written to <var>/logs/limit-violations.jsonl",
     )
+    p.add_argument("--no-smtpd", action="store_true", help="no SMTP front door")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging on the console")
     return p
 
@@ -157,6 +158,13 @@ def banner(stack: LocalStack) -> str:
         f"  export MAILQUEUE_API={r['api_url']} MAILQUEUE_TOKEN={r['token']}",
         "  .venv/bin/mailqueue send --from a@example.org --to b@example.net --file message.eml",
         "  .venv/bin/mailqueue list",
+    ]
+    if r.get("smtp"):
+        from mailqueue_local.smtpd import try_lines
+
+        lines += ["", f"Or over SMTP (submission on 127.0.0.1:{r['smtp']['port']}):"]
+        lines += try_lines(r["smtp"])
+    lines += [
         "",
         "Ctrl-C stops everything.",
         "",
@@ -202,6 +210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         deploy=ns.deploy,
         strict_limits=ns.strict_limits,
         concurrency=concurrency,
+        smtpd=not ns.no_smtpd,
     )
     stack = LocalStack(options)
     try:

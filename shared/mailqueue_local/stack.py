@@ -116,6 +116,10 @@ class StackOptions:
     # "*": every function); default: the mapping's ScalingConfig.MaximumConcurrency (the
     # template's DeliveryMaxConcurrency for delivery), 1 where the template sets none
     concurrency: Mapping[str, int] = field(default_factory=dict)
+    # the SMTP front door (mailqueue_local.smtpd): submission on a free loopback port;
+    # the receiving listener (no AUTH) too when smtpd_receive_port is not -1
+    smtpd: bool = True
+    smtpd_receive_port: int = -1
 
 
 @dataclass(frozen=True)
@@ -147,6 +151,7 @@ class LocalStack:
         self.functions: dict[str, LocalFunction] = {}
         self.sink: SmtpSink | None = None
         self.gateway: ApiGateway | None = None
+        self.smtpd: Any = None  # mailqueue_local.smtpd.LocalSmtpd
         self.clients: Any = None
         self.env: dict[str, str] = {}
         self.dkim_txt: dict[str, str] = {}  # "<selector>._domainkey.<domain>" -> TXT value
@@ -222,6 +227,10 @@ class LocalStack:
         self._load_functions()
         self.timings["functions"] = time.monotonic() - mark
         self._start_triggers()
+        if o.smtpd:
+            from mailqueue_local.smtpd import start_local_smtpd
+
+            self.smtpd = start_local_smtpd(self.var_dir, o.host, receive_port=o.smtpd_receive_port)
         self.timings["total"] = time.monotonic() - started
         log.info(
             "started in %.1f s (moto %.1f s, resources %.1f s, function imports %.1f s)",
@@ -234,6 +243,9 @@ class LocalStack:
     def stop(self) -> None:
         """Stop everything started, in reverse order; safe to call twice."""
         self._stop.set()
+        if self.smtpd is not None:
+            self.smtpd.stop()
+            self.smtpd = None
         if self.gateway is not None:
             self.gateway.stop()
             self.gateway = None
@@ -314,6 +326,7 @@ class LocalStack:
             "limit_violations_log": str(self.log_dir / LIMITS_LOG),
             "dkim_txt": self.dkim_txt,
             "pid": os.getpid(),
+            "smtp": self.smtpd.readiness() if self.smtpd is not None else None,
         }
 
     # ------------------------------------------------------------------ pieces

@@ -815,10 +815,11 @@ def main(
     err = stderr or sys.stderr
     environ = os.environ if env is None else env
     args = list(sys.argv[1:] if argv is None else argv)
-    if args[:1] == ["dkim"]:  # key management has its own parser (cli_dkim.py)
-        from mailqueue.cli.dkim import main as dkim_main
+    if args[:1] in (["dkim"], ["smtpd"]):  # own parsers: cli/dkim.py, cli/smtpd.py
+        from mailqueue.cli import dkim, smtpd
 
-        return dkim_main(args[1:], env=environ, stdout=out, stderr=err)
+        sub = dkim.main if args[0] == "dkim" else smtpd.main
+        return sub(args[1:], env=environ, stdout=out, stderr=err)
     parser = build_parser()
     try:
         ns = parser.parse_args(argv)

@@ -12,6 +12,7 @@ from mailqueue.services.ingress.service import (
     IngressStorage,
     RawStore,
     SesResult,
+    SmtpSubmission,
     http_status,
 )
 from mailqueue.services.ingress.settings import IngressSettings, ingress_settings_from_env
@@ -23,6 +24,7 @@ __all__ = [
     "IngressStorage",
     "RawStore",
     "SesResult",
+    "SmtpSubmission",
     "http_status",
     "ingress_settings_from_env",
 ]

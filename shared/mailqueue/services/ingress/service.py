@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 import secrets
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -204,6 +205,27 @@ def batch_body(results: Sequence[Answer]) -> dict[str, Any]:
     }
 
 
+# a HELO name used in our Received: field's `from` (else "unknown")
+_HELO_RE = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)(?:\.(?!-)[a-z0-9-]{1,63}(?<!-))*$")
+
+
+@dataclass(frozen=True, slots=True)
+class SmtpSubmission:
+    """A mail as the SMTP server took it: the envelope (DSN parameters included), the
+    octets after DATA (dot-unstuffed, CRLF), who sent it and how.
+
+    `principal` is the authenticated user's principal (credentials store), None on the
+    receiving listener (no AUTH: only the receiving domains, like SES receipt).
+    """
+
+    envelope: Envelope
+    content: bytes
+    principal: str | None
+    client_ip: str | None = None
+    helo: str = ""
+    tls: bool = False
+
+
 class IngressService:
     def __init__(
         self,
@@ -362,8 +384,6 @@ class IngressService:
         now: datetime,
     ) -> Answer:
         """A parsed submission: validated, then queued; 202 once durable, else a 4xx."""
-        keyed = key is not None
-        size = 0
         try:
             sub = guard_parse(
                 lambda: parse_submission(
@@ -374,6 +394,30 @@ class IngressService:
                     max_recipients=self.s.max_recipients,
                 )
             )
+        except InvalidInput as e:
+            self._reject_request(e, doc, key, now, 0)
+            return _refusal(e)
+
+        def trace(env: Envelope) -> Callable[[datetime], bytes]:
+            return self._http_trace(principal, client_ip, env, key)
+
+        return self._submit_sub(sub, doc, principal, key, key_field, now, trace)
+
+    def _submit_sub(
+        self,
+        sub: Submission,
+        doc: dict[str, Any],
+        principal: str,
+        key: str | None,
+        key_field: str,
+        now: datetime,
+        trace: Callable[[Envelope], Callable[[datetime], bytes]],
+    ) -> Answer:
+        """The one sequence every submission (HTTP, batch item, SMTP) ends in: envelope
+        and sender policy, suppression, priority and tags, content rules, enqueue."""
+        keyed = key is not None
+        size = 0
+        try:
             guard_parse(lambda: self._check_envelope(sub.envelope, principal))
             priority = self._priority(sub.priority, principal)
             sub = replace(sub, envelope=self._tagged(sub.envelope, principal, priority))
@@ -397,11 +441,7 @@ class IngressService:
             guard_parse(lambda: self.storage.validate(original, content))
             if sub.envelope.recipients:
                 queued = self._enqueue_traced(
-                    sub.envelope,
-                    content,
-                    self._http_trace(principal, client_ip, sub.envelope, key),
-                    key,
-                    sub.not_before,
+                    sub.envelope, content, trace(sub.envelope), key, sub.not_before
                 )
                 if queued.duplicate:
                     queued = self._stored_answer(queued, sub.envelope)
@@ -422,6 +462,109 @@ class IngressService:
         if notices:
             answer.body["suppressed"] = notices
         return answer
+
+    # ------------------------------------------------------------------ SMTP
+    def smtp_check_sender(self, sender: str, *, principal: str | None, smtputf8: bool) -> None:
+        """MAIL FROM, checked early with the API's rules (address syntax, then the sender
+        policy of the principal; none on the receiving listener, `principal` None), so
+        the client hears a refusal at MAIL. A refusal is one Reject event, as on the API."""
+        try:
+            guard_parse(lambda: validate_sender(sender, smtputf8=smtputf8))
+            if principal is not None:
+                self._check_sender_policy(sender, principal)
+        except InvalidInput as e:
+            self._reject_request(e, {"sender": sender}, None, self.clock(), 0)
+            raise
+
+    def smtp_check_recipient(
+        self, address: str, *, sender: str, principal: str | None, smtputf8: bool, index: int
+    ) -> None:
+        """RCPT TO, checked with the API's rules: syntax; on the receiving listener the
+        receiving domains (no open relay); on submission the suppression list (policy
+        "refuse": the recipient is refused here, the others stay)."""
+        try:
+            self._check_smtp_recipient(address, sender, principal, smtputf8, index)
+        except InvalidInput as e:
+            doc = {"sender": sender, "recipients": [address]}
+            self._reject_request(e, doc, None, self.clock(), 0)
+            raise
+
+    def _check_smtp_recipient(
+        self, address: str, sender: str, principal: str | None, smtputf8: bool, index: int
+    ) -> None:
+        field = f"recipients[{index}].address"
+        guard_parse(lambda: validate_address(address, field, smtputf8=smtputf8))
+        if principal is None:
+            domain = address.rpartition("@")[2].lower().rstrip(".")
+            if domain not in self.s.receiving_domains:
+                raise InvalidInput("relay_denied", "not a receiving domain", field)
+        elif self.suppression is not None and self.s.suppression == "refuse" and sender:
+            found = suppressed(self.suppression, [address], self.clock().timestamp())
+            entry = found.get(normalise(address))
+            if entry is not None:
+                raise RecipientSuppressed(address, entry, index)
+
+    def submit_smtp(self, mail: SmtpSubmission) -> Answer:
+        """A mail at the end of DATA: the API's sequence (`_submit_sub`) for a principal's
+        submission, the receipt rules for the receiving listener. 202 = durable (the
+        SMTP server answers 250 only then); storage errors raise, as on the API."""
+        now = self.clock()
+        env = mail.envelope
+        doc: dict[str, Any] = {
+            "sender": env.sender,
+            "recipients": [r.address for r in env.recipients],
+        }
+        if mail.principal is not None:
+            sub = Submission(envelope=env, content=mail.content, upload_id=None, not_before=None)
+
+            def trace(e: Envelope) -> Callable[[datetime], bytes]:
+                return self._smtp_trace(mail, e)
+
+            return self._submit_sub(sub, doc, mail.principal, None, "", now, trace)
+        env = replace(env, tags=((PRIORITY_TAG, self.s.ses_priority),))
+        try:
+            for i, r in enumerate(env.recipients):
+                self._check_smtp_recipient(r.address, env.sender, None, env.smtputf8, i)
+            guard_parse(lambda: validate_sender(env.sender, smtputf8=env.smtputf8))
+            guard_parse(lambda: self.storage.validate(env, mail.content))
+            queued = self._enqueue_traced(env, mail.content, self._smtp_trace(mail, env), None)
+        except InvalidInput as e:
+            self._reject_request(e, doc, None, now, len(mail.content))
+            return _refusal(e)
+        return self._accepted(queued)
+
+    def _smtp_trace(self, mail: SmtpSubmission, env: Envelope) -> Callable[[datetime], bytes]:
+        """The Received: field of an SMTP mail. A submission (AUTH) is private like the
+        API's (no client address, the principal's digest) unless trace_private is off;
+        a received mail names the client's address, as every MTA does."""
+        private = mail.principal is not None and self.s.trace_private
+        literal = None if private or not mail.client_ip else address_literal(mail.client_ip)
+        helo = mail.helo.lower().rstrip(".")
+        from_domain = helo if _HELO_RE.match(helo) and len(helo) <= 253 else "unknown"
+        if private:
+            from_domain = "smtp-submission"
+        who = None
+        if mail.principal is not None:
+            who = "principal " + (
+                principal_tag(mail.principal) if self.s.trace_private else mail.principal[:128]
+            )
+        protocol = ("ESMTPSA" if mail.principal is not None else "ESMTP") + (
+            " TLS" if mail.tls else ""
+        )
+        rcpts = [r.address for r in env.recipients]
+
+        def build(date: datetime) -> bytes:
+            return received_field(
+                by=self.s.hostname,
+                date=date,
+                from_domain=from_domain,
+                tcp_info=literal,
+                from_comment=who,
+                by_comment=f"mailqueue smtpd {protocol}",
+                recipients=rcpts,
+            )
+
+        return build
 
     def _priority(self, asked: Priority | None, principal: str) -> Priority:
         """The mail's delivery path: what the caller asked, else its default; a bulk
@@ -551,13 +694,17 @@ class IngressService:
             )
         for i, r in enumerate(env.recipients):
             validate_address(r.address, f"recipients[{i}].address", smtputf8=env.smtputf8)
-        if env.null_sender:
+        self._check_sender_policy(env.sender, principal)
+
+    def _check_sender_policy(self, sender: str, principal: str) -> None:
+        """Who may send as what: the null sender, then the sender policy's domains."""
+        if sender == "":
             if principal not in self.s.null_sender_principals:
                 raise InvalidInput(
                     "null_sender_forbidden", "this caller may not use the null sender", "sender"
                 )
         else:
-            domain = env.sender.rpartition("@")[2]
+            domain = sender.rpartition("@")[2]
             if not self.senders.allows(principal, domain):
                 raise InvalidInput(
                     "sender_not_allowed",
