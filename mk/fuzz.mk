@@ -17,7 +17,7 @@ SMTP_FUZZ_COUNT ?= 2000
 SMTP_FUZZ_SEED  ?= 26
 fuzz: fuzz-smtp
 .PHONY: fuzz-smtp
-fuzz-smtp: $(STAMP)  ## the seeded SMTP session fuzz against mailqueue smtpd (FUZZ_SMTP_COUNT)
+fuzz-smtp: $(STAMP)  ## the seeded SMTP session fuzz against mailqueue smtpd (SMTP_FUZZ_COUNT)
 	@mkdir -p var
 	SMTP_FUZZ_COUNT=$(SMTP_FUZZ_COUNT) SMTP_FUZZ_SEED=$(SMTP_FUZZ_SEED) \
 		SMTP_FUZZ_REPORT=var/smtp-fuzz-report.json \
