@@ -22,6 +22,7 @@ import hashlib
 import io
 import json
 import logging
+import math
 import re
 import secrets
 import time
@@ -119,6 +120,14 @@ from mailqueue.core.transitions import envelope_digest
 from mailqueue.core.validate import check_no_ctl
 
 log = logging.getLogger(__name__)
+
+
+def _seconds_until(at: datetime, now: datetime) -> int:
+    """Whole seconds from `now` to `at`, rounded up (≥ 0): a trigger armed for it never
+    comes back before `at` (rounded down it came up to a second early, its claim was
+    refused as not due, and the visibility was changed once more: issue 25, finding 5)."""
+    return max(0, math.ceil((at - now).total_seconds()))
+
 
 class AwsStorage:
     """`Storage` on S3 + DynamoDB + SQS. Holds no mutable module state; clients are injected."""
@@ -343,7 +352,7 @@ class AwsStorage:
         # 3. triggers
         self._send_triggers(
             [MailRef(mail_id, g) for g in groups],
-            int((due - now).total_seconds()),
+            _seconds_until(due, now),
             priority_of(envelope.tags),
         )
         return answer
@@ -392,7 +401,7 @@ class AwsStorage:
                     self.c.dynamodb.put_item(TableName=self.s.table, Item=solo)
                 self._send_triggers(
                     [MailRef(mail_id, g) for g in groups],
-                    int((due - now).total_seconds()),
+                    _seconds_until(due, now),
                     priority_of(envelope.tags),
                 )
                 return answer
@@ -434,7 +443,7 @@ class AwsStorage:
         self._batch_write([{"PutRequest": {"Item": it}} for it in rest])
         self._send_triggers(
             [MailRef(mail_id, g) for g in groups],
-            int((due - now).total_seconds()),
+            _seconds_until(due, now),
             priority_of(envelope.tags),
         )
         return answer
@@ -586,7 +595,7 @@ class AwsStorage:
         if fresh:
             self._send_triggers(
                 fresh,
-                max(0, int((due - self.clock()).total_seconds())),
+                _seconds_until(due, self.clock()),
                 priority_of(envelope.tags),
             )
         return replace(answer, duplicate=True)
@@ -890,8 +899,10 @@ class AwsStorage:
         """
         t = self._transition(claim, changed, next_attempt_at=next_attempt_at, op=op)
         if t.released and t.group.state == GroupState.QUEUED:
-            delay = max(0, int((t.group.next_attempt_at - self.clock()).total_seconds()))
-            self._send_triggers([claim.ref], delay, claim.group.priority)
+            self._send_triggers(
+                [claim.ref], _seconds_until(t.group.next_attempt_at, self.clock()),
+                claim.group.priority,
+            )
         return t
 
     def _hold_unrecorded(self, ref: MailRef, now: datetime) -> ClaimRefused:
@@ -1336,8 +1347,7 @@ class AwsStorage:
         if warn:
             self.post_bounce([claim.ref])
         if t.released and t.group.state == GroupState.QUEUED:
-            delay = int((t.group.next_attempt_at - self.clock()).total_seconds())
-            self._rearm(claim, max(0, delay))
+            self._rearm(claim, _seconds_until(t.group.next_attempt_at, self.clock()))
         return t
 
     def drop(self, claim: Claim, results: dict[str, Result], *, tls: bool = False) -> Transition:
