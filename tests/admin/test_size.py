@@ -54,7 +54,7 @@ def scan_counts(admin: Admin) -> tuple[Counter[str], Counter[str], Counter[tuple
             it = {k: _deser.deserialize(v) for k, v in raw.items()}
             if not str(it["sk"]).startswith("G#"):
                 continue
-            st = it.get("st")
+            st = str(it.get("st") or "").split("#", 1)[0]  # without its index shard
             if not st:
                 continue  # a finished group of a mail still pending: not in the index
             grp[st] += 1

@@ -340,7 +340,8 @@ class World:
 
     def _pending_state(self) -> bool:
         return any(
-            it["sk"]["S"] != "M" and "st" in it and it["st"]["S"] != "done" for it in self.items()
+            it["sk"]["S"] != "M" and "st" in it and not it["st"]["S"].startswith("done")
+            for it in self.items()
         )
 
 
