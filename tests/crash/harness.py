@@ -37,7 +37,7 @@ from mailqueue_local.runtime import LocalContext, sqs_event
 
 from functions.bounce import app as bounce_app
 from functions.delivery import app as delivery_app
-from tests.support.aws import REGION, AwsEnv, reset_moto, session
+from tests.support.aws import REGION, TEST_STATE_SHARDS, AwsEnv, reset_moto, session
 from tests.support.faults import InjectedCrash
 from tests.support.smtp_peers import SmtpPeer
 
@@ -155,6 +155,7 @@ class World:
                 endpoint_url=clients.endpoint,
                 max_delay_seconds=0,
                 lease_seconds=60,
+                state_shards=TEST_STATE_SHARDS,
             ),
             RequestCounter(),
         )
