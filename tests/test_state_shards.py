@@ -56,9 +56,7 @@ def test_an_item_written_before_sharding_is_read_claimed_and_moved(aws: AwsEnv) 
     assert isinstance(c, Claim)
     item = aws.mail_items(q.mail_id)[f"G#{q.groups[0]}"]
     assert item["st"]["S"] == state_key("inflight", q.mail_id, 4)  # moved to its shard
-    assert [g.mail_id for g in st.find_inflight(utcnow().replace(year=2100)).items] == [
-        q.mail_id
-    ]
+    assert [g.mail_id for g in st.find_inflight(utcnow().replace(year=2100)).items] == [q.mail_id]
     st.send_done(c, ["r0"], OK)
     assert st.count_state(GroupState.INFLIGHT) == 0
 

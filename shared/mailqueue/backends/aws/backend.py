@@ -815,8 +815,7 @@ class AwsStorage:
             now,
             lease_seconds or self.s.lease_seconds,
             "((begins_with(st, :queued) AND due <= :now_ms) OR "
-            "(begins_with(st, :inflight) AND due < :now_ms)) AND "
-            + _UNRECORDED_OK,
+            "(begins_with(st, :inflight) AND due < :now_ms)) AND " + _UNRECORDED_OK,
         )
         if isinstance(got, ClaimRefused):
             if got.reason == "unrecorded":
@@ -929,7 +928,8 @@ class AwsStorage:
         t = self._transition(claim, changed, next_attempt_at=next_attempt_at, op=op)
         if t.released and t.group.state == GroupState.QUEUED:
             self._send_triggers(
-                [claim.ref], _seconds_until(t.group.next_attempt_at, self.clock()),
+                [claim.ref],
+                _seconds_until(t.group.next_attempt_at, self.clock()),
                 claim.group.priority,
             )
         return t
@@ -1186,9 +1186,7 @@ class AwsStorage:
                 removes += ["st", "due", _BODY]
                 ttl = int(now.timestamp())
             else:
-                values[":st"] = {
-                    "S": state_key(state.value, group.mail_id, self.s.state_shards)
-                }
+                values[":st"] = {"S": state_key(state.value, group.mail_id, self.s.state_shards)}
                 values[":due"] = {"N": str(_ms(due))}
                 sets += ["st = :st", "due = :due"]
             if state == GroupState.DONE:
@@ -1443,9 +1441,7 @@ class AwsStorage:
                     UpdateExpression="SET st = :to, due = :due, expires_at = :ttl",
                     ConditionExpression="begins_with(st, :from)",
                     ExpressionAttributeValues={
-                        ":to": {
-                            "S": state_key(target.value, group.mail_id, self.s.state_shards)
-                        },
+                        ":to": {"S": state_key(target.value, group.mail_id, self.s.state_shards)},
                         ":from": {"S": group.state.value},
                         ":due": {"N": str(_ms(now))},
                         ":ttl": {"N": str(int(now.timestamp()) + self.s.done_ttl_seconds)},
@@ -1543,5 +1539,3 @@ class AwsStorage:
                 raise
         body: BinaryIO = ContentStream(obj["Body"])  # type: ignore[assignment]
         return body
-
-
