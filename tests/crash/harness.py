@@ -159,6 +159,7 @@ class World:
                 # Queries included, and each shard is one more Query per state read
                 # (the fan-out is covered by the contract suite and test_state_shards)
                 state_shards=1,
+                state_unsharded_reads=False,
             ),
             RequestCounter(),
         )

@@ -102,6 +102,10 @@ class StorageSettings:
     # at 10,000 mails/s (README, "Data model"); readers query every shard. Raise it on a
     # live table, never lower it (items in the shards above are no longer read).
     state_shards: int = 64
+    # Readers also query the unsharded `st` values items written before sharding hold
+    # (docs/deploy.md, "Upgrading"): one more Query per state read. False once no such
+    # item is left (a week after the upgrade: finished items expire by then).
+    state_unsharded_reads: bool = True
 
     def __post_init__(self) -> None:
         for name in ("table", "bucket", "delivery_queue_url", "bounce_queue_url"):

@@ -661,7 +661,7 @@ class AwsStorage:
         `state_keys`) and where in it ("k", DynamoDB's LastEvaluatedKey). Groups are in
         `due` order within a shard, not across shards. A page may take several Queries
         (empty shards are skipped within the same call)."""
-        keys = state_keys(state, self.s.state_shards)
+        keys = state_keys(state, self.s.state_shards, unsharded=self.s.state_unsharded_reads)
         pos = _dec_cursor(cursor) or {}
         if pos and ("s" not in pos or not isinstance(pos.get("s"), int)):
             raise InvalidInput("invalid_cursor", "cursor is not one this API issued", "cursor")
@@ -708,7 +708,11 @@ class AwsStorage:
         """Groups in `state`: Select=COUNT on every shard of the state index, paged (the
         read units of reading them, eventually consistent; no items transferred)."""
         n = 0
-        for key in state_keys(GroupState(state).value, self.s.state_shards):
+        for key in state_keys(
+            GroupState(state).value,
+            self.s.state_shards,
+            unsharded=self.s.state_unsharded_reads,
+        ):
             kw: dict[str, Any] = {
                 "TableName": self.s.table,
                 "IndexName": GSI_STATE,

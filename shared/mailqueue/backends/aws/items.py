@@ -193,10 +193,11 @@ def state_key(state: str, mail_id: str, shards: int) -> str:
     return f"{state}#{state_shard(mail_id, shards):02d}"
 
 
-def state_keys(state: str, shards: int) -> list[str]:
+def state_keys(state: str, shards: int, *, unsharded: bool = True) -> list[str]:
     """Every `st` value a group in `state` may have: the unsharded value an item written
-    before sharding still holds, then each shard."""
-    return [state, *(f"{state}#{i:02d}" for i in range(max(1, shards)))]
+    before sharding still holds (`unsharded`), then each shard."""
+    keys = [f"{state}#{i:02d}" for i in range(max(1, shards))]
+    return [state, *keys] if unsharded else keys
 
 
 def state_of(st: Any) -> str | None:
