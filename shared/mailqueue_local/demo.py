@@ -109,7 +109,9 @@ class Tracker:
         out: list[tuple[str, str]] = []
         if solo and record["eventName"] == "INSERT":
             out.append(stored)
-        st_old, st_new = old.get("st"), new.get("st")
+        # the state without its index shard ("queued#07")
+        st_old = str(old["st"]).split("#", 1)[0] if old.get("st") else None
+        st_new = str(new["st"]).split("#", 1)[0] if new.get("st") else None
         before = old.get("rcpts") or {}
         after = new.get("rcpts") or {}
         if st_new != st_old:

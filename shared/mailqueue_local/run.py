@@ -88,6 +88,15 @@ def build_parser() -> argparse.ArgumentParser:
         "does not); each is logged and written to <var>/logs/limit-violations.jsonl",
     )
     p.add_argument("--no-smtpd", action="store_true", help="no SMTP front door")
+    p.add_argument(
+        "--partition-scale",
+        type=float,
+        default=100.0,
+        metavar="N",
+        help="DynamoDB's per-partition-key throughput (1,000 write / 3,000 read units a "
+        "second) divided by N for each key value of the table and its index; over it a "
+        "request is throttled as in AWS (default 100; 0: off)",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging on the console")
     return p
 
@@ -145,6 +154,12 @@ def banner(stack: LocalStack) -> str:
         lines.append(
             f"  strict limits   requests over AWS limits refused; see "
             f"{_short(r['limit_violations_log'])}"
+        )
+    if r.get("partition_throttle_scale"):
+        scale = float(r["partition_throttle_scale"])
+        lines.append(
+            f"  partition keys  throttled as DynamoDB does, at 1/{scale:g} of its per-key"
+            f" throughput ({1000 / scale:g} write units/s per key value)"
         )
     if r["fast_retries"]:
         lines.append(
@@ -209,6 +224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings=_settings(ns.set),
         deploy=ns.deploy,
         strict_limits=ns.strict_limits,
+        partition_throttle_scale=ns.partition_scale,
         concurrency=concurrency,
         smtpd=not ns.no_smtpd,
     )

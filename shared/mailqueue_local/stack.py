@@ -109,6 +109,9 @@ class StackOptions:
     # refuse (400) and record every request over a documented AWS limit
     # (mailqueue.backends.aws.limits)
     strict_limits: bool = False
+    # each DynamoDB partition key value (table and index) gets AWS's per-partition
+    # throughput divided by this (mailqueue_local.throttle); 0: off
+    partition_throttle_scale: float = 0.0
     # DKIM: keys made at start for the demo domain and the host (DSNs), stored in moto;
     # their TXT records are in the READY line ("dkim_txt") and <var>/dkim-records.txt
     dkim: bool = True
@@ -168,6 +171,7 @@ class LocalStack:
             None
         )
         self._limits: contextlib.ExitStack | None = None
+        self.throttle: Any = None  # a mailqueue_local.throttle.PartitionThrottle when on
         self.limit_violations = 0
         # SQS-triggered function -> pollers started for each of its event source mappings
         self.concurrency: dict[str, list[int]] = {}
@@ -189,6 +193,8 @@ class LocalStack:
         self._set_env(_AWS_ENV, drop=_AWS_ENV_DROP)
         if o.strict_limits:
             self._guard_limits()
+        if o.partition_throttle_scale > 0:
+            self._throttle_partitions(o.partition_throttle_scale)
 
         started = time.monotonic()
         self.endpoint_url = self._start_moto()
@@ -323,6 +329,7 @@ class LocalStack:
             "fast_retries": self.options.fast_retries,
             "concurrency": {k: list(v) for k, v in self.concurrency.items()},
             "strict_limits": self.options.strict_limits,
+            "partition_throttle_scale": self.options.partition_throttle_scale,
             "limit_violations_log": str(self.log_dir / LIMITS_LOG),
             "dkim_txt": self.dkim_txt,
             "pid": os.getpid(),
@@ -375,6 +382,15 @@ class LocalStack:
             f.write(token + "\n")
         return token
 
+    def _throttle_partitions(self, scale: float) -> None:
+        """Every boto3 session this process makes gets DynamoDB's per-partition budgets
+        (scaled down): a hot key is throttled here as in AWS (issue 25)."""
+        from mailqueue_local.throttle import PartitionThrottle, partition_throttle
+
+        if self._limits is None:
+            self._limits = contextlib.ExitStack()
+        self.throttle = self._limits.enter_context(partition_throttle(PartitionThrottle(scale)))
+
     def _guard_limits(self) -> None:
         """Every boto3 session this process makes (ours, the handlers') checks the limits.
 
@@ -396,7 +412,8 @@ class LocalStack:
                 self.limit_violations += 1
                 out.write(json.dumps({**line, "code": v.code}) + "\n")
 
-        self._limits = contextlib.ExitStack()
+        if self._limits is None:
+            self._limits = contextlib.ExitStack()
         self._limits.enter_context(strict_limits(LimitRecorder(write)))
 
     def _set_env(self, values: Mapping[str, str], drop: tuple[str, ...] = ()) -> None:

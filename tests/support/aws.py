@@ -24,6 +24,9 @@ from mailqueue_local.limitguard import LimitRecorder, install_guard
 from moto.server import ThreadedMotoServer
 
 REGION = "us-east-1"
+# The state index's shards in tests: several, so every reader's fan-out and cursor are
+# exercised, but fewer than the default 64 (each shard is one Query per state read).
+TEST_STATE_SHARDS = 4
 
 
 @contextmanager
@@ -100,6 +103,7 @@ def make_env(endpoint: str, limits: LimitRecorder | None = None) -> AwsEnv:
         bulk_delivery_queue_url=res.bulk_delivery_queue_url,
         region=REGION,
         endpoint_url=endpoint,
+        state_shards=TEST_STATE_SHARDS,
     )
     counter = RequestCounter().attach(*clients.all())
     return AwsEnv(endpoint, clients, res, settings, counter)

@@ -96,6 +96,16 @@ class StorageSettings:
     # the bulk delivery path (template: BulkDeliveryQueue); "" = bulk mail shares the
     # delivery queue (one path, as before priorities)
     bulk_delivery_queue_url: str = ""
+    # Shards of the state index's partition key (`st` = "<state>#<shard>", the shard a
+    # hash of the mail id): one key value is one partition (1,000 write units a second),
+    # so each state's writes are spread over this many. 64 keeps each under half of that
+    # at 10,000 mails/s (README, "Data model"); readers query every shard. Raise it on a
+    # live table, never lower it (items in the shards above are no longer read).
+    state_shards: int = 64
+    # Readers also query the unsharded `st` values items written before sharding hold
+    # (docs/deploy.md, "Upgrading"): one more Query per state read. False once no such
+    # item is left (a week after the upgrade: finished items expire by then).
+    state_unsharded_reads: bool = True
 
     def __post_init__(self) -> None:
         for name in ("table", "bucket", "delivery_queue_url", "bounce_queue_url"):
@@ -113,6 +123,8 @@ class StorageSettings:
             raise ConfigError("inline_content_max_bytes must be within 0..65536")
         if not 0 <= self.solo_item_max_bytes <= 65536:
             raise ConfigError("solo_item_max_bytes must be within 0..65536")
+        if not 1 <= self.state_shards <= 100:
+            raise ConfigError("state_shards must be within 1..100")
         if not self.content_prefix.endswith("/"):
             raise ConfigError("content_prefix must end with '/'")
         if self.bulk_delivery_queue_url and self.bulk_delivery_queue_url in (

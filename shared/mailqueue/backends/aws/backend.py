@@ -22,6 +22,7 @@ import hashlib
 import io
 import json
 import logging
+import math
 import re
 import secrets
 import time
@@ -81,6 +82,9 @@ from mailqueue.backends.aws.items import (  # noqa: F401 (re-exported names)
     is_solo,
     read_inline,
     solo_key,
+    state_key,
+    state_keys,
+    state_of,
 )
 from mailqueue.core import transitions
 from mailqueue.core.config import StorageSettings
@@ -121,6 +125,14 @@ from mailqueue.core.validate import check_no_ctl
 
 log = logging.getLogger(__name__)
 
+
+def _seconds_until(at: datetime, now: datetime) -> int:
+    """Whole seconds from `now` to `at`, rounded up (≥ 0): a trigger armed for it never
+    comes back before `at` (rounded down it came up to a second early, its claim was
+    refused as not due, and the visibility was changed once more: issue 25, finding 5)."""
+    return max(0, math.ceil((at - now).total_seconds()))
+
+
 class AwsStorage:
     """`Storage` on S3 + DynamoDB + SQS. Holds no mutable module state; clients are injected."""
 
@@ -151,7 +163,7 @@ class AwsStorage:
         d = raw
         rcpts = d.get("rcpts") or {}
         recipients = tuple(Recipient.from_json(rcpts[rid]) for rid in sorted(rcpts, key=_rid_order))
-        st = d.get("st")
+        st = state_of(d.get("st"))
         derived = derive_group_state(recipients)
         state = GroupState(st) if st else derived
         if state == GroupState.INFLIGHT:
@@ -347,7 +359,7 @@ class AwsStorage:
         # 3. triggers
         self._send_triggers(
             [MailRef(mail_id, g) for g in groups],
-            int((due - now).total_seconds()),
+            _seconds_until(due, now),
             priority_of(envelope.tags),
         )
         return answer
@@ -396,7 +408,7 @@ class AwsStorage:
                     self.c.dynamodb.put_item(TableName=self.s.table, Item=solo)
                 self._send_triggers(
                     [MailRef(mail_id, g) for g in groups],
-                    int((due - now).total_seconds()),
+                    _seconds_until(due, now),
                     priority_of(envelope.tags),
                 )
                 return answer
@@ -438,7 +450,7 @@ class AwsStorage:
         self._batch_write([{"PutRequest": {"Item": it}} for it in rest])
         self._send_triggers(
             [MailRef(mail_id, g) for g in groups],
-            int((due - now).total_seconds()),
+            _seconds_until(due, now),
             priority_of(envelope.tags),
         )
         return answer
@@ -514,7 +526,7 @@ class AwsStorage:
                     "dom": group_key_for(rs[0].address),
                     "ng": len(groups),
                     "rcpts": {r.rid: r.to_json() for r in rs},
-                    "st": GroupState.QUEUED.value,
+                    "st": state_key(GroupState.QUEUED.value, mail_id, self.s.state_shards),
                     "due": _ms(due),
                     "next_at": to_iso(due),
                 }
@@ -581,7 +593,7 @@ class AwsStorage:
             for g in groups
             if _gsk(g) not in existing
             or (
-                existing[_gsk(g)].get("st") == GroupState.QUEUED.value
+                state_of(existing[_gsk(g)].get("st")) == GroupState.QUEUED.value
                 and not any(
                     r.get("attempts") for r in (existing[_gsk(g)].get("rcpts") or {}).values()
                 )
@@ -590,7 +602,7 @@ class AwsStorage:
         if fresh:
             self._send_triggers(
                 fresh,
-                max(0, int((due - self.clock()).total_seconds())),
+                _seconds_until(due, self.clock()),
                 priority_of(envelope.tags),
             )
         return replace(answer, duplicate=True)
@@ -647,23 +659,42 @@ class AwsStorage:
         limit: int,
         cursor: str | None,
     ) -> Page:
-        kw: dict[str, Any] = {
-            "TableName": self.s.table,
-            "IndexName": GSI_STATE,
-            "KeyConditionExpression": "st = :st",
-            "ExpressionAttributeValues": {":st": {"S": state}},
-            "Limit": max(1, min(limit, 1000)),
-        }
-        if due_op and due is not None:
-            kw["KeyConditionExpression"] += f" AND due {due_op} :due"
-            kw["ExpressionAttributeValues"][":due"] = {"N": str(_ms(due))}
-        start = _dec_cursor(cursor)
-        if start:
-            kw["ExclusiveStartKey"] = start
-        with translate("dynamodb:Query"):
-            resp = self.c.dynamodb.query(**kw)
-        groups = tuple(self._group_from_item(_from_ddb(it)) for it in resp.get("Items", []))
-        return Page(items=groups, cursor=_enc_cursor(resp.get("LastEvaluatedKey")))
+        """A page of groups in `state`, over every shard of the state index in turn.
+
+        The cursor is the position in that walk: which shard ("s", an index into
+        `state_keys`) and where in it ("k", DynamoDB's LastEvaluatedKey). Groups are in
+        `due` order within a shard, not across shards. A page may take several Queries
+        (empty shards are skipped within the same call)."""
+        keys = state_keys(state, self.s.state_shards, unsharded=self.s.state_unsharded_reads)
+        pos = _dec_cursor(cursor) or {}
+        if pos and ("s" not in pos or not isinstance(pos.get("s"), int)):
+            raise InvalidInput("invalid_cursor", "cursor is not one this API issued", "cursor")
+        shard = int(pos.get("s", 0))
+        start: dict[str, Any] | None = pos.get("k") or None
+        want = max(1, min(limit, 1000))
+        out: list[Group] = []
+        while shard < len(keys) and len(out) < want:
+            kw: dict[str, Any] = {
+                "TableName": self.s.table,
+                "IndexName": GSI_STATE,
+                "KeyConditionExpression": "st = :st",
+                "ExpressionAttributeValues": {":st": {"S": keys[shard]}},
+                "Limit": want - len(out),
+            }
+            if due_op and due is not None:
+                kw["KeyConditionExpression"] += f" AND due {due_op} :due"
+                kw["ExpressionAttributeValues"][":due"] = {"N": str(_ms(due))}
+            if start:
+                kw["ExclusiveStartKey"] = start
+            with translate("dynamodb:Query"):
+                resp = self.c.dynamodb.query(**kw)
+            out.extend(self._group_from_item(_from_ddb(it)) for it in resp.get("Items", []))
+            start = resp.get("LastEvaluatedKey") or None
+            if not start:
+                shard += 1
+        more = shard < len(keys)
+        nxt = _enc_cursor({"s": shard, "k": start}) if more else None
+        return Page(items=tuple(out), cursor=nxt)
 
     def list_queue(
         self,
@@ -678,24 +709,30 @@ class AwsStorage:
         )
 
     def count_state(self, state: GroupState) -> int:
-        """Groups in `state`: Select=COUNT on the by_state index, paged (the read units of
-        reading them, eventually consistent; no items transferred)."""
-        kw: dict[str, Any] = {
-            "TableName": self.s.table,
-            "IndexName": GSI_STATE,
-            "KeyConditionExpression": "st = :st",
-            "ExpressionAttributeValues": {":st": {"S": GroupState(state).value}},
-            "Select": "COUNT",
-        }
+        """Groups in `state`: Select=COUNT on every shard of the state index, paged (the
+        read units of reading them, eventually consistent; no items transferred)."""
         n = 0
-        while True:
-            with translate("dynamodb:Query"):
-                resp = self.c.dynamodb.query(**kw)
-            n += int(resp.get("Count", 0))
-            lek = resp.get("LastEvaluatedKey")
-            if not lek:
-                return n
-            kw["ExclusiveStartKey"] = lek
+        for key in state_keys(
+            GroupState(state).value,
+            self.s.state_shards,
+            unsharded=self.s.state_unsharded_reads,
+        ):
+            kw: dict[str, Any] = {
+                "TableName": self.s.table,
+                "IndexName": GSI_STATE,
+                "KeyConditionExpression": "st = :st",
+                "ExpressionAttributeValues": {":st": {"S": key}},
+                "Select": "COUNT",
+            }
+            while True:
+                with translate("dynamodb:Query"):
+                    resp = self.c.dynamodb.query(**kw)
+                n += int(resp.get("Count", 0))
+                lek = resp.get("LastEvaluatedKey")
+                if not lek:
+                    break
+                kw["ExclusiveStartKey"] = lek
+        return n
 
     def find_inflight(self, now: datetime, *, limit: int = 100, cursor: str | None = None) -> Page:
         return self._query_state(
@@ -785,8 +822,8 @@ class AwsStorage:
             ref,
             now,
             lease_seconds or self.s.lease_seconds,
-            "((st = :queued AND due <= :now_ms) OR (st = :inflight AND due < :now_ms)) AND "
-            + _UNRECORDED_OK,
+            "((begins_with(st, :queued) AND due <= :now_ms) OR "
+            "(begins_with(st, :inflight) AND due < :now_ms)) AND " + _UNRECORDED_OK,
         )
         if isinstance(got, ClaimRefused):
             if got.reason == "unrecorded":
@@ -813,7 +850,8 @@ class AwsStorage:
             ref,
             now,
             lease_seconds,
-            "st = :queued OR st = :held OR (st = :inflight AND due < :now_ms)",
+            "begins_with(st, :queued) OR begins_with(st, :held) OR "
+            "(begins_with(st, :inflight) AND due < :now_ms)",
         )
         if isinstance(got, ClaimRefused):
             return ClaimRefused("finished") if got.reason == "not_due" else got
@@ -839,6 +877,9 @@ class AwsStorage:
         lease_until = now + timedelta(seconds=lease_seconds)
         values = {
             ":inflight": {"S": GroupState.INFLIGHT.value},
+            ":inflight_k": {
+                "S": state_key(GroupState.INFLIGHT.value, ref.mail_id, self.s.state_shards)
+            },
             ":queued": {"S": GroupState.QUEUED.value},
             ":held": {"S": GroupState.HELD.value},
             ":lease_ms": {"N": str(_ms(lease_until))},
@@ -894,8 +935,11 @@ class AwsStorage:
         """
         t = self._transition(claim, changed, next_attempt_at=next_attempt_at, op=op)
         if t.released and t.group.state == GroupState.QUEUED:
-            delay = max(0, int((t.group.next_attempt_at - self.clock()).total_seconds()))
-            self._send_triggers([claim.ref], delay, claim.group.priority)
+            self._send_triggers(
+                [claim.ref],
+                _seconds_until(t.group.next_attempt_at, self.clock()),
+                claim.group.priority,
+            )
         return t
 
     def _hold_unrecorded(self, ref: MailRef, now: datetime) -> ClaimRefused:
@@ -912,10 +956,15 @@ class AwsStorage:
                         Key={"pk": {"S": _pk(ref.mail_id)}, "sk": {"S": _gsk(ref.group)}},
                         UpdateExpression="SET st = :held, due = :now_ms, op = :op "
                         "REMOVE lease_token, lease_until",
-                        ConditionExpression="claims >= :max_claims AND (st = :queued OR "
-                        "(st = :inflight AND due < :now_ms))",
+                        ConditionExpression="claims >= :max_claims AND "
+                        "(begins_with(st, :queued) OR "
+                        "(begins_with(st, :inflight) AND due < :now_ms))",
                         ExpressionAttributeValues={
-                            ":held": {"S": GroupState.HELD.value},
+                            ":held": {
+                                "S": state_key(
+                                    GroupState.HELD.value, ref.mail_id, self.s.state_shards
+                                )
+                            },
                             ":queued": {"S": GroupState.QUEUED.value},
                             ":inflight": {"S": GroupState.INFLIGHT.value},
                             ":now_ms": {"N": str(_ms(now))},
@@ -947,7 +996,7 @@ class AwsStorage:
         if not raw:
             return ClaimRefused("gone")
         d = _from_ddb(raw)
-        st = d.get("st")
+        st = state_of(d.get("st"))
         if (
             st in (GroupState.QUEUED.value, GroupState.INFLIGHT.value)
             and int(d.get("claims", 0)) >= self.s.max_unrecorded_claims
@@ -1082,7 +1131,7 @@ class AwsStorage:
             return False
         return bool(
             item.get("lease_token", {}).get("S") == token
-            and item.get("st", {}).get("S") == GroupState.INFLIGHT.value
+            and state_of(item.get("st", {}).get("S")) == GroupState.INFLIGHT.value
         )
 
     def _transition_request(
@@ -1111,7 +1160,7 @@ class AwsStorage:
         values: dict[str, Any] = {":tok": {"S": claim.token}, ":inflight": {"S": "inflight"}}
         sets: list[str] = []
         removes: list[str] = []
-        conds = ["lease_token = :tok", "st = :inflight"]
+        conds = ["lease_token = :tok", "begins_with(st, :inflight)"]
         guarded: list[str] = []
         for i, (rid, r) in enumerate(changed.items()):
             old = by_rid[rid]
@@ -1158,7 +1207,7 @@ class AwsStorage:
                 removes += ["st", "due", _BODY]
                 ttl = int(now.timestamp())
             else:
-                values[":st"] = {"S": state.value}
+                values[":st"] = {"S": state_key(state.value, group.mail_id, self.s.state_shards)}
                 values[":due"] = {"N": str(_ms(due))}
                 sets += ["st = :st", "due = :due"]
             if state == GroupState.DONE:
@@ -1236,7 +1285,7 @@ class AwsStorage:
                     TableName=self.s.table,
                     Key={"pk": {"S": _pk(mail_id)}, "sk": {"S": _gsk(gkey)}},
                     UpdateExpression="REMOVE st, due",
-                    ConditionExpression="st = :done",
+                    ConditionExpression="begins_with(st, :done)",
                     ExpressionAttributeValues={":done": {"S": GroupState.DONE.value}},
                 )
             except ClientError as e:
@@ -1356,8 +1405,7 @@ class AwsStorage:
         if warn:
             self.post_bounce([claim.ref])
         if t.released and t.group.state == GroupState.QUEUED:
-            delay = int((t.group.next_attempt_at - self.clock()).total_seconds())
-            self._rearm(claim, max(0, delay))
+            self._rearm(claim, _seconds_until(t.group.next_attempt_at, self.clock()))
         return t
 
     def drop(self, claim: Claim, results: dict[str, Result], *, tls: bool = False) -> Transition:
@@ -1415,9 +1463,9 @@ class AwsStorage:
                     TableName=self.s.table,
                     Key={"pk": {"S": _pk(group.mail_id)}, "sk": {"S": _gsk(group.key)}},
                     UpdateExpression="SET st = :to, due = :due, expires_at = :ttl",
-                    ConditionExpression="st = :from",
+                    ConditionExpression="begins_with(st, :from)",
                     ExpressionAttributeValues={
-                        ":to": {"S": target.value},
+                        ":to": {"S": state_key(target.value, group.mail_id, self.s.state_shards)},
                         ":from": {"S": group.state.value},
                         ":due": {"N": str(_ms(now))},
                         ":ttl": {"N": str(int(now.timestamp()) + self.s.done_ttl_seconds)},
@@ -1515,5 +1563,3 @@ class AwsStorage:
                 raise
         body: BinaryIO = ContentStream(obj["Body"])  # type: ignore[assignment]
         return body
-
-

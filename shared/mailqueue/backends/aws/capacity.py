@@ -151,7 +151,7 @@ def _stored_item(storage: AwsStorage, group: Group) -> dict[str, Any]:
         "smtputf8": True,
         "dom": group.key.split("#")[0],
         "ng": group.groups_in_mail,
-        "st": "inflight",
+        "st": "inflight#99",  # the sharded state key (items.state_key)
         "due": _ms(group.next_attempt_at),
         "next_at": "2026-01-01T00:00:00.000Z",
         "lease_token": group.lease_token,

@@ -32,8 +32,14 @@ from mailqueue.core.model import (
 from mailqueue.core.transitions import envelope_digest
 
 GSI_STATE = "by_state"
+# The index's partition key `st` is write-sharded: "<state>#<shard>", the shard a hash of
+# the mail id (`state_key`), so no state is one hot key value (issue 25: one key value is
+# one partition, 1,000 write units a second). Conditions test the state with
+# `begins_with(st, :<state>)` (no state name is a prefix of another), which also matches
+# an item written unsharded before the change; readers query every shard and that
+# unsharded value (`state_keys`).
 _LEASE_SET = (
-    "SET st = :inflight, due = :lease_ms, lease_token = :tok, lease_until = :lu, "
+    "SET st = :inflight_k, due = :lease_ms, lease_token = :tok, lease_until = :lu, "
     "started_at = :now, claims = if_not_exists(claims, :zero) + :one"
 )
 # Delivery claims only: a group claimed this many times with nothing recorded in between
@@ -175,6 +181,28 @@ def _pk(mail_id: str) -> str:
 
 def _gsk(group: str) -> str:
     return f"G#{group}"
+
+
+def state_shard(mail_id: str, shards: int) -> int:
+    """A mail's shard of the state index: stable across processes (crc32, not hash())."""
+    return zlib.crc32(mail_id.encode("utf-8")) % max(1, shards)
+
+
+def state_key(state: str, mail_id: str, shards: int) -> str:
+    """The `st` value of a group in `state`: "queued#07"."""
+    return f"{state}#{state_shard(mail_id, shards):02d}"
+
+
+def state_keys(state: str, shards: int, *, unsharded: bool = True) -> list[str]:
+    """Every `st` value a group in `state` may have: the unsharded value an item written
+    before sharding still holds (`unsharded`), then each shard."""
+    keys = [f"{state}#{i:02d}" for i in range(max(1, shards))]
+    return [state, *keys] if unsharded else keys
+
+
+def state_of(st: Any) -> str | None:
+    """The state in an `st` value (sharded or not)."""
+    return str(st).split("#", 1)[0] if st else None
 
 
 def _enc_cursor(key: dict[str, Any] | None) -> str | None:
