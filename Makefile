@@ -28,6 +28,7 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m bench.run
 	$(PY) -m bench.shaping
+	$(PIPELINE_ENV) $(PY) -m bench.report_speed
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache
