@@ -97,18 +97,25 @@ def normalise_reason_sql(col: str) -> str:
 def _by_grain(
     source: str, grains: Sequence[str], aggs: str, extra: Sequence[str] = (), where: str = ""
 ) -> str:
-    """One GROUP BY per grain, UNION ALL: rows keyed (grain, day, hour, domain, *extra)."""
-    parts = []
+    """One scan, GROUPING SETS: rows keyed (grain, day, hour, domain, *extra)."""
+    sets = []
+    used: list[str] = []
     for g in grains:
-        day, hr, dom = _GRAINS[g]
-        keys = [k for k in (day, hr, dom, *extra) if k != "NULL"]
-        group = ("GROUP BY " + ", ".join(keys)) if keys else ""
-        cols = ", ".join(extra) + ", " if extra else ""
-        parts.append(
-            f"SELECT '{g}' AS grain, {day}::VARCHAR AS day, {hr}::INTEGER AS hour, "
-            f"{dom}::VARCHAR AS domain, {cols}{aggs} FROM {source} {where} {group}"
-        )
-    return "\nUNION ALL\n".join(parts)
+        cols = [c for c in _GRAINS[g] if c != "NULL"]
+        used += [c for c in cols if c not in used]
+        sets.append("(" + ", ".join([*cols, *extra]) + ")")
+    grain = "CASE"
+    for col, name in (("domain", "domain"), ("hr", "hour"), ("day", "day")):
+        if col in used:
+            grain += f" WHEN GROUPING({col}) = 0 THEN '{name}'"
+    grain += " ELSE 'overall' END"
+    day = "day" if "day" in used else "NULL"
+    hr = "hr" if "hr" in used else "NULL"
+    dom = "domain" if "domain" in used else "NULL"
+    cols = ", ".join(extra) + ", " if extra else ""
+    return (f"SELECT {grain} AS grain, {day}::VARCHAR AS day, {hr}::INTEGER AS hour, "
+            f"{dom}::VARCHAR AS domain, {cols}{aggs} FROM {source} {where} "
+            f"GROUP BY GROUPING SETS ({', '.join(sets)})")
 
 
 def _rows(con: Any, sql: str) -> list[dict[str, Any]]:
@@ -281,11 +288,20 @@ def compute(con: Any, p: Params) -> dict[str, Any]:
         ("day", "domain", "overall"), "count(*) AS recipients",
         extra=("attempts_bucket", "final_state")))
 
-    reason_src = f"""(SELECT *,
-        CASE WHEN event_type = 'DeliveryDelay' THEN 'deferral' ELSE 'bounce' END AS kind,
-        coalesce(status, '') AS st, coalesce({normalise_reason_sql('diag')}, '') AS reason
-        FROM ev WHERE event_type IN ('DeliveryDelay', 'Bounce'))"""
-    grouped = _by_grain(reason_src, ("day", "domain", "overall"), "count(*) AS events",
+    con.execute(f"""
+        CREATE TEMP TABLE rs AS
+        WITH per AS (
+          SELECT day, domain,
+            CASE WHEN event_type = 'DeliveryDelay' THEN 'deferral' ELSE 'bounce' END AS kind,
+            coalesce(status, '') AS st, diag, count(*) AS n
+          FROM ev WHERE event_type IN ('DeliveryDelay', 'Bounce') GROUP BY ALL
+        ), texts AS (
+          SELECT diag, coalesce({normalise_reason_sql('diag')}, '') AS reason
+          FROM (SELECT DISTINCT diag FROM per)
+        )
+        SELECT per.*, texts.reason FROM per JOIN texts ON per.diag IS NOT DISTINCT FROM texts.diag
+    """)
+    grouped = _by_grain("rs", ("day", "domain", "overall"), "sum(n)::BIGINT AS events",
                         extra=("kind", "st", "reason"))
     out["reasons"] = _rows(con, f"""
         SELECT * FROM (

@@ -88,8 +88,11 @@ def spark_tables(out: Path) -> dict[str, list[dict[str, Any]]]:
     return tables
 
 
-def bench_size(label: str, bench_dir: Path, threads: int | None) -> dict[str, Any]:
+def bench_size(
+    label: str, bench_dir: Path, threads: int | None, repeat: int | None = None
+) -> dict[str, Any]:
     cfg, memory, repeats, floor = SIZES[label]
+    repeats = repeat or repeats
     data, gen_s = pipeline_bench.ensure_data(bench_dir / f"synth-{label}", cfg)
     events = data / "events"
     day = cfg.start[:10]
@@ -223,9 +226,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-docs", action="store_true")
     ap.add_argument("--threads", type=int, default=None, help="DuckDB threads (default: all)")
     ap.add_argument("--note", action="append", default=[])
+    ap.add_argument("--repeat", type=int, default=None, help="timed runs per engine and size")
     a = ap.parse_args(argv)
     a.bench_dir.mkdir(parents=True, exist_ok=True)
-    results = [bench_size(s.strip(), a.bench_dir, a.threads)
+    results = [bench_size(s.strip(), a.bench_dir, a.threads, a.repeat)
                for s in a.sizes.split(",") if s.strip()]
     (a.bench_dir / "report-speed.json").write_text(json.dumps(results, indent=2) + "\n")
     if not a.no_docs:
