@@ -35,6 +35,7 @@ bench: $(STAMP)  ## request counts, cost per message, throughput -> docs/benchma
 	$(PY) -m bench.shaping
 	$(PY) -m bench.mix $(BENCH_MIX_MAILS)
 	$(MAKE) --no-print-directory bench-smtp
+	$(PIPELINE_ENV) $(PY) -m bench.report_speed
 
 clean:  ## remove .venv, var/ and the tool caches
 	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache

@@ -14,8 +14,9 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -127,13 +128,18 @@ def shuffle_partitions(spark: SparkSession, raw: DataFrame, configured: int | No
     return -(-n // par) * par
 
 
-def prepare(spark: SparkSession, cfg: JobConfig, partitions: int | None = None) -> DataFrame:
+def prepare(
+    spark: SparkSession, cfg: JobConfig, partitions: int | None = None,
+    raw: DataFrame | None = None,
+) -> DataFrame:
     """Normalised, de-duplicated events of the range (not yet materialised).
 
     Columns only the optional events table needs are dropped after de-duplication: the
     job keeps every event in memory, and narrower rows are what lets 50 M of them fit.
+    `raw` is `read_events`' answer when the caller already has it.
     """
-    raw = read_events(spark, cfg.events, cfg.rng, cfg.late_hours)
+    if raw is None:
+        raw = read_events(spark, cfg.events, cfg.rng, cfg.late_hours)
     n = shuffle_partitions(spark, raw, partitions)
     spark.conf.set("spark.sql.shuffle.partitions", str(n))
     events = transforms.dedupe(transforms.in_range(transforms.normalise(raw), cfg.rng), n)
@@ -198,7 +204,9 @@ def _write_table(df: DataFrame, path: str, files: int = 1) -> list[dict[str, Any
     """
     df.repartition(files).write.mode("overwrite").parquet(path)
     spark = df.sparkSession
-    return [r.asDict(recursive=True) for r in spark.read.parquet(path).collect()]
+    # With the schema given, reading back plans no job to infer it from the footers.
+    back = spark.read.schema(df.schema).parquet(path)
+    return [r.asDict(recursive=True) for r in back.collect()]
 
 
 _GRAIN_ORDER = {"overall": 0, "day": 1, "hour": 2, "domain": 3}
@@ -243,9 +251,45 @@ class _Steps:
         self.t, self.c = now, cpu
 
 
+# A log this small (compressed bytes read) is all fixed cost: ~40 small queries whose CPU
+# goes to planning and to compiling generated code, not to the rows. For it, expressions
+# are interpreted (no Janino compile per stage) and adaptive execution, which splits
+# every query into a job per shuffle, is off. Bigger inputs keep Spark's defaults.
+SMALL_INPUT_BYTES = 16 * 2**20
+SMALL_INPUT_CONF = {
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+    "spark.sql.adaptive.enabled": "false",
+}
+
+
+@contextmanager
+def session_conf(spark: SparkSession, conf: dict[str, str]) -> Iterator[None]:
+    """Set SQL options for the block and put the previous values back (the tests share
+    one session)."""
+    before = {k: spark.conf.get(k, None) for k in conf}
+    for k, v in conf.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, old in before.items():
+            if old is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, old)
+
+
 def run(spark: SparkSession, cfg: JobConfig) -> dict[str, Any]:
     """Run the whole job; returns the summary that is also written as summary.json."""
     t0 = time.perf_counter()
+    raw = read_events(spark, cfg.events, cfg.rng, cfg.late_hours)
+    small = input_bytes(raw) < SMALL_INPUT_BYTES
+    with session_conf(spark, SMALL_INPUT_CONF if small else {}):
+        return _run(spark, cfg, raw, t0)
+
+
+def _run(spark: SparkSession, cfg: JobConfig, raw: DataFrame, t0: float) -> dict[str, Any]:
     steps = _Steps(spark)
     spark.conf.set("spark.sql.session.timeZone", "UTC")
     out = cfg.out.rstrip("/")
@@ -259,7 +303,7 @@ def run(spark: SparkSession, cfg: JobConfig) -> dict[str, Any]:
     aqe = spark.conf.get("spark.sql.adaptive.enabled") or "true"
     spark.conf.set("spark.sql.adaptive.enabled", "false")
     try:
-        events = prepare(spark, cfg, cfg.partitions).localCheckpoint(
+        events = prepare(spark, cfg, cfg.partitions, raw).localCheckpoint(
             eager=True, storageLevel=EVENTS_STORAGE
         )
     finally:
@@ -278,15 +322,15 @@ def run(spark: SparkSession, cfg: JobConfig) -> dict[str, Any]:
     # Outcomes go straight to Parquet and the reports read them back (column-pruned and
     # vectorised): holding 20 M+ outcome rows in memory next to the events evicted the
     # events to disk and made 50 M events 14x slower than 10 M in this step.
+    per_rcpt = transforms.outcomes(events, cfg.rng)
     (
-        transforms.outcomes(events, cfg.rng)
-        .write.mode("overwrite")
+        per_rcpt.write.mode("overwrite")
         # ids are unique: a dictionary would only be built to be thrown away
         .option("parquet.enable.dictionary#message_id", "false")
         .option("parquet.enable.dictionary#rcpt", "false")
         .parquet(f"{out}/parquet/outcomes")
     )
-    outcomes = spark.read.parquet(f"{out}/parquet/outcomes")
+    outcomes = spark.read.schema(per_rcpt.schema).parquet(f"{out}/parquet/outcomes")
     steps.done("outcomes")
 
     at = cfg.qshape_at
