@@ -1,5 +1,9 @@
 """The whole queue on one machine: moto in server mode, the resources, the real handlers.
 
+One piece (~850 lines): the start order below is one sequence whose steps hand each other
+endpoints, names and environment, and `stop` undoes it in reverse; the parts that stand
+alone (gateway, runtime, streams, sink, throttle, smtpd) are their own modules.
+
 `LocalStack(StackOptions(...)).start()` brings up, in order:
 
 1. moto in server mode on 127.0.0.1 (the AWS APIs over HTTP, as boto3 sees them);
