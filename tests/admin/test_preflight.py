@@ -14,8 +14,8 @@ from tests.admin.test_cli import local_env
 
 
 @pytest.fixture()
-def stack_env(admin: Admin, monkeypatch: pytest.MonkeyPatch) -> None:
-    for k, v in local_env(admin).items():
+def stack_env(aws_admin: Admin, monkeypatch: pytest.MonkeyPatch) -> None:
+    for k, v in local_env(aws_admin).items():
         monkeypatch.setenv(k, v)
     monkeypatch.setenv("MQ_HOSTNAME", "mq.example.org")
     monkeypatch.setenv("MQ_SENDER_POLICY", PERMISSIVE_SENDER_POLICY)
