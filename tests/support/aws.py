@@ -34,6 +34,11 @@ def moto_server() -> Iterator[str]:
     import logging
 
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    # DynamoDB applies each conditional write atomically; moto's threaded server does not
+    # (concurrent delivery lanes could both pass one claim's condition): one at a time
+    from mailqueue_local.motopatch import install_atomic_dynamodb
+
+    install_atomic_dynamodb()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
     host, port = server.get_host_and_port()
