@@ -89,6 +89,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--no-smtpd", action="store_true", help="no SMTP front door")
     p.add_argument(
+        "--disable-trigger",
+        action="append",
+        default=[],
+        metavar="FUNCTION",
+        help="leave FUNCTION's SQS event source mapping disabled (its queue only fills)",
+    )
+    p.add_argument(
         "--partition-scale",
         type=float,
         default=100.0,
@@ -227,6 +234,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         partition_throttle_scale=ns.partition_scale,
         concurrency=concurrency,
         smtpd=not ns.no_smtpd,
+        disabled_triggers=frozenset(ns.disable_trigger),
     )
     stack = LocalStack(options)
     try:

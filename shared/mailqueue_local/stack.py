@@ -126,6 +126,9 @@ class StackOptions:
     # the SMTP front door (mailqueue_local.smtpd): submission on a free loopback port;
     # the receiving listener (no AUTH) too when smtpd_receive_port is not -1
     smtpd: bool = True
+    # event source mappings left disabled (Lambda's `Enabled: false`), by function: its
+    # queue fills and nothing consumes it (tests that keep what ingress stored in place)
+    disabled_triggers: frozenset[str] = frozenset()
     smtpd_receive_port: int = -1
 
 
@@ -595,7 +598,7 @@ class LocalStack:
         sqs = self._poller_client(w)
         for t in w.sqs:
             fn = fns.get(t.function)
-            if fn is None:
+            if fn is None or t.function in o.disabled_triggers:
                 continue
             n = trigger_concurrency(t, o.concurrency)
             self.concurrency.setdefault(t.function, []).append(n)

@@ -3,7 +3,7 @@
 `make test` runs a short slice (FUZZ_COUNT, default 300, seed FUZZ_SEED, default 14);
 `make fuzz` runs 10,000 and writes the figures to FUZZ_REPORT (JSON). The stack runs as
 `make run` starts it, with --strict-limits, and with the delivery function kept from
-starting (MQ_LEASE_SECONDS=20 is below its minimum of 30; ingress accepts 10 and up) and
+starting (its event source mapping is left disabled: `--disable-trigger delivery`) and
 the sweeper idle, so what the queue holds afterwards is exactly what ingress wrote: every
 content object, mail and group item and delivery trigger must belong to a 202 answer,
 and every 202 answer must be stored whole.
@@ -34,7 +34,7 @@ def quiet_stack(tmp_path: Path) -> Iterator[Stack]:
     python = PYTHON if PYTHON.exists() else Path(sys.executable)
     argv = [str(python), "-m", "mailqueue_local.run", "--var", str(tmp_path / "var")]
     argv += ["--port", "0", "--sweep-interval", "86400", "--strict-limits"]
-    argv += ["--set", "MQ_LEASE_SECONDS=20"]  # delivery refuses to start: nothing moves
+    argv += ["--disable-trigger", "delivery"]  # delivery never runs: nothing moves
     with open(stdout, "wb") as out, open(stderr, "wb") as err:
         proc = subprocess.Popen(
             argv, cwd=REPO, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env
