@@ -16,6 +16,13 @@ from mailqueue.backends.aws.limits import ServiceLimitExceeded, check_request
 log = logging.getLogger(__name__)
 
 
+def register(client: Any, handlers: list[tuple[str, Any]]) -> Any:
+    """Register botocore event handlers on one client (the guard's and the throttle's)."""
+    for event, handler in handlers:
+        client.meta.events.register(event, handler)
+    return client
+
+
 class LimitRecorder:
     """The violations a guard answered, kept until a test (or the stack) drains them."""
 
@@ -79,9 +86,7 @@ class LimitGuard:
         ]
 
     def install(self, client: Any) -> Any:
-        for event, handler in self.handlers():
-            client.meta.events.register(event, handler)
-        return client
+        return register(client, self.handlers())
 
     def _on_params(
         self, params: Mapping[str, Any], model: Any, context: dict[str, Any], **_: Any

@@ -57,6 +57,8 @@ from typing import Any, Literal
 
 from mailqueue.backends.aws.limits import item_size
 
+from mailqueue_local.limitguard import register
+
 # "Quotas in Amazon DynamoDB" / bp-partition-key-design: one partition's ceiling.
 PARTITION_WRITE_UNITS_PER_SECOND = 1000
 PARTITION_READ_UNITS_PER_SECOND = 3000
@@ -237,9 +239,7 @@ class PartitionThrottle:
         ]
 
     def install(self, client: Any) -> Any:
-        for event, handler in self.handlers():
-            client.meta.events.register(event, handler)
-        return client
+        return register(client, self.handlers())
 
     def learn(self, description: Mapping[str, Any]) -> None:
         """A table's key schema and indexes, from CreateTable's parameters or a
