@@ -233,7 +233,7 @@ class Template:
             Index(
                 g["IndexName"],
                 tuple(k["AttributeName"] for k in g["KeySchema"]),
-                g["Projection"]["ProjectionType"],
+                str(_param(g["Projection"]["ProjectionType"], params)),
                 tuple(g["Projection"].get("NonKeyAttributes") or ()),
                 table_keys or ("pk", "sk"),
             )
@@ -1024,7 +1024,14 @@ def model(run: Run, volume: int, tpl: Template, egress: str | None = "relay") ->
         wru_gsi += sum(v for n, v in w.items() if n != "table")
     wru = ddb["write_request_unit_per_million"] / 1e6
     rru_price = ddb["read_request_unit_per_million"] / 1e6
-    rru = sum(v for f, v in run.rru.items() if f != "events") + _events_reads(run)
+    rru = sum(v for f, v in run.rru.items() if f not in ("events", "sweeper")) + _events_reads(run)
+    # the sweeper's reads come with its schedule (every shard of each state it walks, every
+    # 5 minutes), not with the mails: per sweep of the run, times the month's sweeps
+    sweep_rru = (
+        run.rru.get("sweeper", 0.0)
+        / max(1, run.sweeps or run.invocations["sweeper"])
+        * sum(tpl.schedules.values())
+    )
     if tpl.state_capacity == "provisioned":
         # capacity units by the hour: the month's units spread over its seconds, divided by
         # the utilization auto scaling achieves, never below the configured minimum (the
@@ -1052,12 +1059,13 @@ def model(run: Run, volume: int, tpl: Template, egress: str | None = "relay") ->
         add(
             "DynamoDB",
             f"reads (provisioned RCU at {util:.0%} use)",
-            hours(rru * per, r_floor, n_tables) * prov["read_capacity_unit_hour"],
+            hours(rru * per + sweep_rru, r_floor, n_tables) * prov["read_capacity_unit_hour"],
         )
     else:
         add("DynamoDB", "state writes, table (WRU from item sizes)", wru_table * per * wru)
         add("DynamoDB", "state writes, by_state index", wru_gsi * per * wru)
         add("DynamoDB", "reads (RRU from items returned)", rru * per * rru_price)
+        add("DynamoDB", "reads by the sweeper (per sweep, on its schedule)", sweep_rru * rru_price)
         failed_n, failed_u = failed_writes(run)
         add(
             "DynamoDB",

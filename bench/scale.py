@@ -25,8 +25,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from mailqueue.backends.aws.items import CONTENT_PREFIXES
+
 from bench import cost
 from bench.trace import family, prefix
+
+#: the content objects' prefix family (`content/<2 hex>/`), folded as bench.trace does
+CONTENT_FAMILY = "content/*/"
 
 # ---------------------------------------------------------------- AWS's documented limits
 #: DynamoDB: one partition serves at most 1,000 write units and 3,000 read units per
@@ -406,6 +411,11 @@ def profile(run: cost.Run, tpl: cost.Template, name: str = "") -> Profile:
     p.sends = {q: v / n for q, v in sends.items()}
     for src, dst in ((puts, p.s3_put), (gets, p.s3_get)):
         for fam, per in src.items():
+            if fam == CONTENT_FAMILY:
+                # hashed prefixes (backends/aws/items.py): the load spreads over all of
+                # them at volume, not over the few a short run happened to touch
+                dst[fam] = sum(per.values()) / n / CONTENT_PREFIXES
+                continue
             if len(per) >= max(2, 0.8 * n):
                 continue  # a prefix per mail: its rate does not grow with the mails'
             dst[fam] = sum(per.values()) / n / len(per)

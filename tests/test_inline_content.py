@@ -59,13 +59,13 @@ def noise(size: int) -> bytes:
 
 
 def test_incompressible_or_large_content_stays_in_s3(aws: AwsEnv) -> None:
-    st = aws.storage()
+    st = aws.storage(solo_item_max_bytes=0)  # the mail item's content (not a solo item's)
     noise10 = noise(10 * 1024)
     assert len(zlib.compress(noise10, 6)) > 10 * 1024
     aws.counter.reset()
     q = st.enqueue(f.envelope(), noise10)
     assert aws.counter.calls["s3:PutObject"] == 1
-    assert _content_objects(aws) == [f"content/{q.mail_id}"]
+    assert _content_objects(aws) == [st.content_key(q.mail_id)]
     assert "body" not in _items(aws, q.mail_id)["M"]
     assert st.read_content(q.mail_id).read() == noise10
     # a small incompressible mail still fits the item (zlib adds a few bytes)
@@ -179,7 +179,7 @@ def test_a_keyed_retry_after_a_crash_between_item_and_groups_finishes_the_mail(
 def test_zero_turns_it_off_and_the_setting_is_bounded(aws: AwsEnv) -> None:
     st = aws.storage(inline_content_max_bytes=0)
     q = st.enqueue(f.envelope(), f.content(100))
-    assert _content_objects(aws) == [f"content/{q.mail_id}"]
+    assert _content_objects(aws) == [st.content_key(q.mail_id)]
     with pytest.raises(ConfigError):
         aws.storage(inline_content_max_bytes=70_000)
     assert isinstance(st.s, StorageSettings)

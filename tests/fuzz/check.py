@@ -135,7 +135,8 @@ def stored_state(ready: dict[str, Any]) -> Stored:
     for page in s3.get_paginator("list_objects_v2").paginate(
         Bucket=ready["bucket"], Prefix="content/"
     ):
-        content.update(o["Key"].removeprefix("content/") for o in page.get("Contents", []))
+        # content/<hashed prefix>/<mail id>: the id is the last segment
+        content.update(o["Key"].rsplit("/", 1)[-1] for o in page.get("Contents", []))
     items: set[tuple[str, str]] = set()
     for page in ddb.get_paginator("scan").paginate(
         TableName=ready["table"],

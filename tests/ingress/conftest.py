@@ -29,7 +29,8 @@ def stored_once(aws: AwsEnv, mail_id: str, new_objects: set[str]) -> bytes:
         ConsistentRead=True,
     )
     inline = "body" in got.get("Item", {})
-    assert new_objects == (set() if inline else {f"content/{mail_id}"}), new_objects
+    key = aws.storage().content_key(mail_id)  # content/<hashed prefix>/<id>
+    assert new_objects == (set() if inline else {key}), new_objects
     return bytes(aws.storage().read_content(mail_id).read())
 
 

@@ -60,7 +60,7 @@ def test_upload_flow_queues_the_uploaded_content_and_removes_the_upload(
     assert status == 202
     assert _keys(ingress, "uploads/") == []
     stored = ingress.aws.clients.s3.get_object(
-        Bucket=ingress.aws.resources.bucket, Key=f"content/{body['mail_id']}"
+        Bucket=ingress.aws.resources.bucket, Key=ingress.aws.storage().content_key(body["mail_id"])
     )["Body"].read()
     assert stored.endswith(content) and stored[: -len(content)].startswith(b"Received: ")
 

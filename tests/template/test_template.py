@@ -113,7 +113,13 @@ def test_table_matches_resources_py(template: dict[str, Any]) -> None:
     }
     throughput = {"Fn::If": ["ProvisionedState", provisioned, {"Ref": "AWS::NoValue"}]}
     (index,) = table["GlobalSecondaryIndexes"]
-    assert index == {**STATE_INDEX, "ProvisionedThroughput": throughput}
+    # the projection is a parameter (a stack from before keys-only keeps ALL: deploy.md),
+    # whose default is what resources.py creates
+    projection = {"ProjectionType": {"Ref": "StateIndexProjection"}}
+    assert index == {**STATE_INDEX, "Projection": projection, "ProvisionedThroughput": throughput}
+    param = template["Parameters"]["StateIndexProjection"]
+    assert param["Default"] == STATE_INDEX["Projection"]["ProjectionType"] == "KEYS_ONLY"
+    assert sorted(param["AllowedValues"]) == ["ALL", "KEYS_ONLY"]
     assert table["BillingMode"] == {
         "Fn::If": ["ProvisionedState", "PROVISIONED", "PAY_PER_REQUEST"]
     }

@@ -50,6 +50,7 @@ from mailqueue.backends.aws.items import (  # noqa: F401 (re-exported names)
     _SOLO_DROPS,
     _SOLO_SEP,
     _UNRECORDED_OK,
+    CONTENT_PREFIXES,
     GSI_STATE,
     INLINE_PREFIX,
     MAX_DELAY,
@@ -76,6 +77,7 @@ from mailqueue.backends.aws.items import (  # noqa: F401 (re-exported names)
     _to_ddb,
     _transition_dsn_request,
     _TransitionPlan,
+    content_shard,
     inline_body,
     inline_key,
     is_inline,
@@ -157,6 +159,16 @@ class AwsStorage:
 
     # ------------------------------------------------------------------ helpers
     def content_key(self, mail_id: str) -> str:
+        """The S3 key of a mail's content: under one of `CONTENT_PREFIXES` hashed prefixes
+        (`content/3f/<mail_id>`). S3 serves 3,500 writes and 5,500 reads a second per
+        partitioned prefix and partitions by key range; mail ids grow with time (ULIDs),
+        so without the hash every new object lands in the same range (AWS, "Best practices
+        design patterns: optimizing Amazon S3 performance"; README, "Data model")."""
+        return f"{self.s.content_prefix}{content_shard(mail_id)}/{mail_id}"
+
+    def _legacy_content_key(self, mail_id: str) -> str:
+        """Where a mail enqueued before the hashed prefixes keeps its content (its items
+        name the key; this is for the cleanup of an orphan that has none)."""
         return f"{self.s.content_prefix}{mail_id}"
 
     def _group_from_item(self, raw: dict[str, Any]) -> Group:
@@ -688,13 +700,55 @@ class AwsStorage:
                 kw["ExclusiveStartKey"] = start
             with translate("dynamodb:Query"):
                 resp = self.c.dynamodb.query(**kw)
-            out.extend(self._group_from_item(_from_ddb(it)) for it in resp.get("Items", []))
+            out.extend(self._hydrate(resp.get("Items", []), state))
             start = resp.get("LastEvaluatedKey") or None
             if not start:
                 shard += 1
         more = shard < len(keys)
         nxt = _enc_cursor({"s": shard, "k": start}) if more else None
         return Page(items=tuple(out), cursor=nxt)
+
+    def _hydrate(self, entries: list[dict[str, Any]], state: str) -> list[Group]:
+        """The groups behind index entries, read whole from the table in the index's order.
+
+        The index projects keys only (an index write is then one unit whatever the item's
+        size: README, "Data model"), so a page of entries is read back with BatchGetItem,
+        strongly consistent; an entry whose item has moved on to another state since (the
+        index is eventually consistent) or is gone is left out."""
+        keys = [{"pk": e["pk"], "sk": e["sk"]} for e in entries if "pk" in e and "sk" in e]
+        if not keys:
+            return []
+        if all(k in e for e in entries for k in ("rcpts", "sender")):
+            found = {(e["pk"]["S"], e["sk"]["S"]): e for e in entries}  # projection ALL
+        else:
+            found = {}
+            for i in range(0, len(keys), 100):
+                request: dict[str, Any] = {
+                    self.s.table: {"Keys": keys[i : i + 100], "ConsistentRead": True}
+                }
+                for attempt in range(_BATCH_RETRIES):
+                    with translate("dynamodb:BatchGetItem"):
+                        resp = self.c.dynamodb.batch_get_item(RequestItems=request)
+                    for it in resp.get("Responses", {}).get(self.s.table, []):
+                        found[(it["pk"]["S"], it["sk"]["S"])] = it
+                    request = resp.get("UnprocessedKeys") or {}
+                    if not request:
+                        break
+                    time.sleep(min(0.05 * (2**attempt), 1.0))
+                else:
+                    raise TransientStorageError(
+                        "dynamodb:BatchGetItem: unprocessed keys after retries"
+                    )
+        out: list[Group] = []
+        for k in keys:
+            it = found.get((k["pk"]["S"], k["sk"]["S"]))
+            if it is None:
+                continue
+            d = _from_ddb(it)
+            if state_of(d.get("st")) != state:
+                continue
+            out.append(self._group_from_item(d))
+        return out
 
     def list_queue(
         self,
@@ -777,7 +831,7 @@ class AwsStorage:
         with translate("s3:ListObjectsV2"):
             pages = list(paginator.paginate(Bucket=self.s.bucket, Prefix=self.s.content_prefix))
         candidates = [
-            obj["Key"][len(self.s.content_prefix) :]
+            obj["Key"][len(self.s.content_prefix) :].rsplit("/", 1)[-1]  # hashed prefix off
             for p in pages
             for obj in p.get("Contents", [])
             if obj["LastModified"] < older_than
@@ -1489,8 +1543,11 @@ class AwsStorage:
             return False
         key = next((it.get("content_key") for it in items if it.get("content_key")), None)
         if not is_inline(key):  # inline content is deleted (or tombstoned) with the mail item
-            with translate("s3:DeleteObject"):
-                self.c.s3.delete_object(Bucket=self.s.bucket, Key=key or self.content_key(mail_id))
+            # no item names the key (an orphan): both places it may be (deletes are free)
+            keys = [key] if key else [self.content_key(mail_id), self._legacy_content_key(mail_id)]
+            for k in keys:
+                with translate("s3:DeleteObject"):
+                    self.c.s3.delete_object(Bucket=self.s.bucket, Key=k)
         if items:
             requests: list[dict[str, Any]] = []
             for it in items:
@@ -1524,14 +1581,17 @@ class AwsStorage:
         item = self._mail_item(mail_id) or self._solo_of(mail_id)
         if item is not None and is_inline(item.get("content_key")):
             return _BODY in item
-        with translate("s3:HeadObject"):
-            try:
-                self.c.s3.head_object(Bucket=self.s.bucket, Key=self.content_key(mail_id))
-            except ClientError as e:
-                if error_code(e) in ("404", "NoSuchKey", "NotFound"):
-                    return False
-                raise
-        return True
+        named = str(item.get("content_key") or "") if item is not None else ""
+        keys = [named] if named else [self.content_key(mail_id), self._legacy_content_key(mail_id)]
+        for k in keys:
+            with translate("s3:HeadObject"):
+                try:
+                    self.c.s3.head_object(Bucket=self.s.bucket, Key=k)
+                    return True
+                except ClientError as e:
+                    if error_code(e) not in ("404", "NoSuchKey", "NotFound"):
+                        raise
+        return False
 
     def _solo_of(self, mail_id: str) -> dict[str, Any] | None:
         """A mail without a mail item: its solo group item, if it is one (one Query)."""

@@ -183,6 +183,16 @@ def _gsk(group: str) -> str:
     return f"G#{group}"
 
 
+#: hashed prefixes of the content objects' keys (`content/<2 hex>/<mail_id>`): fixed, since
+#: a key computed again (an orphan's cleanup) must find the object
+CONTENT_PREFIXES = 256
+
+
+def content_shard(mail_id: str) -> str:
+    """A mail's content prefix under the content folder: "3f" (crc32, stable)."""
+    return f"{zlib.crc32(mail_id.encode('utf-8')) % CONTENT_PREFIXES:02x}"
+
+
 def state_shard(mail_id: str, shards: int) -> int:
     """A mail's shard of the state index: stable across processes (crc32, not hash())."""
     return zlib.crc32(mail_id.encode("utf-8")) % max(1, shards)

@@ -48,6 +48,7 @@ def job_to_item(self: Job, ttl_seconds: int) -> dict[str, Any]:
         doc["expires_at"] = int(self.finished_at.timestamp()) + ttl_seconds
     return {k: _ser.serialize(v) for k, v in doc.items() if v is not None}
 
+
 def job_from_item(item: dict[str, Any]) -> Job:
     """The job a DynamoDB item holds."""
     d = {k: _deser.deserialize(v) for k, v in item.items()}

@@ -26,7 +26,7 @@ STATE_INDEX = {
         {"AttributeName": "st", "KeyType": "HASH"},
         {"AttributeName": "due", "KeyType": "RANGE"},
     ],
-    "Projection": {"ProjectionType": "ALL"},
+    "Projection": {"ProjectionType": "KEYS_ONLY"},
 }
 
 

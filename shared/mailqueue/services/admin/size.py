@@ -4,9 +4,10 @@ Why not counters kept from the stream: they cost a transaction per stream batch,
 counter items written per stream record at volume (about $4.25 per million mails at
 100 M/month, the largest line after the state writes), and a stream consumer that must
 apply every record exactly once. `size` is an operator's occasional question; reading
-the index when it is asked costs ~0.5 read units per 4 KB of group items (eventually
-consistent index reads, $0.125 per million units): a backlog of 100,000 groups (~0.7 KB
-each) is ~8,500 units, about $0.001 a count, in ~70 requests of 1 MB.
+the index when it is asked (keys only) and the groups behind it (BatchGetItem, strongly
+consistent: 1 read unit per group item up to 4 KB, $0.125 per million units) costs ~1
+unit per group: a backlog of 100,000 groups is ~100,000 units, about $0.013 a count, in
+~1,000 BatchGetItem requests of 100 keys.
 
 What is counted: the groups the index holds (`st` present: queued, inflight, held, dsn,
 and done groups awaiting cleanup) and their recipients —
