@@ -667,9 +667,20 @@ def loads(p: Profile, s: Settings) -> list[Load]:
     return out
 
 
+#: limits that bound a step up from idle, not a sustained rate: an on-demand table takes
+#: twice its previous peak at once and grows to any rate under its quota within 30
+#: minutes a doubling ("DynamoDB on-demand capacity mode", initial throughput and scaling
+#: properties); the burst model (`burst`) applies them, the sustained rate does not
+RAMP_LIMITS = (
+    "DynamoDB on-demand writes (warm throughput)",
+    "DynamoDB on-demand reads (warm throughput)",
+)
+
+
 def sustainable(p: Profile, s: Settings) -> tuple[float, Load]:
-    """The highest mails/s every limit allows, and the limit that binds first."""
-    ls = loads(p, s)
+    """The highest mails/s every limit allows once the deployment has scaled to it (the
+    ramp limits, RAMP_LIMITS, apart), and the limit that binds first."""
+    ls = [x for x in loads(p, s) if x.limit not in RAMP_LIMITS]
     first = min(ls, key=lambda x: x.max_rate)
     return first.max_rate, first
 
@@ -811,9 +822,10 @@ def report(
     lh = {(x.limit, x.scope): x for x in loads(p, h)}
     for x in sorted(loads(p, d), key=lambda x: x.max_rate):
         y = lh.get((x.limit, x.scope), x)
+        ramp = " (from idle: then doubles every 30 min)" if x.limit in RAMP_LIMITS else ""
         L.append(
             f"| {x.limit} | {x.scope} | {x.per_mail:.4g} | {x.capacity:,.0f} | "
-            f"{x.max_rate:,.0f} | {y.share(target):.0%} |"
+            f"{x.max_rate:,.0f}{ramp} | {y.share(target):.0%} |"
         )
     L.append("")
     for s in (d, h):

@@ -703,12 +703,19 @@ class LocalStack:
         return send
 
 
+#: the local stack runs a mapping's MaximumConcurrency divided by this (2 cores: more
+#: pollers than that only contend for the CPU and split batches thinner); the option
+#: (`--concurrency`) sets any value
+LOCAL_CONCURRENCY_DIVISOR = 3
+
+
 def trigger_concurrency(t: SqsTrigger, overrides: Mapping[str, int]) -> int:
     """Concurrent invocations for one SQS event source mapping locally: the option for
-    its function (or "*"), else the mapping's MaximumConcurrency, else one."""
+    its function (or "*"), else the mapping's MaximumConcurrency scaled down
+    (LOCAL_CONCURRENCY_DIVISOR), else one."""
     n = overrides.get(t.function, overrides.get("*"))
     if n is None:
-        n = t.max_concurrency or 1
+        n = max(1, round((t.max_concurrency or 1) / LOCAL_CONCURRENCY_DIVISOR))
     if not 1 <= n <= 1000:
         raise ValueError(f"concurrency for {t.function} must be within 1..1000, not {n}")
     return n

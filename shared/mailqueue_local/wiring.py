@@ -270,8 +270,8 @@ BUILTIN_FUNCTIONS: tuple[FunctionSpec, ...] = (
 )
 
 
-DELIVERY_MAX_CONCURRENCY = 20  # the template's DeliveryMaxConcurrency default
-BULK_DELIVERY_MAX_CONCURRENCY = 10  # and BulkDeliveryMaxConcurrency's
+DELIVERY_MAX_CONCURRENCY = 60  # the template's DeliveryMaxConcurrency default
+BULK_DELIVERY_MAX_CONCURRENCY = 30  # and BulkDeliveryMaxConcurrency's
 
 
 def builtin(

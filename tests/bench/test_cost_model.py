@@ -67,7 +67,8 @@ def test_the_template_as_the_model_reads_it() -> None:
         "sweeper": 256,
         "admin": 256,
     }
-    assert tpl.indexes == (cost.Index("by_state", ("st", "due"), "ALL"),)
+    # the projection is a parameter (StateIndexProjection): its default, keys only
+    assert tpl.indexes == (cost.Index("by_state", ("st", "due"), "KEYS_ONLY"),)
     assert tpl.schedules["sweeper"] == pytest.approx(730 * 12 + 30, rel=0.01)
     assert tpl.sqs_sources == 3  # delivery, bulk delivery (priority), bounce: idle polls each
     on = cost.Template.load(tracing=True)
@@ -286,7 +287,7 @@ def test_secrets_are_priced_per_container_and_cache_period_not_per_mail() -> Non
     """A warm delivery container reads each DKIM key once per 5 minutes: at volume the
     share per mail is what every delivery container could read, not the run's rate."""
     tpl = cost.Template.load()
-    assert tpl.delivery_containers == 30  # DeliveryMaxConcurrency 20 + bulk 10
+    assert tpl.delivery_containers == 90  # DeliveryMaxConcurrency 60 + bulk 30
     run = cost.Run(mails=20)
     run.invocations["delivery"] = 4
     run.requests["delivery"] = Counter({"secretsmanager:GetSecretValue": 2})
@@ -296,8 +297,8 @@ def test_secrets_are_priced_per_container_and_cache_period_not_per_mail() -> Non
     f, op = "delivery", "secretsmanager:GetSecretValue"
     # 1 M a month: the run's rate (2 reads per 20 mails) is below the containers' most
     assert cost.per_container_share(run, tpl, 1_000_000, f, op) == pytest.approx(0.1)
-    # 100 M: 30 containers x 2 keys x one read per 300 s
-    most = 30 * 2 * cost.SECONDS_PER_MONTH / 300 / 100_000_000
+    # 100 M: 90 containers x 2 keys x one read per 300 s
+    most = tpl.delivery_containers * 2 * cost.SECONDS_PER_MONTH / 300 / 100_000_000
     assert cost.per_container_share(run, tpl, 100_000_000, f, op) == pytest.approx(most)
     assert cost.path_requests(run, tpl, 100_000_000)[op] == pytest.approx(most)
     lines = {x.item: x.per_month for x in cost.model(run, 100_000_000, tpl)}
