@@ -24,14 +24,13 @@ import re
 import subprocess
 import time
 import urllib.request
+from email import message_from_bytes
 from pathlib import Path
 from typing import Any
 
-from email import message_from_bytes
-
 from mailqueue.backends.aws.suppression_store import DynamoSuppressionStore
-from mailqueue.outbound.suppression import scoped_key
 from mailqueue.core.verp import KeyRing, decode
+from mailqueue.outbound.suppression import scoped_key
 from mailqueue_local.stack import LocalStack, StackOptions
 
 from tests.feedback.messages import arf, dsn
