@@ -346,7 +346,8 @@ def _run(spark: SparkSession, cfg: JobConfig, raw: DataFrame, t0: float) -> dict
         "sched_lag": report.sched_lag(base, lag_hist),
         "senders": report.senders(base, cfg.top_reasons),
         "rejects": report.rejects(base, cfg.top_reasons),
-        "feedback": report.feedback(events),  # complaints and late bounces (services/feedback)
+        # complaints, late bounces (services/feedback), unsubscribes (services/unsubscribe)
+        "feedback": report.feedback(events),
         "timeline": report.timeline(
             base, events, report.timeline_bucket(stats["first"], stats["last"])
         ),
@@ -469,8 +470,7 @@ def _write_csvs(
         rows["feedback"], key=lambda r: (r["grain"], -r["complaints"], r["domain"] or "",
                                          r["sender"] or "")
     )
-    emit("feedback", fb, ["grain", "domain", "sender", "complaints", "late_bounces",
-                          "late_hard_bounces"])
+    emit("feedback", fb, ["grain", "domain", "sender", *report.FEEDBACK_COUNTS])
     tl = sorted(rows["timeline"], key=lambda r: (r["bucket_start"], r["event_type"]))
     emit("timeline", tl, ["bucket_start", "bucket_s", "event_type", "events"])
     return counts
@@ -529,9 +529,9 @@ def _summary(
         },
         "sched_lag": {k: lag.get(k) for k in ("attempts", "p50_s", "p90_s", "p99_s", "max_s")},
         "qshape": {"at": _iso(at), "pending": pending_at},
-        "feedback": {  # services/feedback: what receivers reported after accepting mail
+        "feedback": {  # what receivers and recipients reported after accepting mail
             k: sum(r[k] for r in rows.get("feedback", []) if r["grain"] == "domain")
-            for k in ("complaints", "late_bounces", "late_hard_bounces")
+            for k in report.FEEDBACK_COUNTS
         },
         "percentiles": {
             "function": "percentile_approx",

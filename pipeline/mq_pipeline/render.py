@@ -565,6 +565,35 @@ def rejects_table(rejects: list[dict[str, str]]) -> str:
     return _table(["reason", "refused", "share"], rows)
 
 
+def feedback_table(feedback: list[dict[str, str]], top: int = 15) -> str:
+    """Complaints, unsubscribes and late bounces per recipient domain and per sender, the
+    `top` of each by complaints + unsubscribes (all of them in csv/feedback.csv; absent in
+    reports written before it existed)."""
+    if not feedback:
+        return "<p class=ok>No complaint, unsubscribe or late bounce.</p>"
+
+    def weight(r: dict[str, str]) -> float:
+        return (num(r.get("complaints")) or 0) + (num(r.get("unsubscribes")) or 0)
+
+    shown: list[dict[str, str]] = []
+    for grain in ("domain", "sender"):
+        of = sorted((r for r in feedback if r["grain"] == grain), key=lambda r: -weight(r))
+        shown += of[:top]
+    rows = [
+        [esc(r["grain"]),
+         esc((r["domain"] if r["grain"] == "domain" else r["sender"]) or "(unknown)"),
+         fmt_n(num(r.get("complaints"))), fmt_n(num(r.get("unsubscribes"))),
+         fmt_n(num(r.get("late_bounces"))), fmt_n(num(r.get("late_hard_bounces")))]
+        for r in shown
+    ]
+    return _table(
+        ["by", "recipient domain / sender", "complaints", "unsubscribes", "late bounces",
+         "hard"],
+        rows,
+        right_from=2,
+    )
+
+
 def dsn_block(dsn: dict[str, Any]) -> str:
     n = dsn.get("recipients") or 0
     if not n:
@@ -585,6 +614,7 @@ def render(out_dir: Path) -> str:
     """The report page for the outputs in `out_dir` (summary.json and csv/)."""
     summary: dict[str, Any] = json.loads((out_dir / "summary.json").read_text(encoding="utf-8"))
     csvs = {n: read_csv(out_dir / "csv" / f"{n}.csv") for n in CSV_NAMES}
+    feedback = read_csv(out_dir / "csv" / "feedback.csv")
     h = summary["headline"]
     inp = summary["input"]
     lag = summary["sched_lag"]
@@ -652,6 +682,10 @@ def render(out_dir: Path) -> str:
          "ingress.", senders_table(csvs["senders"])),
         ("Top reject reasons", "Why ingress refused requests (Reject events).",
          rejects_table(csvs["rejects"])),
+        ("Complaints, unsubscribes, late bounces", "What receivers (feedback loops, "
+         "late bounces) and recipients (one-click unsubscribe) reported after a mail was "
+         "accepted, by recipient domain and by envelope sender; counted beside the "
+         "outcomes above, which they do not change.", feedback_table(feedback)),
         ("Delivery status notifications", "Mail the queue sent with the null sender (bounce "
          "and delay notices), counted here and not with the mail above.", dsn_block(dsn)),
         ("Top deferral reasons", "By enhanced status and normalised diagnostic text.",

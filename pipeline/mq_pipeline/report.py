@@ -29,7 +29,7 @@ from .consts import (
     QSHAPE_EDGES_MIN,
     bounce_band,
 )
-from .transforms import normalise_reason_col, ts_lit
+from .transforms import UNSUBSCRIBED, normalise_reason_col, ts_lit
 
 GRAIN_COLS = ("grain", "day", "hour", "domain")
 # Grouping sets: what each grain groups by. Time keys are integer hour / day indexes since
@@ -462,28 +462,50 @@ def senders(base: DataFrame, top_n: int = 10) -> DataFrame:
     return per.withColumn("rank", F.row_number().over(w)).where(F.col("rank") <= top_n)
 
 
+# the feedback table's counts, in its column order (job.py writes them so)
+FEEDBACK_COUNTS = ("complaints", "unsubscribes", "late_bounces", "late_hard_bounces")
+
+
 def feedback(events: DataFrame) -> DataFrame:
-    """What receivers reported after accepting mail (services/feedback): complaints (ARF
-    feedback loops), late bounces and the hard ones among them, per recipient domain and
-    per envelope sender (`grain` says which; the other key is null). A mail's own
-    outcome is not changed by a late report: these are counted beside it."""
+    """What receivers and recipients reported after accepting mail: complaints (ARF
+    feedback loops), late bounces and the hard ones among them (services/feedback), and
+    one-click unsubscribes (Subscription events that opt out: services/unsubscribe), per
+    recipient domain and per envelope sender (`grain` says which; the other key is null).
+    A mail's own outcome is not changed by a late report: these are counted beside it.
+
+    An unsubscribe's event does not name the sender (the link's token carries the mail id,
+    not the address; SES's would), so it is counted under the sender of its mail's Send
+    when the events read hold that Send, and under a null sender otherwise. The lookup
+    joins the few report rows' mail ids (broadcast) to the Send rows."""
     et = F.col("event_type")
     fb = events.where(F.col("feedback"))
+    unsub = (et == "Subscription") & (F.col("action") == UNSUBSCRIBED)
+    ids = fb.where((et == "Subscription") & F.col("sender").isNull()).select("message_id")
+    send_sender = (
+        events.where((et == "Send") & F.col("sender").isNotNull())
+        .join(F.broadcast(ids.distinct()), "message_id", "left_semi")
+        .groupBy("message_id")
+        .agg(F.min("sender").alias("_send_sender"))
+    )
+    fb = (
+        fb.join(send_sender, "message_id", "left")
+        .withColumn("sender", F.coalesce(F.col("sender"), F.col("_send_sender")))
+    )
     counts = [
         F.count(F.when(et == "Complaint", 1)).alias("complaints"),
+        F.count(F.when(unsub, 1)).alias("unsubscribes"),
         F.count(F.when(et == "Bounce", 1)).alias("late_bounces"),
         F.count(F.when((et == "Bounce") & (F.col("bounce_type") == "Permanent"), 1)).alias(
             "late_hard_bounces"
         ),
     ]
-    names = ["complaints", "late_bounces", "late_hard_bounces"]
     by_domain = fb.groupBy("domain").agg(*counts).select(
         F.lit("domain").alias("grain"), "domain", F.lit(None).cast("string").alias("sender"),
-        *names,
+        *FEEDBACK_COUNTS,
     )
     by_sender = fb.groupBy("sender").agg(*counts).select(
         F.lit("sender").alias("grain"), F.lit(None).cast("string").alias("domain"), "sender",
-        *names,
+        *FEEDBACK_COUNTS,
     )
     return by_domain.unionByName(by_sender)
 

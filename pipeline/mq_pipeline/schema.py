@@ -85,6 +85,25 @@ COMPLAINT = StructType(
         _s("feedbackId"),
     ]
 )
+# SES's Subscription object (services/unsubscribe writes it for a one-click opt-out);
+# contactList is the list id or sender domain the opt-out is scoped to
+TOPIC_STATUS = StructType([_s("topicName"), _s("subscriptionStatus")])
+TOPIC_PREFS = StructType(
+    [
+        StructField("unsubscribeAll", BooleanType(), True),
+        StructField("topicSubscriptionStatus", ArrayType(TOPIC_STATUS, True), True),
+        _s("topicDefaultSubscriptionStatus"),
+    ]
+)
+SUBSCRIPTION = StructType(
+    [
+        _s("contactList"),
+        _t("timestamp"),
+        _s("source"),
+        StructField("newTopicPreferences", TOPIC_PREFS, True),
+        StructField("oldTopicPreferences", TOPIC_PREFS, True),
+    ]
+)
 # a late Bounce or a Complaint: the receiver's report it came from (services/feedback)
 FEEDBACK = StructType([_s("report"), StructField("late", BooleanType(), True)])
 # Our additions, namespaced under the top-level `mailqueue` object.
@@ -133,6 +152,7 @@ EVENT_SCHEMA = StructType(
         StructField("deliveryDelay", DELIVERY_DELAY, True),
         StructField("reject", REJECT, True),
         StructField("complaint", COMPLAINT, True),
+        StructField("subscription", SUBSCRIPTION, True),
         StructField("mailqueue", OURS, True),
     ]
 )
@@ -186,6 +206,13 @@ READ_SCHEMA = _ts_as_string(
             "bounce": {"timestamp": 1, "bounceType": 1, "bouncedRecipients": _RCPT},
             "deliveryDelay": {"timestamp": 1, "delayedRecipients": _RCPT},
             "complaint": {"timestamp": 1, "complainedRecipients": {"emailAddress": 1}},
+            "subscription": {
+                "timestamp": 1,
+                "newTopicPreferences": {
+                    "unsubscribeAll": 1,
+                    "topicSubscriptionStatus": {"subscriptionStatus": 1},
+                },
+            },
             "mailqueue": {
                 "eventId": 1,
                 "size": 1,
@@ -215,7 +242,7 @@ NORMALISED_SCHEMA = StructType(
         _s("status"),  # enhanced status code for Bounce / DeliveryDelay
         _s("diag"),  # diagnostic text of a Bounce / DeliveryDelay, reason of a Reject
         _s("bounce_type"),
-        _s("action"),  # Operator action
+        _s("action"),  # Operator action; a Subscription's "unsubscribed" / "subscribed"
         StructField("attempt", IntegerType(), True),
         StructField("sched_lag_s", DoubleType(), True),  # attempt.startedAt - scheduledAt
         StructField("late", BooleanType(), True),  # written to a later hour than its time
@@ -223,7 +250,8 @@ NORMALISED_SCHEMA = StructType(
         _s("sender"),  # envelope sender; "" is the null sender (a DSN)
         StructField("size", LongType(), True),  # message octets
         StructField("dest_pos", IntegerType(), True),  # Send: 0 on a mail's first destination
-        # a receiver's report (a Complaint, a late Bounce: services/feedback); null otherwise
+        # a receiver's report (a Complaint, a late Bounce: services/feedback) or the
+        # recipient's (a Subscription: services/unsubscribe); null otherwise
         StructField("feedback", BooleanType(), True),
         StructField("copies", LongType(), True),  # how many times it was in the input
     ]

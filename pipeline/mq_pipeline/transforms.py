@@ -132,7 +132,10 @@ def normalise(raw: DataFrame) -> DataFrame:
     other types carry one recipient in their own object (`delivery.recipients`,
     `bouncedRecipients`, `delayedRecipients`, `mailqueue.operator.recipients`). A Reject
     has no recipient row (`rcpt` null); its domain is the refused recipient's or the first
-    destination's, `n_dest` the number of destinations. The wire type
+    destination's, `n_dest` the number of destinations. A Subscription (one-click
+    unsubscribe) is its recipient's row (`mail.destination`), marked `feedback` like a
+    complaint, its `action` "unsubscribed" or "subscribed" (`subscription_action`).
+    Reputation events (no mail) make no row. The wire type
     `mailqueue:Operator` is called "Operator" from here on. Timestamps arrive as ISO
     strings (see schema.READ_SCHEMA); unparseable ones become null rather than failing
     the job. Rows without an eventId or type are dropped. `ts_raw` keeps the event time's
@@ -153,6 +156,8 @@ def normalise(raw: DataFrame) -> DataFrame:
         F.try_element_at(F.col("complaint.complainedRecipients"), F.lit(1)).getField(
             "emailAddress"
         ),
+        # a Subscription's recipient: its mail's destination (SES's mail object)
+        F.when(wire_type == "Subscription", F.try_element_at(dest, F.lit(1))),
     )
     reject_rcpt = ours.getField("reject").getField("recipient")
     first_dest = F.try_element_at(dest, F.lit(1))
@@ -176,6 +181,7 @@ def normalise(raw: DataFrame) -> DataFrame:
         F.col("deliveryDelay.timestamp"),
         F.col("bounce.timestamp"),
         F.col("complaint.timestamp"),
+        F.col("subscription.timestamp"),
         ours.getField("operator").getField("timestamp"),
         ours.getField("reject").getField("timestamp"),
         m.getField("timestamp"),
@@ -199,10 +205,12 @@ def normalise(raw: DataFrame) -> DataFrame:
     feedback = (wire_type == "Complaint") | F.coalesce(
         ours.getField("feedback").getField("late"), F.lit(False)
     )
-    # reputation reviews/pauses are about a sender, not a mail; unsubscribes carry no
-    # delivery outcome: neither is a report row (the report does not count them yet)
-    not_rows = wire_type.isin(REPUTATION_EVENT, "Subscription")
-    keep = eid.isNotNull() & wire_type.isNotNull() & ~not_rows
+    # a recipient's own report: one-click unsubscribe (services/unsubscribe), SES's
+    # Subscription event; counted beside the mail's outcome like a complaint
+    subscription = wire_type == "Subscription"
+    feedback = feedback | subscription
+    # reputation reviews/pauses are about a sender, not a mail: not a report row
+    keep = eid.isNotNull() & wire_type.isNotNull() & (wire_type != REPUTATION_EVENT)
     rows = raw.where(keep).select(
         eid.alias("_eid"),
         et.alias("event_type"),
@@ -214,12 +222,17 @@ def normalise(raw: DataFrame) -> DataFrame:
         status.alias("status"),
         diag.alias("diag"),
         F.col("bounce.bounceType").alias("bounce_type"),
-        ours.getField("operator").getField("action").alias("action"),
+        F.coalesce(ours.getField("operator").getField("action"), subscription_action())
+        .alias("action"),
         att.getField("number").alias("attempt"),
         lag.cast("double").alias("sched_lag_s"),
         late.alias("late"),
         ts_str.alias("ts_raw"),
-        F.when(per_mail | feedback, m.getField("source")).alias("sender"),
+        # SES fills a Subscription's mail.source; ours is "" (the link's token does not
+        # carry the sender): null, not the null sender, so report.feedback looks it up
+        F.when(subscription, F.nullif(m.getField("source"), F.lit("")))
+        .when(per_mail | feedback, m.getField("source"))
+        .alias("sender"),
         F.when(per_mail, ours.getField("size")).alias("size"),
         F.when(wire_type == "Send", F.col("_pos")).cast("int").alias("dest_pos"),
         F.when(feedback, F.lit(True)).alias("feedback"),
@@ -236,6 +249,27 @@ def normalise(raw: DataFrame) -> DataFrame:
         "n_dest", "accepted_at", "ts", "status", "diag", "bounce_type", "action", "attempt",
         "sched_lag_s", "late", "ts_raw", "sender", "size", "dest_pos", "feedback",
     )
+
+
+UNSUBSCRIBED = "unsubscribed"
+RESUBSCRIBED = "subscribed"
+
+
+def subscription_action() -> Column:
+    """A Subscription event's `action`: "unsubscribed" when its new preferences opt out of
+    the whole list (`newTopicPreferences.unsubscribeAll`, what one-click writes) or name a
+    topic as OptOut (SES's per-topic form), "subscribed" otherwise (an opt-in); null on
+    the other types."""
+    new = F.col("subscription.newTopicPreferences")
+    opted_out = F.coalesce(new.getField("unsubscribeAll"), F.lit(False)) | F.coalesce(
+        F.exists(
+            new.getField("topicSubscriptionStatus"),
+            lambda t: t.getField("subscriptionStatus") == F.lit("OptOut"),
+        ),
+        F.lit(False),
+    )
+    choice = F.when(opted_out, F.lit(UNSUBSCRIBED)).otherwise(F.lit(RESUBSCRIBED))
+    return F.when(F.col("eventType") == "Subscription", choice)
 
 
 # The producer's form, "YYYY-MM-DDTHH:MM:SS.mmmZ": fixed width, so it sorts as it reads.
@@ -356,7 +390,7 @@ def outcomes(events: DataFrame, rng: TimeRange) -> DataFrame:
         (et == "Bounce") & (F.col("bounce_type") == "Permanent") & F.col("status").startswith("5")
     )
     agg = (
-        events.where(~et.isin("Reject", "Complaint") & F.col("rcpt").isNotNull())
+        events.where(~et.isin("Reject", "Complaint", "Subscription") & F.col("rcpt").isNotNull())
         .groupBy("message_id", "rcpt", "domain")
         .agg(
             F.min("accepted_at").alias("accepted_at"),

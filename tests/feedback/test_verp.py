@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import base64
 import json
+import re
+from dataclasses import replace
 
 import pytest
 from mailqueue.core.config import ConfigError
-from mailqueue.core.model import mail_id_for_key, new_mail_id
+from mailqueue.core.model import PRINCIPAL_TAG, mail_id_for_key, new_mail_id
+from mailqueue.core.trace import principal_tag
 from mailqueue.core.verp import (
     ForgedReturnPath,
     KeyRing,
@@ -163,3 +166,104 @@ def test_unreadable_keys_defer_the_mail(rig: RigFactory, tmp_path) -> None:  # t
         r.poll()
         assert peer.messages == []
     assert r.states(q.mail_id) == {"a@x.example": "queued"}
+
+
+# ------------------------------------------------------------------ per principal
+NEWS = "arn:aws:sts::123456789012:assumed-role/newsletter/app-1"
+RECEIPTS = "arn:aws:iam::123456789012:role/receipts"
+BY_PRINCIPAL = ReturnPathPolicy.parse(
+    json.dumps(
+        {
+            "example.org": "bounces.example.org",
+            "*": "bounces.example.net",
+            "arn:aws:sts::123456789012:assumed-role/newsletter/*": "bounces.news.example",
+            RECEIPTS: "",
+            "arn:aws:sts::123456789012:assumed-role/*": "bounces.roles.example",
+            "arn:aws:sts::123456789012:assumed-role/newsletter/app-1": "bounces.app1.example",
+            principal_tag(RECEIPTS + "-private"): "bounces.private.example",
+        }
+    )
+)
+
+
+def _domain_of(policy: ReturnPathPolicy, sender: str, principal: str) -> str:
+    got = mail_from(policy, RING, sender, new_mail_id(), ["r0"], principal)
+    return got.rpartition("@")[2] if got.startswith("b1-") else f"sender:{got}"
+
+
+def test_principal_wins_over_sender_domain_and_star() -> None:
+    p = BY_PRINCIPAL
+    # an exact key beats the patterns, wherever it is written
+    assert _domain_of(p, "alice@example.org", NEWS) == "bounces.app1.example"
+    # then the patterns in the order written (newsletter/* before assumed-role/*)
+    other_app = "arn:aws:sts::123456789012:assumed-role/newsletter/app-2"
+    assert _domain_of(p, "alice@example.org", other_app) == "bounces.news.example"
+    shop = "arn:aws:sts::123456789012:assumed-role/shop/s-1"
+    assert _domain_of(p, "x@y.example", shop) == "bounces.roles.example"
+    # a principal switched off stays off, even as a sender domain the policy covers
+    assert _domain_of(p, "alice@example.org", RECEIPTS) == "sender:alice@example.org"
+    # a private trace stores the principal's sha256 name: the policy can name that
+    hidden = principal_tag(RECEIPTS + "-private")
+    assert _domain_of(p, "alice@example.org", hidden) == "bounces.private.example"
+    # no principal entry (or none known: mail queued before tags, SES receipt): the domain
+    assert _domain_of(p, "alice@example.org", "arn:aws:iam::999999999999:user/u") == (
+        "bounces.example.org"
+    )
+    assert _domain_of(p, "alice@example.org", "") == "bounces.example.org"
+    assert _domain_of(p, "x@y.example", "") == "bounces.example.net"
+    # ARNs are case-sensitive, as IAM's: another case is another principal
+    assert _domain_of(p, "x@y.example", RECEIPTS.upper()) == "bounces.example.net"
+    # the null sender stays null whoever submitted
+    assert mail_from(p, RING, "", new_mail_id(), ["r0"], NEWS) == ""
+    # ingress reads reports on every bounce domain the policy names, principals' included
+    assert {"bounces.app1.example", "bounces.news.example", "bounces.private.example"} <= (
+        p.bounce_domains
+    )
+    only_principal = ReturnPathPolicy.parse(json.dumps({NEWS: "bounces.news.example"}))
+    assert only_principal.enabled
+    assert _domain_of(only_principal, "a@example.org", "") == "sender:a@example.org"
+
+
+@pytest.mark.parametrize(
+    ("policy", "says"),
+    [
+        ('{"arn:": "b.example.org"}', "not a principal ARN"),
+        ('{"sha256:XYZ": "b.example.org"}', "not a principal ARN"),
+        ('{"arn:aws:iam::1:role/a b": "b.example.org"}', "not a principal ARN"),
+        (json.dumps({RECEIPTS: "not a domain"}), "not a bounce domain"),
+        ('{"role/receipts": "b.example.org"}', "not a sender domain, * or a principal ARN"),
+        ('{"example.org": 1}', "sender domain, * or principal ARN"),
+    ],
+)
+def test_bad_principal_entries_fail_at_start_naming_the_entry(policy: str, says: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(says)):
+        ReturnPathPolicy.parse(policy)
+
+
+@pytest.mark.parametrize("rig", BACKENDS, indirect=True)
+def test_delivery_picks_the_return_path_by_principal(rig: RigFactory) -> None:
+    """The submitting principal travels in the mail's `mailqueue:principal` tag to the
+    group delivery reads; the return path follows it, before the sender domain."""
+    policy = {"example.org": "bounces.example.org", NEWS: "bounces.news.example", RECEIPTS: ""}
+    with smtp_sink() as peer:
+        r = rig(
+            routes=relay_to(peer.port),
+            return_path_policy=json.dumps(policy),
+            return_path_keys=ring_json(),
+        )
+
+        def by(principal: str, rcpt: str) -> str:
+            env = replace(f.envelope(rcpt), tags=((PRINCIPAL_TAG, principal),))
+            return r.storage().enqueue(env, f.content()).mail_id
+
+        news = by(NEWS, "a@x.example")
+        receipts = by(RECEIPTS, "b@x.example")
+        plain = r.storage().enqueue(f.envelope("c@x.example"), f.content()).mail_id
+        r.poll()
+        sent = {m.rcpt_tos[0]: m.mail_from for m in peer.messages}
+    d = decode(RING, sent["a@x.example"])
+    assert d is not None and (d.mail_id, d.domain) == (news, "bounces.news.example")
+    assert sent["b@x.example"] == "alice@example.org"  # the principal's "" beats the domain
+    d = decode(RING, sent["c@x.example"])
+    assert d is not None and (d.mail_id, d.domain) == (plain, "bounces.example.org")
+    assert receipts

@@ -1,13 +1,16 @@
-"""A late bounce and a complaint travel through the local stack (issue 27).
+"""A late bounce, a complaint and an unsubscribe travel through the local stack (issue 27).
 
 The stack runs in this process (moto in its own, the real handlers, the SMTP sink) with a
 VERP return-path policy for example.org. Two mails go in over the HTTP API; the sink
 records the envelope sender each was delivered with (the VERP return path). A receiver's
 DSN and an ARF complaint, addressed to those return paths, arrive as SES receipts (the raw
 mail in S3, the ingress function invoked with the receipt event, as SES's S3 and Lambda
-actions do). They must reach the event log the stack mirrors to <var>/events (a late
-`Bounce` and a `Complaint`), the suppression list, and the Spark report (`make report`:
-feedback.csv and the summary's feedback counts).
+actions do). A third, bulk mail carries a one-click List-Unsubscribe link, which a plain
+HTTP client POSTs (RFC 8058). All three must reach the event log the stack mirrors to
+<var>/events (a late `Bounce`, a `Complaint`, a `Subscription`), the suppression list, and
+the Spark report (`make report`: feedback.csv's complaint and unsubscribe counts per
+recipient domain and per sender, and the summary's feedback counts). One stack, one
+report run for all three.
 """
 
 from __future__ import annotations
@@ -17,14 +20,17 @@ import csv
 import gzip
 import json
 import os
+import re
 import subprocess
 import time
 import urllib.request
+from email import message_from_bytes
 from pathlib import Path
 from typing import Any
 
 from mailqueue.backends.aws.suppression_store import DynamoSuppressionStore
 from mailqueue.core.verp import KeyRing, decode
+from mailqueue.outbound.suppression import scoped_key
 from mailqueue_local.stack import LocalStack, StackOptions
 
 from tests.feedback.messages import arf, dsn
@@ -34,6 +40,7 @@ from tests.support import events as ev
 
 SENDER = "alice@example.org"
 BOUNCES = "bounces.example.org"
+UNSUB_KEYS = json.dumps({"k1": base64.b64encode(b"0123456789abcdef0123456789abcdef").decode()})
 
 
 def _post(stack: LocalStack, body: dict[str, Any]) -> dict[str, Any]:
@@ -49,7 +56,7 @@ def _post(stack: LocalStack, body: dict[str, Any]) -> dict[str, Any]:
         return answer
 
 
-def _submit(stack: LocalStack, rcpt: str, label: str) -> str:
+def _submit(stack: LocalStack, rcpt: str, label: str, priority: str = "transactional") -> str:
     content = (
         f"From: Alice <{SENDER}>\r\nTo: <{rcpt}>\r\nSubject: feedback e2e {label}\r\n"
         f"Message-ID: <{label}@example.org>\r\n\r\nhello {label}\r\n"
@@ -58,8 +65,35 @@ def _submit(stack: LocalStack, rcpt: str, label: str) -> str:
         "sender": SENDER,
         "recipients": [rcpt],
         "content": base64.b64encode(content).decode(),
+        "priority": priority,
     }
     return str(_post(stack, body)["mail_id"])
+
+
+def _unsubscribe_path(stack: LocalStack, rcpt: str, deadline: float) -> str:
+    """The one-click link's path in the delivered mail's List-Unsubscribe field."""
+    while time.monotonic() < deadline:
+        for side in sorted(stack.mail_dir.glob("*.json")):
+            eml = side.with_suffix(".eml")
+            if rcpt in json.loads(side.read_text()).get("rcpt_tos", []) and eml.exists():
+                lu = " ".join(str(message_from_bytes(eml.read_bytes())["List-Unsubscribe"]).split())
+                m = re.search(r"<https://mail\.example\.org(/u/[A-Za-z0-9_.-]+)>", lu)
+                assert m, lu
+                return m.group(1)
+        time.sleep(0.3)
+    raise AssertionError(f"no delivery to {rcpt} in {stack.mail_dir}")
+
+
+def _one_click(stack: LocalStack, path: str) -> int:
+    """RFC 8058's POST, as a mail client sends it: no credentials at all."""
+    req = urllib.request.Request(
+        stack.api_url + path,
+        b"List-Unsubscribe=One-Click",
+        {"content-type": "application/x-www-form-urlencoded"},
+        method="POST",
+    )
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        return int(resp.status)
 
 
 def _delivered_from(stack: LocalStack, rcpt: str, deadline: float) -> str:
@@ -71,6 +105,11 @@ def _delivered_from(stack: LocalStack, rcpt: str, deadline: float) -> str:
                 return str(doc["mail_from"])
         time.sleep(0.3)
     raise AssertionError(f"no delivery to {rcpt} in {stack.mail_dir}")
+
+
+def _reported(doc: dict[str, Any]) -> bool:
+    """A receiver's report (a late Bounce, a Complaint) or a recipient's (a Subscription)."""
+    return bool(doc["mailqueue"].get("feedback")) or doc["eventType"] == "Subscription"
 
 
 def _log(events_dir: Path) -> list[dict[str, Any]]:
@@ -105,12 +144,16 @@ def test_a_late_bounce_and_a_complaint_reach_log_suppression_and_report(
         settings={
             "MQ_RETURN_PATH_POLICY": json.dumps({"example.org": BOUNCES}),
             "MQ_RETURN_PATH_KEYS": ring_json(),
+            "MQ_LIST_UNSUBSCRIBE_URL": "https://mail.example.org",
+            "MQ_LIST_UNSUBSCRIBE_KEYS": UNSUB_KEYS,
+            "MQ_LIST_UNSUBSCRIBE_KID": "k1",
         },
     )
     events_dir = tmp_path / "var" / "events"
     with LocalStack(options) as stack:
         gone = _submit(stack, "gone@example.net", "gone")
         annoyed = _submit(stack, "annoyed@example.net", "annoyed")
+        leaving = _submit(stack, "leaving@example.net", "leaving", priority="bulk")
         deadline = time.monotonic() + 90
         verp_gone = _delivered_from(stack, "gone@example.net", deadline)
         verp_annoyed = _delivered_from(stack, "annoyed@example.net", deadline)
@@ -128,32 +171,38 @@ def test_a_late_bounce_and_a_complaint_reach_log_suppression_and_report(
             "late-bounce-1",
         )
         _receive(stack, verp_annoyed, arf(verp_annoyed, "annoyed@example.net"), "fbl-1")
+        assert _one_click(stack, _unsubscribe_path(stack, "leaving@example.net", deadline)) == 200
 
-        want = {("Bounce", gone), ("Complaint", annoyed)}
+        want = {("Bounce", gone), ("Complaint", annoyed), ("Subscription", leaving)}
         while time.monotonic() < deadline:
             got = {
                 (d["eventType"], d["mail"]["messageId"])
                 for d in _log(events_dir)
-                if d["mailqueue"].get("feedback")
+                if _reported(d)
             }
             if want <= got:
                 break
             time.sleep(0.5)
         store = DynamoSuppressionStore(stack.clients.dynamodb, stack.readiness()["table"])
-        entries = store.get_many(["gone@example.net", "annoyed@example.net"])
+        opted_out = scoped_key("leaving@example.net", "sender_domain:example.org")
+        entries = store.get_many(["gone@example.net", "annoyed@example.net", opted_out])
     docs = _log(events_dir)
-    late = [d for d in docs if d["mailqueue"].get("feedback")]
+    late = [d for d in docs if _reported(d)]
     assert {(d["eventType"], d["mail"]["messageId"]) for d in late} == want, late
     bounce = next(d for d in late if d["eventType"] == "Bounce")
     assert bounce["bounce"]["bounceType"] == "Permanent"
     assert bounce["bounce"]["bouncedRecipients"][0]["emailAddress"] == "gone@example.net"
     complaint = next(d for d in late if d["eventType"] == "Complaint")
     assert complaint["complaint"]["complaintFeedbackType"] == "abuse"
+    sub = next(d for d in late if d["eventType"] == "Subscription")
+    assert sub["subscription"]["contactList"] == "example.org"
+    assert sub["mail"]["destination"] == ["leaving@example.net"]
     # the mails' own events are still there: the late ones were appended
     delivered = {d["mail"]["messageId"] for d in docs if d["eventType"] == "Delivery"}
     assert {gone, annoyed} <= delivered
     assert entries["gone@example.net"].status == "5.1.1"
     assert entries["annoyed@example.net"].reason == "complaint: abuse"
+    assert entries[opted_out].reason == "unsubscribed (one-click)"
 
     out = tmp_path / "report"
     run = subprocess.run(
@@ -165,16 +214,17 @@ def test_a_late_bounce_and_a_complaint_reach_log_suppression_and_report(
     )
     assert run.returncode == 0, run.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["feedback"] == {"complaints": 1, "late_bounces": 1, "late_hard_bounces": 1}
+    assert summary["feedback"] == {
+        "complaints": 1, "unsubscribes": 1, "late_bounces": 1, "late_hard_bounces": 1
+    }
     with (out / "csv" / "feedback.csv").open() as fh:
         rows = {(r["grain"], r["domain"] or r["sender"]): r for r in csv.DictReader(fh)}
-    assert (
-        rows[("domain", "example.net")]["complaints"],
-        rows[("sender", SENDER)]["complaints"],
-    ) == (
-        "1",
-        "1",
-    )
-    assert rows[("sender", SENDER)]["late_hard_bounces"] == "1"
-    # the late bounce does not turn the delivered mail into a bounced one
-    assert summary["headline"]["delivered"] == 2 and summary["headline"]["bounced"] == 0
+    counted = ("complaints", "unsubscribes", "late_bounces", "late_hard_bounces")
+    # per recipient domain and per sender (the unsubscribe's from its mail's Send)
+    assert [rows[("domain", "example.net")][k] for k in counted] == ["1", "1", "1", "1"]
+    assert [rows[("sender", SENDER)][k] for k in counted] == ["1", "1", "1", "1"]
+    assert set(rows) == {("domain", "example.net"), ("sender", SENDER)}, rows
+    page = (out / "report.html").read_text()
+    assert "Complaints, unsubscribes, late bounces" in page
+    # the late reports do not turn the delivered mails into bounced ones
+    assert summary["headline"]["delivered"] == 3 and summary["headline"]["bounced"] == 0

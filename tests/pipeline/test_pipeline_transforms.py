@@ -288,9 +288,12 @@ def test_outcomes_keep_only_recipients_accepted_in_range(spark: SparkSession) ->
     assert o["b@x.example"]["final_state"] == "pending"
 
 
-def test_normalise_leaves_out_unsubscribes_and_reputation_events(spark: SparkSession) -> None:
-    """Neither is a delivery outcome: a Subscription (one-click unsubscribe) of a mail and
-    a reputation pause (no mail at all) make no report row beside the mail's own."""
+def test_normalise_keeps_unsubscribes_and_leaves_out_reputation_events(
+    spark: SparkSession,
+) -> None:
+    """A Subscription (one-click unsubscribe) is its recipient's feedback row, counted by
+    report.feedback, with no sender of its own (not the null sender); a reputation pause
+    (no mail at all) makes no row."""
     import json
     import time
 
@@ -305,5 +308,15 @@ def test_normalise_leaves_out_unsubscribes_and_reputation_events(spark: SparkSes
         ("2026-05-04", "11", dumps(subscription_event(u, time.time(), method="one-click"))),
         ("2026-05-04", "11", json.dumps(reputation_event("paused", "principal", "p", time.time()))),
     ]
-    rows = [r.asDict() for r in T.normalise(fx.raw_df(spark, docs)).collect()]
-    assert [r["event_type"] for r in rows] == ["Send"]
+    rows = {r["event_type"]: r.asDict() for r in T.normalise(fx.raw_df(spark, docs)).collect()}
+    assert sorted(rows) == ["Send", "Subscription"]
+    sub = rows["Subscription"]
+    assert (sub["message_id"], sub["rcpt"], sub["domain"]) == ("M1", "bob@example.org",
+                                                                "example.org")
+    assert (sub["action"], sub["feedback"], sub["sender"]) == ("unsubscribed", True, None)
+    assert sub["ts"] is not None
+    # an unsubscribe is no delivery outcome: the mail stays pending, one row
+    out = T.outcomes(T.normalise(fx.raw_df(spark, docs)), T.TimeRange.parse(None, None))
+    assert [(r["rcpt"], r["final_state"]) for r in out.collect()] == [
+        ("bob@example.org", "pending")
+    ]

@@ -222,3 +222,18 @@ def test_the_jobs_last_line_says_what_breached() -> None:
     assert lines == [
         "domain gmail.test: hard bounces 5.30 % of 1,200 recipients, over the review band (5%)"
     ]
+
+
+def test_feedback_table_shows_complaints_and_unsubscribes_per_domain_and_sender() -> None:
+    def row(grain: str, key: str, c: int, u: int, b: int, h: int) -> dict[str, str]:
+        return {"grain": grain, "domain": key if grain == "domain" else "",
+                "sender": key if grain == "sender" else "", "complaints": str(c),
+                "unsubscribes": str(u), "late_bounces": str(b), "late_hard_bounces": str(h)}
+
+    rows = [row("domain", "x.example", 1, 2, 3, 1), row("sender", "a@example.org", 1, 2, 3, 1),
+            row("sender", "", 0, 1, 0, 0)]  # an unsubscribe whose Send was not read
+    cells = re.findall(r"<td[^>]*>([^<]*)</td>", render.feedback_table(rows))
+    assert cells == ["domain", "x.example", "1", "2", "3", "1",
+                     "sender", "a@example.org", "1", "2", "3", "1",
+                     "sender", "(unknown)", "0", "1", "0", "0"]
+    assert "No complaint, unsubscribe or late bounce" in render.feedback_table([])

@@ -32,6 +32,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 
 from mailqueue.core.config import ConfigError
 
@@ -42,6 +43,7 @@ _LOCAL_RE = re.compile(
     r"^b(?P<ver>[0-9a-z]{1,4})-(?P<mail>[0-9a-z]{20,40})-(?P<rid>\d{1,5}|x)-(?P<mac>[0-9a-z]{10})$"
 )
 _DOMAIN_RE = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)(?:\.(?!-)[a-z0-9-]{1,63}(?<!-))+$")
+_ARN_PATTERN_RE = re.compile(r"^arn:[\x21-\x7e]+$")  # as core/authz.check_pattern
 MIN_KEY_BYTES = 16
 
 
@@ -75,13 +77,31 @@ class KeyRing:
             raise ConfigError(f"return path keys: not a key ring ({type(e).__name__})") from None
 
 
+_PRINCIPAL_NAME_RE = re.compile(r"^sha256:[0-9a-f]{16}$")  # core/trace.principal_tag
+
+
 @dataclass(frozen=True, slots=True)
 class ReturnPathPolicy:
-    """Which sender domains get a VERP return path, on which bounce domain. Data, from
-    settings: ``{"example.org": "bounces.example.org", "*": "bounces.example.net"}``;
-    a domain mapped to "" is off, an unlisted one follows "*" (absent: off)."""
+    """Which mail gets a VERP return path, on which bounce domain. Data, from settings, a
+    JSON object whose keys are sender domains, ``*``, or principals:
+
+        {"example.org": "bounces.example.org", "*": "bounces.example.net",
+         "arn:aws:sts::123456789012:assumed-role/newsletter/*": "bounces.news.example",
+         "arn:aws:iam::123456789012:role/receipts": ""}
+
+    A value "" is off. A principal key is an IAM ARN pattern (fnmatch, case-sensitive, as
+    the sender policy's) or a ``sha256:`` principal name (what the mail's
+    `mailqueue:principal` tag holds when traces are private: core/trace.principal_tag).
+
+    Which wins: the principal, then the sender domain, then ``*``. The principal is who
+    answers for the mail (the reputation guards count it too): an application that sends
+    as several domains keeps its reports on its own bounce domain, and one switched off
+    ("") stays off whatever domain it sends as. Among principal keys an exact one wins,
+    then the patterns in the order written. The null sender always stays null.
+    """
 
     by_sender_domain: Mapping[str, str]
+    by_principal: tuple[tuple[str, str], ...] = ()  # (ARN pattern or name, bounce domain)
 
     @classmethod
     def parse(cls, text: str) -> ReturnPathPolicy:
@@ -94,27 +114,61 @@ class ReturnPathPolicy:
         if not isinstance(doc, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in doc.items()
         ):
-            raise ConfigError('return_path_policy: {"sender domain or *": "bounce domain"}')
-        out = {k.lower().rstrip("."): v.lower().rstrip(".") for k, v in doc.items()}
-        for k, v in out.items():
-            if k != "*" and not _DOMAIN_RE.match(k):
-                raise ConfigError(f"return_path_policy: not a domain: {k!r}")
+            raise ConfigError(
+                'return_path_policy: {"sender domain, * or principal ARN": "bounce domain"}'
+            )
+        domains: dict[str, str] = {}
+        principals: list[tuple[str, str]] = []
+        for key, value in doc.items():
+            v = value.lower().rstrip(".")
             if v and not _DOMAIN_RE.match(v):
-                raise ConfigError(f"return_path_policy: not a bounce domain: {v!r}")
-        return cls(out)
+                raise ConfigError(f"return_path_policy: not a bounce domain: {value!r}")
+            if key.startswith(("arn:", "sha256:")):
+                if not (_PRINCIPAL_NAME_RE.match(key) or _ARN_PATTERN_RE.match(key)):
+                    raise ConfigError(
+                        f"return_path_policy: {key!r} is not a principal ARN (pattern) "
+                        "or a sha256:<16 hex> principal name"
+                    )
+                principals.append((key, v))  # ARNs are case-sensitive: kept as written
+                continue
+            k = key.lower().rstrip(".")
+            if k != "*" and not _DOMAIN_RE.match(k):
+                raise ConfigError(
+                    f"return_path_policy: {key!r} is not a sender domain, * or a principal ARN"
+                )
+            domains[k] = v
+        return cls(domains, tuple(principals))
 
     @property
     def enabled(self) -> bool:
-        return any(self.by_sender_domain.values())
+        return any(self.by_sender_domain.values()) or any(v for _, v in self.by_principal)
 
     @property
     def bounce_domains(self) -> frozenset[str]:
-        return frozenset(v for v in self.by_sender_domain.values() if v)
+        return frozenset(
+            v for v in (*self.by_sender_domain.values(), *(v for _, v in self.by_principal)) if v
+        )
 
-    def bounce_domain(self, sender: str) -> str:
-        """The bounce domain for this envelope sender ("" = keep the sender)."""
+    def _for_principal(self, principal: str) -> str | None:
+        """The principal's entry (None: no key names it)."""
+        if not principal:
+            return None
+        for key, value in self.by_principal:
+            if key == principal:
+                return value
+        for key, value in self.by_principal:
+            if fnmatchcase(principal, key):
+                return value
+        return None
+
+    def bounce_domain(self, sender: str, principal: str = "") -> str:
+        """The bounce domain for this envelope sender, submitted by `principal` (the mail's
+        `mailqueue:principal` tag; "" when unknown); "" = keep the sender."""
         if not sender:
             return ""
+        by_principal = self._for_principal(principal)
+        if by_principal is not None:
+            return by_principal
         domain = sender.rpartition("@")[2].lower().rstrip(".")
         if domain in self.by_sender_domain:
             return self.by_sender_domain[domain]
@@ -148,10 +202,12 @@ def mail_from(
     sender: str,
     mail_id: str,
     rids: list[str] | tuple[str, ...],
+    principal: str = "",
 ) -> str:
     """What MAIL FROM says for this transaction: the VERP address when the policy covers
-    the sender's domain, else the sender unchanged (the null sender always stays null)."""
-    domain = policy.bounce_domain(sender)
+    the principal or the sender's domain, else the sender unchanged (the null sender
+    always stays null)."""
+    domain = policy.bounce_domain(sender, principal)
     if not domain or ring is None:
         return sender
     return encode(ring, mail_id, rid_part(rids), domain)

@@ -74,9 +74,11 @@ class ReturnPaths:
         self._cache = (text, ring)
         return ring
 
-    def mail_from(self, sender: str, mail_id: str, rids: list[str] | tuple[str, ...]) -> str:
-        """MAIL FROM for one transaction (raises KeysUnavailable when a VERP is due but
-        the keys cannot be read)."""
-        if not self.policy.bounce_domain(sender):
+    def mail_from(
+        self, sender: str, mail_id: str, rids: list[str] | tuple[str, ...], principal: str = ""
+    ) -> str:
+        """MAIL FROM for one transaction of a mail `principal` submitted (raises
+        KeysUnavailable when a VERP is due but the keys cannot be read)."""
+        if not self.policy.bounce_domain(sender, principal):
             return sender
-        return mail_from(self.policy, self.ring(), sender, mail_id, rids)
+        return mail_from(self.policy, self.ring(), sender, mail_id, rids, principal)

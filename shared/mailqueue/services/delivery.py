@@ -154,8 +154,8 @@ class DeliverySettings:
     # group comes back after at most suspension_recheck_seconds (so a resume takes effect)
     suspension_refresh_seconds: float = 30.0
     suspension_recheck_seconds: int = 300
-    # VERP return path (core/verp.py, outbound/returnpath.py): {"sender domain or *":
-    # "bounce domain"}; empty: MAIL FROM is the sender, as before
+    # VERP return path (core/verp.py, outbound/returnpath.py): {"sender domain, * or
+    # principal ARN": "bounce domain"}; empty: MAIL FROM is the sender, as before
     return_path_policy: str = ""
     return_path_keys: str = ""  # secretsmanager:<id> | ssm:<name> | file:<path> | the JSON
     # reputation guards (reputation.py): rates per principal / sender domain, auto pause;
@@ -873,7 +873,7 @@ class Invocation:
         or the sender; a temporary failure when the keys cannot be read."""
         try:
             return self.svc.return_paths.mail_from(
-                group.sender, group.mail_id, [r.rid for r in group.pending()]
+                group.sender, group.mail_id, [r.rid for r in group.pending()], group.principal
             )
         except KeysUnavailable as e:
             log.error("return path keys unavailable", extra={"reason": str(e)})
