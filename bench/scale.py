@@ -107,8 +107,8 @@ HIGH_VOLUME = {
     "BulkDeliveryMaxConcurrency": 1000,
     "mails_per_call": 50,  # POST /v1/messages/batch
     "account_concurrency": 10_000,  # quota increase: Lambda concurrent executions
-    "table_units": 100_000,  # quota increase: table-level throughput (writes and reads)
-    "warm_units": 100_000,  # the state table's WarmThroughput (pre-warmed), table and index
+    "table_units": 140_000,  # quota increase: table-level throughput (writes and reads)
+    "warm_units": 140_000,  # the state table's WarmThroughput (pre-warmed), table and index
 }
 
 
@@ -820,8 +820,14 @@ def report(
         "|---|---|---:|---:|---:|---:|",
     ]
     lh = {(x.limit, x.scope): x for x in loads(p, h)}
+    # a limit whose scope names the setting (API requests: "1 mail(s) per call" by default,
+    # 50 with the high-volume settings) is matched on the limit alone
+    by_limit: dict[str, list[Load]] = {}
+    for x in loads(p, h):
+        by_limit.setdefault(x.limit, []).append(x)
     for x in sorted(loads(p, d), key=lambda x: x.max_rate):
-        y = lh.get((x.limit, x.scope), x)
+        alone = by_limit.get(x.limit, [])
+        y = lh.get((x.limit, x.scope)) or (alone[0] if len(alone) == 1 else x)
         ramp = " (from idle: then doubles every 30 min)" if x.limit in RAMP_LIMITS else ""
         L.append(
             f"| {x.limit} | {x.scope} | {x.per_mail:.4g} | {x.capacity:,.0f} | "
