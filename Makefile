@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)  ## create .venv with the project installed editable (every target does it first)
 
 test: $(STAMP) postfix-peer swaks-client sisimai dane-dns  ## the test suite (installs Debian's postfix, swaks, sisimai, the DNSSEC tools as root), then the pipeline on EMR's Spark
-	MAILQUEUE_REQUIRE_POSTFIX=$(REQUIRE_POSTFIX) MAILQUEUE_REQUIRE_SISIMAI=$(REQUIRE_SISIMAI) $(PY) -m pytest -q -p no:cacheprovider
+	MAILQUEUE_REQUIRE_POSTFIX=$(REQUIRE_POSTFIX) MAILQUEUE_REQUIRE_SISIMAI=$(REQUIRE_SISIMAI) $(PY) -m pytest -q -p no:cacheprovider --durations=30
 	$(MAKE) --no-print-directory test-emr-spark
 
 run: $(STAMP)  ## the whole queue on this machine (RUN_ARGS="--port 0 --fast-retries" ...)
