@@ -748,7 +748,7 @@ def burst(
     # throughput): the steady ceiling; the table's on-demand throughput doubles at most
     # every 30 minutes from its warm level up to the table quota
     everything = loads(p, s)
-    warm = [x for x in everything if x.limit.startswith("DynamoDB on-demand")]
+    warm = [x for x in everything if x.limit in RAMP_LIMITS]
     others = [
         x for x in everything if not x.limit.startswith(("SQS event source", "DynamoDB on-demand"))
     ]

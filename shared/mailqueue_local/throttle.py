@@ -643,34 +643,18 @@ def _write_touches(
             if same_key:
                 p_old, p_new = _projected(schema, ix, old), _projected(schema, ix, new)
                 if p_old != p_new or (ix.projection == "ALL" and old != new):
-                    out.append(
-                        _Touch(
-                            schema.name, ix.name, _key_str(new[ix.hash_key]), "write", _wu(p_new)
-                        )
-                    )
+                    # an entry rewritten in place: the larger of its two images, as on
+                    # the table
+                    units = max(_wu(p_old), _wu(p_new))
+                    key = _key_str(new[ix.hash_key])
+                    out.append(_Touch(schema.name, ix.name, key, "write", units))
                 continue
-        if was:
-            assert old is not None
-            out.append(
-                _Touch(
-                    schema.name,
-                    ix.name,
-                    _key_str(old[ix.hash_key]),
-                    "write",
-                    _wu(_projected(schema, ix, old)),
-                )
-            )
-        if now:
-            assert new is not None
-            out.append(
-                _Touch(
-                    schema.name,
-                    ix.name,
-                    _key_str(new[ix.hash_key]),
-                    "write",
-                    _wu(_projected(schema, ix, new)),
-                )
-            )
+        # the key moved (or the item entered or left the index): a delete and a put
+        for img, inside in ((old, was), (new, now)):
+            if inside and img is not None:
+                key = _key_str(img[ix.hash_key])
+                units = _wu(_projected(schema, ix, img))
+                out.append(_Touch(schema.name, ix.name, key, "write", units))
     return out
 
 

@@ -8,20 +8,17 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from tests.support.postfix_peer import (
-    MASTER_CF,
-    POSTFIX,
     PostfixPeer,
     _free_port,
     _stop,
-    _wait_listening,
     available,
+    start,
 )
 
 __all__ = ["available", "postfix_relay"]
@@ -75,18 +72,7 @@ def postfix_relay(relay: str, cafile: str, user: str, password: str) -> Iterator
         (base / "etc" / "main.cf").write_text(
             _main_cf(base, relay, str(base / "ca.pem"), user, password)
         )
-        (base / "etc" / "master.cf").write_text(MASTER_CF.format(port=port))
-        env = {**os.environ, "MAIL_CONFIG": str(base / "etc")}
-        run = subprocess.run(
-            [str(POSTFIX), "-c", str(base / "etc"), "start"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        if run.returncode != 0:
-            raise RuntimeError(f"postfix start failed: {run.stdout}{run.stderr}\n{peer.log}")
-        _wait_listening(port, peer)
+        start(base, port, peer)
         yield peer
     finally:
         _stop(peer)

@@ -199,25 +199,29 @@ def postfix_peer(
         postfix_gid = pwd.getpwnam("postfix").pw_gid
         for d in ("data", "vmail"):
             os.chown(base / d, postfix_uid, postfix_gid)
-        (base / "etc" / "main.cf").write_text(
-            _main_cf(base, port, domain, mailboxes, settings)
-        )
-        (base / "etc" / "master.cf").write_text(MASTER_CF.format(port=port))
-        env = {**os.environ, "MAIL_CONFIG": str(base / "etc")}
-        run = subprocess.run(
-            [str(POSTFIX), "-c", str(base / "etc"), "start"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        if run.returncode != 0:
-            raise RuntimeError(f"postfix start failed: {run.stdout}{run.stderr}\n{peer.log}")
-        _wait_listening(port, peer)
+        (base / "etc" / "main.cf").write_text(_main_cf(base, port, domain, mailboxes, settings))
+        start(base, port, peer)
         yield peer
     finally:
         _stop(peer)
         shutil.rmtree(base, ignore_errors=True)
+
+
+def start(base: Path, port: int, peer: PostfixPeer) -> None:
+    """Start the private instance whose main.cf is written under `base`/etc: its
+    master.cf listens on `port`; returns once it does."""
+    (base / "etc" / "master.cf").write_text(MASTER_CF.format(port=port))
+    env = {**os.environ, "MAIL_CONFIG": str(base / "etc")}
+    run = subprocess.run(
+        [str(POSTFIX), "-c", str(base / "etc"), "start"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if run.returncode != 0:
+        raise RuntimeError(f"postfix start failed: {run.stdout}{run.stderr}\n{peer.log}")
+    _wait_listening(port, peer)
 
 
 def _wait_listening(port: int, peer: PostfixPeer, timeout: float = 20.0) -> None:

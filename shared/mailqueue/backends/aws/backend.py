@@ -718,27 +718,12 @@ class AwsStorage:
         keys = [{"pk": e["pk"], "sk": e["sk"]} for e in entries if "pk" in e and "sk" in e]
         if not keys:
             return []
-        if all(k in e for e in entries for k in ("rcpts", "sender")):
-            found = {(e["pk"]["S"], e["sk"]["S"]): e for e in entries}  # projection ALL
-        else:
-            found = {}
-            for i in range(0, len(keys), 100):
-                request: dict[str, Any] = {
-                    self.s.table: {"Keys": keys[i : i + 100], "ConsistentRead": True}
-                }
-                for attempt in range(_BATCH_RETRIES):
-                    with translate("dynamodb:BatchGetItem"):
-                        resp = self.c.dynamodb.batch_get_item(RequestItems=request)
-                    for it in resp.get("Responses", {}).get(self.s.table, []):
-                        found[(it["pk"]["S"], it["sk"]["S"])] = it
-                    request = resp.get("UnprocessedKeys") or {}
-                    if not request:
-                        break
-                    time.sleep(min(0.05 * (2**attempt), 1.0))
-                else:
-                    raise TransientStorageError(
-                        "dynamodb:BatchGetItem: unprocessed keys after retries"
-                    )
+        got = (
+            entries  # projection ALL: the entries are the items
+            if all(k in e for e in entries for k in ("rcpts", "sender"))
+            else [it for i in range(0, len(keys), 100) for it in self._batch_get(keys[i : i + 100])]
+        )
+        found = {(it["pk"]["S"], it["sk"]["S"]): it for it in got}
         out: list[Group] = []
         for k in keys:
             it = found.get((k["pk"]["S"], k["sk"]["S"]))
@@ -848,18 +833,25 @@ class AwsStorage:
 
     def _existing_mail_items(self, mail_ids: list[str]) -> set[str]:
         keys: list[dict[str, Any]] = [{"pk": {"S": _pk(m)}, "sk": {"S": "M"}} for m in mail_ids]
-        found: set[str] = set()
-        request: dict[str, Any] = {
-            self.s.table: {"Keys": keys, "ProjectionExpression": "pk", "ConsistentRead": True}
-        }
+        return {it["pk"]["S"][2:] for it in self._batch_get(keys, projection="pk")}
+
+    def _batch_get(
+        self, keys: list[dict[str, Any]], projection: str | None = None
+    ) -> list[dict[str, Any]]:
+        """Up to 100 items by key, strongly consistent, unprocessed keys retried with
+        backoff (raw DynamoDB items; the ones that exist)."""
+        spec: dict[str, Any] = {"Keys": keys, "ConsistentRead": True}
+        if projection:
+            spec["ProjectionExpression"] = projection
+        request: dict[str, Any] = {self.s.table: spec}
+        out: list[dict[str, Any]] = []
         for attempt in range(_BATCH_RETRIES):
             with translate("dynamodb:BatchGetItem"):
                 resp = self.c.dynamodb.batch_get_item(RequestItems=request)
-            for it in resp.get("Responses", {}).get(self.s.table, []):
-                found.add(it["pk"]["S"][2:])
+            out.extend(resp.get("Responses", {}).get(self.s.table, []))
             request = resp.get("UnprocessedKeys") or {}
             if not request:
-                return found
+                return out
             time.sleep(min(0.05 * (2**attempt), 1.0))
         raise TransientStorageError("dynamodb:BatchGetItem: unprocessed keys after retries")
 
