@@ -114,11 +114,16 @@ class Tracker:
         st_new = str(new["st"]).split("#", 1)[0] if new.get("st") else None
         before = old.get("rcpts") or {}
         after = new.get("rcpts") or {}
-        if st_new != st_old:
-            if st_new == "inflight":
-                tries = max((int(r.get("attempts", 0)) for r in after.values()), default=0)
-                out.append((label, f"group {sk[2:]}: claimed, attempt {tries + 1}"))
-            elif st_new == "queued" and st_old is None:
+        # a claim: a new lease token (the state index is not touched; before that change
+        # a claim moved `st` to inflight)
+        token = new.get("lease_token")
+        if (token and token != old.get("lease_token")) or (
+            st_new == "inflight" and st_new != st_old
+        ):
+            tries = max((int(r.get("attempts", 0)) for r in after.values()), default=0)
+            out.append((label, f"group {sk[2:]}: claimed, attempt {tries + 1}"))
+        elif st_new != st_old:
+            if st_new == "queued" and st_old is None:
                 when = new.get("next_at", "")
                 out.append((label, f"group {sk[2:]}: queued, first attempt at {_clock(when)}"))
         for rid, r in sorted(after.items()):

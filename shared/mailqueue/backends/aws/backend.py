@@ -5,8 +5,11 @@ Table layout (one table, see README "Data model"):
   pk = "M#<mail_id>"  sk = "G#<group>"    a destination group: recipients map, schedule, lease
 A "solo" mail (one group, no idempotency key, small inline content) is its group item
 alone: the mail's fields and content live in it (`solo_item_max_bytes`).
-GSI "by_state" (sparse): partition `st` (queued | inflight | held | dsn | done), sort `due`
-(epoch ms: next attempt for queued, lease end for inflight, finish time for done/dsn).
+GSI "by_state" (sparse, keys only): partition `st` ("<state>#<shard>": queued | held | dsn
+| done), sort `due` (epoch ms: next attempt for queued, finish time for done/dsn). A claim
+does not move a group in it: the lease is `lease_token` + `lease_ms` on the item, and a
+queued group holding a lease token is `inflight` (items claimed before that change carry
+`st = inflight#<shard>`, `due` = the lease's end; they are still read and claimed).
 A group item carries everything an attempt needs, so a claim returns it whole and an
 attempt costs no extra read.
 
@@ -29,7 +32,7 @@ import time
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, BinaryIO
 
 from botocore.exceptions import ClientError
@@ -53,6 +56,8 @@ from mailqueue.backends.aws.items import (  # noqa: F401 (re-exported names)
     CONTENT_PREFIXES,
     GSI_STATE,
     INLINE_PREFIX,
+    LEASE_ATTRS,
+    LEASE_FREE,
     MAX_DELAY,
     MAX_VISIBILITY,
     SOLO_MARK,
@@ -128,6 +133,15 @@ from mailqueue.core.validate import check_no_ctl
 log = logging.getLogger(__name__)
 
 
+def _lease_end(item: dict[str, Any]) -> datetime | None:
+    """When an item's lease ends: `lease_ms`, or `lease_until` on an item claimed before
+    the claim left the index."""
+    ms = item.get("lease_ms")
+    if ms is not None:
+        return datetime.fromtimestamp(int(ms) / 1000, tz=UTC)
+    return from_iso(item.get("lease_until"))
+
+
 def _seconds_until(at: datetime, now: datetime) -> int:
     """Whole seconds from `now` to `at`, rounded up (≥ 0): a trigger armed for it never
     comes back before `at` (rounded down it came up to a second early, its claim was
@@ -178,6 +192,8 @@ class AwsStorage:
         st = state_of(d.get("st"))
         derived = derive_group_state(recipients)
         state = GroupState(st) if st else derived
+        if state == GroupState.QUEUED and d.get("lease_token"):
+            state = GroupState.INFLIGHT  # claimed: the lease is the state (see _LEASE_SET)
         if state == GroupState.INFLIGHT:
             recipients = tuple(
                 r.with_(state=RecipientState.INFLIGHT) if r.state == RecipientState.QUEUED else r
@@ -198,7 +214,7 @@ class AwsStorage:
             ret=Ret(d["ret"]) if d.get("ret") else None,
             envid=d.get("envid"),
             smtputf8=bool(d.get("smtputf8", False)),
-            lease_until=from_iso(d.get("lease_until")),
+            lease_until=_lease_end(d),
             lease_token=d.get("lease_token"),
             history=tuple(Attempt.from_json(a) for a in d.get("history") or ()),
             groups_in_mail=int(d.get("ng", 0)),
@@ -670,14 +686,24 @@ class AwsStorage:
         due: datetime | None,
         limit: int,
         cursor: str | None,
+        lease_before: datetime | None = None,
     ) -> Page:
         """A page of groups in `state`, over every shard of the state index in turn.
 
-        The cursor is the position in that walk: which shard ("s", an index into
-        `state_keys`) and where in it ("k", DynamoDB's LastEvaluatedKey). Groups are in
-        `due` order within a shard, not across shards. A page may take several Queries
-        (empty shards are skipped within the same call)."""
-        keys = state_keys(state, self.s.state_shards, unsharded=self.s.state_unsharded_reads)
+        The cursor is the position in that walk: which shard ("s", an index into the
+        index key values walked) and where in it ("k", DynamoDB's LastEvaluatedKey).
+        Groups are in `due` order within a shard, not across shards. A page may take
+        several Queries (empty shards are skipped within the same call).
+
+        `inflight` is not an index key any more (a claim leaves the index alone): its
+        groups are the `queued` entries whose item holds a lease, plus entries written
+        `inflight#<shard>` before that change. `due` bounds them too (a lease starts at
+        or after its group became due); `lease_before` keeps those whose lease ends
+        before it."""
+        unsharded = self.s.state_unsharded_reads
+        keys = state_keys(state, self.s.state_shards, unsharded=unsharded)
+        if state == GroupState.INFLIGHT.value:
+            keys += state_keys(GroupState.QUEUED.value, self.s.state_shards, unsharded=unsharded)
         pos = _dec_cursor(cursor) or {}
         if pos and ("s" not in pos or not isinstance(pos.get("s"), int)):
             raise InvalidInput("invalid_cursor", "cursor is not one this API issued", "cursor")
@@ -700,7 +726,10 @@ class AwsStorage:
                 kw["ExclusiveStartKey"] = start
             with translate("dynamodb:Query"):
                 resp = self.c.dynamodb.query(**kw)
-            out.extend(self._hydrate(resp.get("Items", []), state))
+            got = self._hydrate(resp.get("Items", []), state)
+            if lease_before is not None:
+                got = [g for g in got if g.lease_until is not None and g.lease_until < lease_before]
+            out.extend(got)
             start = resp.get("LastEvaluatedKey") or None
             if not start:
                 shard += 1
@@ -714,7 +743,8 @@ class AwsStorage:
         The index projects keys only (an index write is then one unit whatever the item's
         size: README, "Data model"), so a page of entries is read back with BatchGetItem,
         strongly consistent; an entry whose item has moved on to another state since (the
-        index is eventually consistent) or is gone is left out."""
+        index is eventually consistent; a claimed group is `inflight`) or is gone is left
+        out."""
         keys = [{"pk": e["pk"], "sk": e["sk"]} for e in entries if "pk" in e and "sk" in e]
         if not keys:
             return []
@@ -729,10 +759,10 @@ class AwsStorage:
             it = found.get((k["pk"]["S"], k["sk"]["S"]))
             if it is None:
                 continue
-            d = _from_ddb(it)
-            if state_of(d.get("st")) != state:
+            g = self._group_from_item(_from_ddb(it))
+            if g.state.value != state:
                 continue
-            out.append(self._group_from_item(d))
+            out.append(g)
         return out
 
     def list_queue(
@@ -743,13 +773,27 @@ class AwsStorage:
         limit: int = 100,
         cursor: str | None = None,
     ) -> Page:
+        value = GroupState(state).value
         return self._query_state(
-            GroupState(state).value, due_op="<=", due=due_before, limit=limit, cursor=cursor
+            value,
+            due_op="<=",
+            due=due_before,
+            limit=limit,
+            cursor=cursor,
+            lease_before=(  # an inflight group's `due` was its lease's end
+                due_before + timedelta(milliseconds=1)
+                if due_before is not None and value == GroupState.INFLIGHT.value
+                else None
+            ),
         )
 
     def count_state(self, state: GroupState) -> int:
         """Groups in `state`: Select=COUNT on every shard of the state index, paged (the
-        read units of reading them, eventually consistent; no items transferred)."""
+        read units of reading them, eventually consistent; no items transferred).
+
+        A claimed group keeps its `queued` entry (the lease is not in the index), so it
+        is counted as queued; `inflight` counts only entries written before that change.
+        A sum over the pending states, what the admin jobs estimate, is exact."""
         n = 0
         for key in state_keys(
             GroupState(state).value,
@@ -774,8 +818,15 @@ class AwsStorage:
         return n
 
     def find_inflight(self, now: datetime, *, limit: int = 100, cursor: str | None = None) -> Page:
+        """Groups whose lease ended before `now` (its holder died): the overdue `queued`
+        entries read back, those holding an expired lease kept."""
         return self._query_state(
-            GroupState.INFLIGHT.value, due_op="<", due=now, limit=limit, cursor=cursor
+            GroupState.INFLIGHT.value,
+            due_op="<",
+            due=now,
+            limit=limit,
+            cursor=cursor,
+            lease_before=now,
         )
 
     def find_pending_cleanup(
@@ -869,7 +920,10 @@ class AwsStorage:
             now,
             lease_seconds or self.s.lease_seconds,
             "((begins_with(st, :queued) AND due <= :now_ms) OR "
-            "(begins_with(st, :inflight) AND due < :now_ms)) AND " + _UNRECORDED_OK,
+            "(begins_with(st, :inflight) AND due < :now_ms)) AND "
+            + LEASE_FREE
+            + " AND "
+            + _UNRECORDED_OK,
         )
         if isinstance(got, ClaimRefused):
             if got.reason == "unrecorded":
@@ -896,8 +950,8 @@ class AwsStorage:
             ref,
             now,
             lease_seconds,
-            "begins_with(st, :queued) OR begins_with(st, :held) OR "
-            "(begins_with(st, :inflight) AND due < :now_ms)",
+            "(begins_with(st, :queued) OR begins_with(st, :held) OR "
+            "(begins_with(st, :inflight) AND due < :now_ms)) AND " + LEASE_FREE,
         )
         if isinstance(got, ClaimRefused):
             return ClaimRefused("finished") if got.reason == "not_due" else got
@@ -917,20 +971,18 @@ class AwsStorage:
     ) -> tuple[Group, str, bytes | None] | ClaimRefused:
         """One conditional write: the group becomes inflight under a fresh lease token.
 
-        Returns the group, the token and, for a solo mail, its content (from the same
-        answer)."""
+        The table item only: `st` and `due` are left as they are, so the state index is
+        not written (two index writes an attempt fewer than moving the group to an
+        `inflight` key and back). Returns the group, the token and, for a solo mail, its
+        content (from the same answer)."""
         token = secrets.token_hex(8)
         lease_until = now + timedelta(seconds=lease_seconds)
         values = {
             ":inflight": {"S": GroupState.INFLIGHT.value},
-            ":inflight_k": {
-                "S": state_key(GroupState.INFLIGHT.value, ref.mail_id, self.s.state_shards)
-            },
             ":queued": {"S": GroupState.QUEUED.value},
             ":held": {"S": GroupState.HELD.value},
             ":lease_ms": {"N": str(_ms(lease_until))},
             ":tok": {"S": token},
-            ":lu": {"S": to_iso(lease_until)},
             ":now": {"S": to_iso(now)},
             ":now_ms": {"N": str(_ms(now))},
             ":zero": {"N": "0"},
@@ -1001,10 +1053,10 @@ class AwsStorage:
                         TableName=self.s.table,
                         Key={"pk": {"S": _pk(ref.mail_id)}, "sk": {"S": _gsk(ref.group)}},
                         UpdateExpression="SET st = :held, due = :now_ms, op = :op "
-                        "REMOVE lease_token, lease_until",
+                        "REMOVE " + ", ".join(LEASE_ATTRS),
                         ConditionExpression="claims >= :max_claims AND "
                         "(begins_with(st, :queued) OR "
-                        "(begins_with(st, :inflight) AND due < :now_ms))",
+                        "(begins_with(st, :inflight) AND due < :now_ms)) AND " + LEASE_FREE,
                         ExpressionAttributeValues={
                             ":held": {
                                 "S": state_key(
@@ -1043,17 +1095,22 @@ class AwsStorage:
             return ClaimRefused("gone")
         d = _from_ddb(raw)
         st = state_of(d.get("st"))
+        now_ms = _ms(now or self.clock())
+        leased = d.get("lease_ms") is not None and int(d["lease_ms"]) >= now_ms
         if (
-            st in (GroupState.QUEUED.value, GroupState.INFLIGHT.value)
+            not leased
+            and st in (GroupState.QUEUED.value, GroupState.INFLIGHT.value)
             and int(d.get("claims", 0)) >= self.s.max_unrecorded_claims
         ):
             due_ms = int(d.get("due", 0))
-            if st == GroupState.QUEUED.value or due_ms < _ms(now or self.clock()):
+            if st == GroupState.QUEUED.value or due_ms < now_ms:
                 return ClaimRefused("unrecorded")
+        if leased:
+            return ClaimRefused("claimed", _lease_end(d))
         if st == GroupState.QUEUED.value:
             return ClaimRefused("not_due", from_iso(d.get("next_at")))
         if st == GroupState.INFLIGHT.value:
-            return ClaimRefused("claimed", from_iso(d.get("lease_until")))
+            return ClaimRefused("claimed", _lease_end(d))
         if st == GroupState.HELD.value:
             return ClaimRefused("held")
         return ClaimRefused("finished")
@@ -1175,10 +1232,7 @@ class AwsStorage:
     def _still_ours(item: dict[str, Any] | None, token: str) -> bool:
         if not item:
             return False
-        return bool(
-            item.get("lease_token", {}).get("S") == token
-            and state_of(item.get("st", {}).get("S")) == GroupState.INFLIGHT.value
-        )
+        return bool(item.get("lease_token", {}).get("S") == token)
 
     def _transition_request(
         self,
@@ -1203,10 +1257,10 @@ class AwsStorage:
         release = not unresolved
 
         names: dict[str, str] = {}
-        values: dict[str, Any] = {":tok": {"S": claim.token}, ":inflight": {"S": "inflight"}}
+        values: dict[str, Any] = {":tok": {"S": claim.token}}
         sets: list[str] = []
         removes: list[str] = []
-        conds = ["lease_token = :tok", "begins_with(st, :inflight)"]
+        conds = ["lease_token = :tok"]  # a token is one claim's: a later claim replaced it
         guarded: list[str] = []
         for i, (rid, r) in enumerate(changed.items()):
             old = by_rid[rid]
@@ -1240,7 +1294,7 @@ class AwsStorage:
             due = next_at if state == GroupState.QUEUED else now
             values[":next"] = {"S": to_iso(next_at)}
             sets.append("next_at = :next")
-            removes += ["lease_token", "lease_until"]
+            removes += list(LEASE_ATTRS)
             ttl = int(now.timestamp()) + self.s.done_ttl_seconds
             if state == GroupState.DONE and is_solo(group.content_key):
                 # A finished solo mail leaves the state index now (one index write, not a

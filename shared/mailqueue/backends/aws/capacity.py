@@ -155,7 +155,8 @@ def _stored_item(storage: AwsStorage, group: Group) -> dict[str, Any]:
         "due": _ms(group.next_attempt_at),
         "next_at": "2026-01-01T00:00:00.000Z",
         "lease_token": group.lease_token,
-        "lease_until": "2026-01-01T00:00:00.000Z",
+        "lease_until": "2026-01-01T00:00:00.000Z",  # an item claimed before lease_ms
+        "lease_ms": 1_900_000_000_000,
         "started_at": "2026-01-01T00:00:00.000Z",
         "expires_at": 1_900_000_000,
         "rcpts": {

@@ -38,10 +38,20 @@ GSI_STATE = "by_state"
 # `begins_with(st, :<state>)` (no state name is a prefix of another), which also matches
 # an item written unsharded before the change; readers query every shard and that
 # unsharded value (`state_keys`).
+# A claim leaves the index alone (issue 25): the lease is in non-key attributes (`lease_ms`,
+# epoch ms, and `lease_token`), so claiming writes the table item only, no index entry (a
+# keys-only index is written only when `st` or `due` change). A group is `inflight` while
+# it holds a lease token; `st` keeps `queued#<shard>` and `due` the time it became due.
+# Items claimed before the change carry `st = inflight#<shard>` with `due` = the lease's
+# end and `lease_until` (ISO); every condition below also accepts that form.
 _LEASE_SET = (
-    "SET st = :inflight_k, due = :lease_ms, lease_token = :tok, lease_until = :lu, "
-    "started_at = :now, claims = if_not_exists(claims, :zero) + :one"
+    "SET lease_ms = :lease_ms, lease_token = :tok, started_at = :now, "
+    "claims = if_not_exists(claims, :zero) + :one"
 )
+#: no live lease on the item (needs :now_ms)
+LEASE_FREE = "(attribute_not_exists(lease_ms) OR lease_ms < :now_ms)"
+#: what a release removes: the lease, in either form
+LEASE_ATTRS = ("lease_token", "lease_ms", "lease_until")
 # Delivery claims only: a group claimed this many times with nothing recorded in between
 # (every transition resets `claims`) is held for an operator instead of being tried again.
 # A write that keeps failing after SMTP succeeded must not turn the queue into a mail bomb.
