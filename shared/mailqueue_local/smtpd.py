@@ -43,11 +43,17 @@ class LocalSmtpd:
 
 
 def _dev_password(var_dir: Path, creds: Path) -> str:
-    """Kept in <var>/smtpd/dev-password across runs (like the development token)."""
+    """Kept in <var>/smtpd/dev-password across runs (like the development token). Never
+    starting with "-": swaks would read `--auth-password -x...` as an option (1 run in 64
+    printed a swaks line that failed)."""
     path = var_dir / "dev-password"
     if path.exists() and DEV_USER in read_users(creds):
-        return path.read_text().strip()
+        kept = path.read_text().strip()
+        if not kept.startswith("-"):
+            return kept
     password = secrets.token_urlsafe(18)
+    while password.startswith("-"):
+        password = secrets.token_urlsafe(18)
     path.write_text(password + "\n")
     path.chmod(0o600)
     write_users(creds, {DEV_USER: User(DEV_PRINCIPAL, hash_password(password))})

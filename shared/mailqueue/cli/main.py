@@ -9,6 +9,12 @@ Exit status: 0 done, 1 refused (bad input, unknown id), 2 usage, 3 busy (a deliv
 holds the mail: try again), 4 server or transport failure, 5 a job gave up on groups,
 6 conflict (an Idempotency-Key reused with another message: retrying will not help),
 7 not authorised (no or a wrong token, an unsigned or refused caller).
+
+One piece (~850 lines): the queue commands (list, size, shape, show, the actions, job,
+send) share the filter flags, the two clients every request goes through (SigV4 over
+HTTP, `--local`) and the renderers, and the parser that names them all; the command
+families that stand alone (`dkim`, `doctor`, `suppress`, `suspend`, `reputation`,
+`smtpd`) and what `show` says of a finished mail (`finished`) are their own modules.
 """
 
 from __future__ import annotations

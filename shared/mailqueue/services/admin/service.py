@@ -5,6 +5,12 @@ the same lease a delivery attempt takes (so an operator and a delivery exclude e
 other), and `mark` writes the new recipient states and releases that lease in one
 conditional write, recording `op` for the event writer's Operator events. No operator
 action can race a delivery into a double send or a lost mail.
+
+One piece (~830 lines): `QueueAdmin`'s one-mail actions and its bulk jobs are the same
+claim, perform, give-back sequence over the same index walk that browse pages through;
+the parts that stand alone (counting in `size.py`, `shape.py`, `filters.py`, the job
+records in `jobs.py`, suppressions, suspensions, reputation, and the API's request
+handling in `api.py`) are their own modules.
 """
 
 from __future__ import annotations
