@@ -478,12 +478,14 @@ class IngressService:
 
     def smtp_check_recipient(
         self, address: str, *, sender: str, principal: str | None, smtputf8: bool, index: int
-    ) -> None:
+    ) -> bool:
         """RCPT TO, checked with the API's rules: syntax; on the receiving listener the
-        receiving domains (no open relay); on submission the suppression list (policy
-        "refuse": the recipient is refused here, the others stay)."""
+        receiving domains (no open relay) or a bounce domain; on submission the
+        suppression list (policy "refuse": the recipient is refused here, the others
+        stay). True: a report for the feedback service (receiving listener only; a
+        bounce-domain address on submission is ordinary mail, as before)."""
         try:
-            self._check_smtp_recipient(address, sender, principal, smtputf8, index)
+            return self._check_smtp_recipient(address, sender, principal, smtputf8, index)
         except InvalidInput as e:
             doc = {"sender": sender, "recipients": [address]}
             self._reject_request(e, doc, None, self.clock(), 0)
@@ -491,10 +493,12 @@ class IngressService:
 
     def _check_smtp_recipient(
         self, address: str, sender: str, principal: str | None, smtputf8: bool, index: int
-    ) -> None:
+    ) -> bool:
         field = f"recipients[{index}].address"
         guard_parse(lambda: validate_address(address, field, smtputf8=smtputf8))
         if principal is None:
+            if self.feedback is not None and self.feedback.is_feedback(address):
+                return True  # any local part, as the BounceDomains receipt rule takes it
             domain = address.rpartition("@")[2].lower().rstrip(".")
             if domain not in self.s.receiving_domains:
                 raise InvalidInput("relay_denied", "not a receiving domain", field)
@@ -503,6 +507,7 @@ class IngressService:
             entry = found.get(normalise(address))
             if entry is not None:
                 raise RecipientSuppressed(address, entry, index)
+        return False
 
     def submit_smtp(self, mail: SmtpSubmission) -> Answer:
         """A mail at the end of DATA: the API's sequence (`_submit_sub`) for a principal's
@@ -521,6 +526,9 @@ class IngressService:
                 return self._smtp_trace(mail, e)
 
             return self._submit_sub(sub, doc, mail.principal, None, "", now, trace)
+        fb = self.feedback
+        if fb is not None and any(fb.is_feedback(r.address) for r in env.recipients):
+            return self._receive_smtp_feedback(fb, mail, doc, now)
         env = replace(env, tags=((PRIORITY_TAG, self.s.ses_priority),))
         try:
             for i, r in enumerate(env.recipients):
@@ -532,6 +540,38 @@ class IngressService:
             self._reject_request(e, doc, None, now, len(mail.content))
             return _refusal(e)
         return self._accepted(queued)
+
+    def _receive_smtp_feedback(
+        self, fb: FeedbackService, mail: SmtpSubmission, doc: dict[str, Any], now: datetime
+    ) -> Answer:
+        """A report to the bounce domain on the receiving listener: the feedback service's
+        `receive`, the call SES receipt makes (`_receive_feedback`), on the octets after
+        DATA. 202 only once its events and suppression entries are written: a failure of
+        either raises (the client hears 451 and sends again; the report id is the digest
+        of the octets, so the retry's events carry the same ids). A forged VERP or an
+        auto-reply is taken and dropped (202, nothing written), as SES receipt does.
+
+        Every recipient must be on a bounce domain: the server refuses the other kind at
+        RCPT (452 4.5.3, `report_mixed`), so a mixed envelope here is refused whole."""
+        env = mail.envelope
+        try:
+            if not all(fb.is_feedback(r.address) for r in env.recipients):
+                raise InvalidInput(
+                    "report_mixed", "a report to the bounce domain goes alone", "recipients"
+                )
+            for i, r in enumerate(env.recipients):
+                self._check_smtp_recipient(r.address, env.sender, None, env.smtputf8, i)
+            guard_parse(lambda: validate_sender(env.sender, smtputf8=env.smtputf8))
+        except InvalidInput as e:
+            self._reject_request(e, doc, None, now, len(mail.content))
+            return _refusal(e)
+        report_id = "smtp-" + hashlib.sha256(mail.content).hexdigest()[:32]
+        got = fb.receive([r.address for r in env.recipients], mail.content, report_id)
+        if got.counts.get("suppression_failed"):
+            # SES receipt lets this pass (its retry would not come); an SMTP client keeps
+            # the report and sends it again when we say 451, so the entry is not lost
+            raise TransientStorageError("suppression entries not written")
+        return Answer(202, {"report_id": report_id, "feedback": dict(got.counts)})
 
     def _smtp_trace(self, mail: SmtpSubmission, env: Envelope) -> Callable[[datetime], bytes]:
         """The Received: field of an SMTP mail. A submission (AUTH) is private like the

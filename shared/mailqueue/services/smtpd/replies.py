@@ -24,6 +24,9 @@ _BY_CODE: dict[str, tuple[int, str, str]] = {
     "unknown_recipient": (550, "5.1.1", "Recipient address rejected"),
     "too_large": (552, "5.3.4", "Message size exceeds fixed limit"),
     "too_many_recipients": (452, "4.5.3", "Too many recipients"),
+    # a report to the bounce domain and ordinary mail in one transaction (receiving
+    # listener): RFC 3463's X.5.3, the remaining recipients on a subsequent attempt
+    "report_mixed": (452, "4.5.3", "Bounce-domain recipients go in a transaction of their own"),
     "no_recipients": (554, "5.5.1", "No valid recipients"),
     "line_too_long": (550, "5.6.0", "A line exceeds 998 octets (RFC 5322 2.1.1)"),
     "no_header": (550, "5.6.0", "Message has no header section"),

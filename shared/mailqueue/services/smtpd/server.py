@@ -7,13 +7,24 @@ Each listener speaks for one kind of client:
   tags of that principal apply unchanged;
 - ``submissions`` (465, optional): the same over implicit TLS;
 - ``receive`` (25, optional): no AUTH; only recipients in the receiving domains, as SES
-  receipt takes them.
+  receipt takes them, and on the bounce domains (the return path policy's): those are
+  receivers' reports (late bounces, complaints), handed to the feedback service as SES
+  receipt hands them (`IngressService.submit_smtp`), never queued. A transaction is one
+  kind or the other: the first RCPT decides, the other kind gets 452 4.5.3 and the
+  client sends it in a transaction of its own (RFC 3463's X.5.3: the remaining
+  recipients on a subsequent attempt), so nothing is lost, no report is queued as mail,
+  and the 250 after DATA speaks for one durable outcome only.
 
 Every decision is the ingress service's (`IngressService.smtp_check_sender`,
 `smtp_check_recipient`, `submit_smtp`): one validation, one sender policy, one
 suppression check, one event vocabulary. 250 after DATA means what the API's 202 means:
-content, state and trigger are durable. The service's calls block (AWS requests): they
-run on a thread pool, never on the event loop.
+content, state and trigger are durable (for a report: its events and suppression
+entries are written). The service's calls block (AWS requests): they run on a thread
+pool, never on the event loop.
+
+One piece (~830 lines): almost all of it is `FrontDoor`, one aiosmtpd session whose
+command handlers share its transaction and limits, and the small server that runs it;
+what stands apart (DATA reading, replies, credentials, settings) is in modules beside it.
 """
 
 from __future__ import annotations
@@ -157,6 +168,7 @@ class Transaction:
     ret: Ret | None = None
     envid: str | None = None
     recipients: list[Recipient] = field(default_factory=list)
+    reports: bool = False  # the recipients are on a bounce domain (receiving listener)
 
 
 def _split_path(arg: str) -> tuple[str, str] | None:
@@ -530,7 +542,7 @@ class FrontDoor(SMTP):
             await self.push(e.reply)
             return
         try:
-            await self.door.call(
+            report = await self.door.call(
                 self.door.service.smtp_check_recipient,
                 rcpt.address,
                 sender=tx.sender,
@@ -545,6 +557,11 @@ class FrontDoor(SMTP):
             log.exception("RCPT check failed")
             await self.push(STORAGE_DOWN)
             return
+        if tx.recipients and bool(report) != tx.reports:
+            self.door.gate.counters["report_mixed"] += 1
+            await self.push(reply_for("report_mixed"))
+            return
+        tx.reports = bool(report)
         tx.recipients.append(rcpt)
         await self.push("250 2.1.5 Ok")
 
@@ -654,6 +671,13 @@ class FrontDoor(SMTP):
             log.warning("submission not stored", extra={"cause": type(e).__name__})
             self.door.gate.counters["unavailable"] += 1
             return STORAGE_DOWN
+        if answer.status == 202 and "report_id" in answer.body:
+            # the same words whatever the report came to (a forged one included); what it
+            # came to is counted as the ingress function's Feedback_<outcome> metrics are
+            self.door.gate.counters["reports"] += 1
+            for outcome, n in answer.body.get("feedback", {}).items():
+                self.door.gate.counters[f"feedback_{outcome}"] += n
+            return "250 2.0.0 Ok: report received"
         if answer.status == 202:
             self.door.gate.counters["accepted"] += 1
             return f"250 2.0.0 Ok: queued as {answer.body.get('mail_id', '')}"

@@ -23,7 +23,7 @@ class SmtpdSettings:
     host: str = "127.0.0.1"
     port: int = 587  # submission: STARTTLS, then AUTH
     tls_port: int = -1  # submissions (465): implicit TLS, then AUTH
-    receive_port: int = -1  # receiving listener (25): no AUTH, the receiving domains only
+    receive_port: int = -1  # receiving (25): no AUTH, the receiving and bounce domains only
     cert_file: str = ""
     key_file: str = ""
     # instead of the two files: a Secrets Manager secret {"cert": PEM, "key": PEM} (ECS)
