@@ -250,7 +250,7 @@ def test_every_module_says_what_it_is_for() -> None:
             continue
         if not doc:
             missing.append(m)
-        elif len(text.splitlines()) > 850 and "one piece" not in doc.lower():
+        elif len(text.splitlines()) > 800 and "one piece" not in doc.lower():
             long_unexplained.append(m)
     assert missing == []
     assert long_unexplained == []
