@@ -22,6 +22,7 @@ import sys
 import time
 import zlib
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from email.message import EmailMessage
 from email.utils import format_datetime
@@ -266,6 +267,17 @@ def report(rs: dict[str, cost.Run], tpl: cost.Template) -> list[str]:
         "| mix, direct egress (NAT, 400 ms SMTP) | | | | "
         + " | ".join(f"{x:.2f}" for x in mix_direct)
         + " |"
+    )
+    # the deployment choice docs/deploy.md names for steady volume: provisioned capacity
+    # with auto scaling (StateTableCapacity=provisioned), priced at its assumed average use
+    prov = replace(tpl, state_capacity="provisioned")  # its minimum units: the template's
+    mix_prov = [
+        sum(w * per_million(rs[n], prov)[k] for n, w in MIX.items())
+        for k in range(len(cost.VOLUMES))
+    ]
+    L.append(
+        f"| mix, relay, `StateTableCapacity=provisioned` ({prov.state_use:.0%} average use, "
+        "assumed) | | | | " + " | ".join(f"{x:.2f}" for x in mix_prov) + " |"
     )
     L.append("")
     base = prices["prose 10 KB"]

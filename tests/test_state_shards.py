@@ -3,7 +3,8 @@
 Readers walk every shard with a cursor that holds the shard and its position; an item
 written before sharding (bare `st = queued`) is still listed, counted and claimed, and
 moves to its shard at its next release (a claim leaves the index alone); one claimed before
-that change (`st = inflight#<shard>`) is found when its lease ends, claimed, finished. Against moto under the limits guard.
+that change (`st = inflight#<shard>`) is found when its lease ends, claimed, finished.
+Against moto under the limits guard.
 """
 
 from __future__ import annotations

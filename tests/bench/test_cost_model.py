@@ -53,6 +53,26 @@ def test_write_units_on_the_table_and_the_index() -> None:
     assert cost.write_units(ttl, ix) == {}
 
 
+def test_a_write_that_changes_nothing_projected_writes_no_index_entry() -> None:
+    """A claim (the lease on the item, the keys unchanged): under KEYS_ONLY the entry is
+    not written ("If a write to a table does not require a global secondary index update,
+    then no write capacity is consumed from the index"); under ALL it is rewritten."""
+    big = "x" * 1500
+    queued = img(pk="M#1", sk="G#a", st="queued#07", due=1, body=big)
+    claimed = img(pk="M#1", sk="G#a", st="queued#07", due=1, body=big, lease_ms=9, lease_token="t")
+    moved = img(pk="M#1", sk="G#a", st="queued#07", due=5, body=big)
+
+    def rec(old: Any, new: Any) -> dict[str, Any]:
+        return {"dynamodb": {"OldImage": old, "NewImage": new}}
+
+    keys = (cost.Index("by_state", ("st", "due"), "KEYS_ONLY"),)
+    assert cost.write_units(rec(queued, claimed), keys) == {"table": 2}
+    assert cost.write_units(rec(claimed, moved), keys) == {"table": 2, "by_state": 2}
+    whole = (cost.Index("by_state", ("st", "due"), "ALL"),)
+    assert cost.write_units(rec(queued, claimed), whole) == {"table": 2, "by_state": 2}
+    assert cost.write_units(rec(queued, queued), whole) == {"table": 2}
+
+
 def test_the_template_as_the_model_reads_it() -> None:
     tpl = cost.Template.load()
     assert tpl.tracing is False  # X-Ray off unless the Tracing parameter turns it on
