@@ -20,6 +20,10 @@ from tests.crash.conftest import MAX_GROUP, Peers
 from tests.crash.harness import Clients, Injector, World, dsn_recipients
 from tests.support import factories as f
 
+# a scenario walks every request of its path, one run each (max50: ~50 runs); on a
+# shared 2-core machine one took 235 s, near the suite-wide 300 s
+pytestmark = pytest.mark.timeout(900)
+
 
 @dataclass(frozen=True)
 class Scenario:

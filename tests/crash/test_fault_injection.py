@@ -16,6 +16,10 @@ from tests.crash.harness import Clients, Injector, World, dsn_recipients
 from tests.crash.test_crash_injection import SCENARIOS, Scenario
 from tests.support import factories as f
 
+# a scenario walks every request of its path, one run each (max50: ~50 runs); on a
+# shared 2-core machine one took 235 s, near the suite-wide 300 s
+pytestmark = pytest.mark.timeout(900)
+
 
 class _Raw:
     def __init__(self, body: bytes) -> None:
