@@ -14,9 +14,10 @@ BENCH_ARGS ?=
 PIPELINE_DRIVER_MEMORY ?= 4g
 # JVM options: big inputs get the server JIT and the parallel collector (what the benchmark
 # runs with); a local log below PIPELINE_SMALL_BYTES gets a short-lived JVM's options (C1
-# only, serial GC), which halves a small report's time: measured in docs/benchmarks.md.
+# only, serial GC, one compiler thread: what is queued but never reached is not compiled),
+# which halves a small report's time: measured in docs/benchmarks.md.
 PIPELINE_JAVA_OPTS_BIG ?= -XX:+UseParallelGC
-PIPELINE_JAVA_OPTS_SMALL ?= -XX:TieredStopAtLevel=1 -XX:+UseSerialGC
+PIPELINE_JAVA_OPTS_SMALL ?= -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:CICompilerCount=1
 PIPELINE_SMALL_BYTES ?= 268435456
 PIPELINE_JAVA_OPTS ?=
 # Class data sharing for the driver JVM (issue 28): the first small report on a machine has
