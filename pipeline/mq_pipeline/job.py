@@ -130,19 +130,21 @@ def shuffle_partitions(spark: SparkSession, raw: DataFrame, configured: int | No
 
 def prepare(
     spark: SparkSession, cfg: JobConfig, partitions: int | None = None,
-    raw: DataFrame | None = None,
+    raw: DataFrame | None = None, ascii_lower: bool = False,
 ) -> DataFrame:
     """Normalised, de-duplicated events of the range (not yet materialised).
 
     Columns only the optional events table needs are dropped after de-duplication: the
     job keeps every event in memory, and narrower rows are what lets 50 M of them fit.
-    `raw` is `read_events`' answer when the caller already has it.
+    `raw` is `read_events`' answer when the caller already has it; `ascii_lower`: see
+    `transforms.lower_col`.
     """
     if raw is None:
         raw = read_events(spark, cfg.events, cfg.rng, cfg.late_hours)
     n = shuffle_partitions(spark, raw, partitions)
     spark.conf.set("spark.sql.shuffle.partitions", str(n))
-    events = transforms.dedupe(transforms.in_range(transforms.normalise(raw), cfg.rng), n)
+    normalised = transforms.normalise(raw, ascii_lower)
+    events = transforms.dedupe(transforms.in_range(normalised, cfg.rng), n)
     if cfg.rng.start is not None or cfg.rng.end is not None:
         # A time that does not parse is outside any range (see transforms.in_range).
         events = events.where(F.col("ts").isNotNull())
@@ -261,7 +263,8 @@ class _Steps:
 # are interpreted (no Janino compile per stage) and adaptive execution, which splits
 # every query into a job per shuffle, is off; shuffles have one partition unless
 # --partitions says otherwise (one task per stage instead of 2 x cores: ~8 % of a demo
-# report's CPU). Bigger inputs keep Spark's defaults.
+# report's CPU), and text is lower-cased without Spark 4's ICU table when it can be
+# (transforms.lower_col). Bigger inputs keep Spark's defaults.
 SMALL_INPUT_BYTES = 16 * 2**20
 SMALL_INPUT_PARTITIONS = 1
 SMALL_INPUT_CONF = {
@@ -296,10 +299,12 @@ def run(spark: SparkSession, cfg: JobConfig) -> dict[str, Any]:
     if small and cfg.partitions is None:
         cfg = replace(cfg, partitions=SMALL_INPUT_PARTITIONS)
     with session_conf(spark, SMALL_INPUT_CONF if small else {}):
-        return _run(spark, cfg, raw, t0)
+        return _run(spark, cfg, raw, t0, small)
 
 
-def _run(spark: SparkSession, cfg: JobConfig, raw: DataFrame, t0: float) -> dict[str, Any]:
+def _run(
+    spark: SparkSession, cfg: JobConfig, raw: DataFrame, t0: float, small: bool
+) -> dict[str, Any]:
     steps = _Steps(spark)
     spark.conf.set("spark.sql.session.timeZone", "UTC")
     out = cfg.out.rstrip("/")
@@ -313,7 +318,7 @@ def _run(spark: SparkSession, cfg: JobConfig, raw: DataFrame, t0: float) -> dict
     aqe = spark.conf.get("spark.sql.adaptive.enabled") or "true"
     spark.conf.set("spark.sql.adaptive.enabled", "false")
     try:
-        events = prepare(spark, cfg, cfg.partitions, raw).localCheckpoint(
+        events = prepare(spark, cfg, cfg.partitions, raw, ascii_lower=small).localCheckpoint(
             eager=True, storageLevel=EVENTS_STORAGE
         )
     finally:
@@ -354,7 +359,7 @@ def _run(spark: SparkSession, cfg: JobConfig, raw: DataFrame, t0: float) -> dict
         "volumes": lambda: report.volumes(base),
         "delivery": lambda: report.delivery(outcomes, cfg.accuracy, one_day=one_day),
         "attempts": lambda: report.attempts_histogram(outcomes),
-        "reasons": lambda: report.reasons(base, cfg.top_reasons),
+        "reasons": lambda: report.reasons(base, cfg.top_reasons, ascii_lower=small),
         "sched_lag": lambda: report.sched_lag(base, lag_hist),
         "senders": lambda: report.senders(base, cfg.top_reasons),
         "rejects": lambda: report.rejects(base, cfg.top_reasons),
