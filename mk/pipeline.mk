@@ -14,11 +14,19 @@ BENCH_ARGS ?=
 PIPELINE_DRIVER_MEMORY ?= 4g
 # JVM options: big inputs get the server JIT and the parallel collector (what the benchmark
 # runs with); a local log below PIPELINE_SMALL_BYTES gets a short-lived JVM's options (C1
-# only, serial GC), which halves a small report's time: measured in docs/benchmarks.md.
+# only, serial GC, one compiler thread: what is queued but never reached is not compiled),
+# which halves a small report's time: measured in docs/benchmarks.md.
 PIPELINE_JAVA_OPTS_BIG ?= -XX:+UseParallelGC
-PIPELINE_JAVA_OPTS_SMALL ?= -XX:TieredStopAtLevel=1 -XX:+UseSerialGC
+PIPELINE_JAVA_OPTS_SMALL ?= -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:CICompilerCount=1
 PIPELINE_SMALL_BYTES ?= 268435456
 PIPELINE_JAVA_OPTS ?=
+# Class data sharing for the driver JVM (issue 28): the first small report on a machine has
+# the JVM write the classes it loaded to an archive (-XX:ArchiveClassesAtExit; that run is
+# slower), later runs map it instead of loading and verifying ~20,000 classes again
+# (-XX:SharedArchiveFile): measured in docs/benchmarks.md. The file name keys on the JDK
+# and Spark's jars; the JVM checks the archive itself and ignores one that does not fit.
+# PIPELINE_CDS= turns it off.
+PIPELINE_CDS ?= var/cds
 PIPELINE_BUILD := build/pipeline
 # Quiet by default: WARN and up, minus known-harmless warnings (pipeline/conf); no UI, no
 # progress bars. The job prints one line per step. SPARK_LOG=info for Spark's own log.
@@ -43,10 +51,28 @@ report: $(STAMP)  ## Spark report over var/events (EVENTS=var/demo/events after 
 	fi; \
 	log=-Dlog4j2.configurationFile=file:$(PIPELINE_LOG4J); \
 	if [ -n "$$SPARK_LOG" ]; then log=; fi; \
+	cds=; arch=; tmp=; \
+	if [ -n "$(PIPELINE_CDS)" ]; then \
+		java=$$(readlink -f "$$(command -v $${JAVA_HOME:+$$JAVA_HOME/bin/}java)"); \
+		jars=$$(echo $(abspath $(VENV))/lib/python*/site-packages/pyspark/jars); \
+		key=$$( { echo "$$java $$jars"; ls -lL --time-style=+%s "$${java%/bin/java}/lib/modules" "$$jars"; } \
+			2>/dev/null | md5sum | cut -c1-12); \
+		arch=$(PIPELINE_CDS)/driver-$$key.jsa; \
+		if [ -f "$$arch" ]; then cds="-XX:SharedArchiveFile=$$arch -Xlog:cds*=off"; \
+		elif [ "$$opts" = '$(PIPELINE_JAVA_OPTS_SMALL)' ]; then \
+			mkdir -p $(PIPELINE_CDS); tmp=$$arch.$$$$.tmp; \
+			cds="-XX:ArchiveClassesAtExit=$$tmp -Xlog:cds*=off"; \
+			echo "note: first report on this machine: the JVM records its classes in $$arch for the next runs (once; this run is slower)"; \
+		fi; \
+	fi; \
 	echo "spark-submit pipeline/main.py --events $(EVENTS) --out $(REPORT_OUT) $(ARGS)"; \
 	$(PIPELINE_ENV) $(VENV)/bin/spark-submit --master 'local[*]' $(PIPELINE_CONF) \
-		--driver-memory $(PIPELINE_DRIVER_MEMORY) --driver-java-options "$$opts $$log" \
-		pipeline/main.py --events $(EVENTS) --out $(REPORT_OUT) $(ARGS)
+		--driver-memory $(PIPELINE_DRIVER_MEMORY) --driver-java-options "$$opts $$cds $$log" \
+		pipeline/main.py --events $(EVENTS) --out $(REPORT_OUT) $(ARGS); \
+	rc=$$?; \
+	if [ -n "$$tmp" ]; then if [ $$rc = 0 ] && [ -s "$$tmp" ]; then mv -f "$$tmp" "$$arch"; \
+		else rm -f "$$tmp"; fi; fi; \
+	exit $$rc
 	@$(PIPELINE_ENV) $(PY) -m mq_pipeline.render $(REPORT_OUT)
 
 bench-pipeline: $(STAMP)  ## the Spark pipeline at 1 M / 10 M / 50 M events

@@ -14,10 +14,10 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -130,19 +130,21 @@ def shuffle_partitions(spark: SparkSession, raw: DataFrame, configured: int | No
 
 def prepare(
     spark: SparkSession, cfg: JobConfig, partitions: int | None = None,
-    raw: DataFrame | None = None,
+    raw: DataFrame | None = None, ascii_lower: bool = False,
 ) -> DataFrame:
     """Normalised, de-duplicated events of the range (not yet materialised).
 
     Columns only the optional events table needs are dropped after de-duplication: the
     job keeps every event in memory, and narrower rows are what lets 50 M of them fit.
-    `raw` is `read_events`' answer when the caller already has it.
+    `raw` is `read_events`' answer when the caller already has it; `ascii_lower`: see
+    `transforms.lower_col`.
     """
     if raw is None:
         raw = read_events(spark, cfg.events, cfg.rng, cfg.late_hours)
     n = shuffle_partitions(spark, raw, partitions)
     spark.conf.set("spark.sql.shuffle.partitions", str(n))
-    events = transforms.dedupe(transforms.in_range(transforms.normalise(raw), cfg.rng), n)
+    normalised = transforms.normalise(raw, ascii_lower)
+    events = transforms.dedupe(transforms.in_range(normalised, cfg.rng), n)
     if cfg.rng.start is not None or cfg.rng.end is not None:
         # A time that does not parse is outside any range (see transforms.in_range).
         events = events.where(F.col("ts").isNotNull())
@@ -209,6 +211,11 @@ def _write_table(df: DataFrame, path: str, files: int = 1) -> list[dict[str, Any
     return [r.asDict(recursive=True) for r in back.collect()]
 
 
+def _build_and_write(build: Callable[[], DataFrame], path: str) -> list[dict[str, Any]]:
+    """Build a table's DataFrame (which analyses it) and write it, in a worker thread."""
+    return _write_table(build(), path)
+
+
 _GRAIN_ORDER = {"overall": 0, "day": 1, "hour": 2, "domain": 3}
 
 
@@ -254,8 +261,12 @@ class _Steps:
 # A log this small (compressed bytes read) is all fixed cost: ~40 small queries whose CPU
 # goes to planning and to compiling generated code, not to the rows. For it, expressions
 # are interpreted (no Janino compile per stage) and adaptive execution, which splits
-# every query into a job per shuffle, is off. Bigger inputs keep Spark's defaults.
+# every query into a job per shuffle, is off; shuffles have one partition unless
+# --partitions says otherwise (one task per stage instead of 2 x cores: ~8 % of a demo
+# report's CPU), and text is lower-cased without Spark 4's ICU table when it can be
+# (transforms.lower_col). Bigger inputs keep Spark's defaults.
 SMALL_INPUT_BYTES = 16 * 2**20
+SMALL_INPUT_PARTITIONS = 1
 SMALL_INPUT_CONF = {
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
@@ -285,11 +296,15 @@ def run(spark: SparkSession, cfg: JobConfig) -> dict[str, Any]:
     t0 = time.perf_counter()
     raw = read_events(spark, cfg.events, cfg.rng, cfg.late_hours)
     small = input_bytes(raw) < SMALL_INPUT_BYTES
+    if small and cfg.partitions is None:
+        cfg = replace(cfg, partitions=SMALL_INPUT_PARTITIONS)
     with session_conf(spark, SMALL_INPUT_CONF if small else {}):
-        return _run(spark, cfg, raw, t0)
+        return _run(spark, cfg, raw, t0, small)
 
 
-def _run(spark: SparkSession, cfg: JobConfig, raw: DataFrame, t0: float) -> dict[str, Any]:
+def _run(
+    spark: SparkSession, cfg: JobConfig, raw: DataFrame, t0: float, small: bool
+) -> dict[str, Any]:
     steps = _Steps(spark)
     spark.conf.set("spark.sql.session.timeZone", "UTC")
     out = cfg.out.rstrip("/")
@@ -303,7 +318,7 @@ def _run(spark: SparkSession, cfg: JobConfig, raw: DataFrame, t0: float) -> dict
     aqe = spark.conf.get("spark.sql.adaptive.enabled") or "true"
     spark.conf.set("spark.sql.adaptive.enabled", "false")
     try:
-        events = prepare(spark, cfg, cfg.partitions, raw).localCheckpoint(
+        events = prepare(spark, cfg, cfg.partitions, raw, ascii_lower=small).localCheckpoint(
             eager=True, storageLevel=EVENTS_STORAGE
         )
     finally:
@@ -338,32 +353,33 @@ def _run(spark: SparkSession, cfg: JobConfig, raw: DataFrame, t0: float) -> dict
         ends = [t for t in (cfg.rng.end, stats["last"]) if t is not None]
         at = min(ends) if ends else None
 
-    frames: dict[str, DataFrame] = {
-        "volumes": report.volumes(base),
-        "delivery": report.delivery(outcomes, cfg.accuracy, one_day=_one_utc_day(cfg.rng)),
-        "attempts": report.attempts_histogram(outcomes),
-        "reasons": report.reasons(base, cfg.top_reasons),
-        "sched_lag": report.sched_lag(base, lag_hist),
-        "senders": report.senders(base, cfg.top_reasons),
-        "rejects": report.rejects(base, cfg.top_reasons),
+    bucket_s = report.timeline_bucket(stats["first"], stats["last"])
+    one_day = _one_utc_day(cfg.rng)
+    frames: dict[str, Callable[[], DataFrame]] = {
+        "volumes": lambda: report.volumes(base),
+        "delivery": lambda: report.delivery(outcomes, cfg.accuracy, one_day=one_day),
+        "attempts": lambda: report.attempts_histogram(outcomes),
+        "reasons": lambda: report.reasons(base, cfg.top_reasons, ascii_lower=small),
+        "sched_lag": lambda: report.sched_lag(base, lag_hist),
+        "senders": lambda: report.senders(base, cfg.top_reasons),
+        "rejects": lambda: report.rejects(base, cfg.top_reasons),
         # complaints, late bounces (services/feedback), unsubscribes (services/unsubscribe)
-        "feedback": report.feedback(events),
-        "timeline": report.timeline(
-            base, events, report.timeline_bucket(stats["first"], stats["last"])
-        ),
+        "feedback": lambda: report.feedback(events),
+        "timeline": lambda: report.timeline(base, events, bucket_s),
     }
     if at is not None:
-        frames["qshape"] = report.qshape(outcomes, at)
-    rows: dict[str, list[dict[str, Any]]] = {}
-    # The report tables are small jobs whose time is mostly the driver planning and
-    # compiling them; run side by side, one job's planning overlaps another's tasks.
+        at_ = at
+        frames["qshape"] = lambda: report.qshape(outcomes, at_)
+    # The report tables are small jobs whose time is mostly the driver analysing,
+    # planning and compiling them (building a DataFrame analyses it: ~40 % of a demo
+    # report's table time); built and run side by side, one table's planning overlaps
+    # another's.
     with ThreadPoolExecutor(max_workers=REPORT_THREADS) as pool:
         futures = {
-            name: pool.submit(_write_table, df, f"{out}/parquet/{name}")
-            for name, df in frames.items()
+            name: pool.submit(_build_and_write, build, f"{out}/parquet/{name}")
+            for name, build in frames.items()
         }
-        for name, fut in futures.items():
-            rows[name] = fut.result()
+        rows = {name: fut.result() for name, fut in futures.items()}
     steps.done("report tables (" + ", ".join(frames) + ")")
     rows.setdefault("qshape", [])
 

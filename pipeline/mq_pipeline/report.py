@@ -263,13 +263,14 @@ def attempts_histogram(outcomes: DataFrame) -> DataFrame:
     )
 
 
-def reasons(base: DataFrame, top_n: int = 10) -> DataFrame:
+def reasons(base: DataFrame, top_n: int = 10, ascii_lower: bool = False) -> DataFrame:
     """Top deferral and bounce reasons by (enhanced status, normalised text), counted in
     events, with their share of the kind; the top `top_n` per grain key and kind.
 
     From `event_base`, which aggregated the raw texts: most diagnostics repeat verbatim
     ("greylisted, try again in 300 seconds"), so the regular expressions run once per
-    distinct text, hour and domain rather than once per event.
+    distinct text, hour and domain rather than once per event. `ascii_lower`: see
+    `transforms.lower_col` (same answers).
     """
     kind = F.when(F.col("event_type") == "DeliveryDelay", F.lit("deferral")).otherwise(
         F.lit("bounce")
@@ -282,7 +283,9 @@ def reasons(base: DataFrame, top_n: int = 10) -> DataFrame:
     )
     base = (
         raw.withColumn("status", F.coalesce(F.col("status"), F.lit("")))
-        .withColumn("reason", F.coalesce(normalise_reason_col(F.col("diag")), F.lit("")))
+        .withColumn(
+            "reason", F.coalesce(normalise_reason_col(F.col("diag"), ascii_lower), F.lit(""))
+        )
         .withColumn("_h", F.lit(None).cast("long"))
     )
     g = _grouped(

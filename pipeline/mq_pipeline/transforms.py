@@ -73,9 +73,30 @@ def _parse_bound(value: str, end_side: bool) -> datetime:
     return t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
 
 
-def normalise_reason_col(c: Column) -> Column:
-    """Spark version of the reason normaliser (see REASON_RULES)."""
-    out = F.lower(c)
+_ASCII_UPPER = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def lower_col(c: Column) -> Column:
+    """`lower(c)`, with the same answers, but ASCII text (as many characters as bytes) is
+    lower-cased by `translate`. Spark 4's `lower` maps case with ICU, and the first call in
+    a JVM builds a table over all of Unicode: measured 7-9 s of a demo report's ~40 (issue
+    28). Text with other characters still goes through `lower`, only those rows pay.
+    Per row it is slower than `lower` (3 M strings: 21 s against 5 s), so only a small
+    input, where that first call is most of the cost, uses it (`ascii_lower`)."""
+    ascii_only = F.length(c) == F.octet_length(c)
+    return F.when(ascii_only, F.translate(c, _ASCII_UPPER, _ASCII_UPPER.lower())).otherwise(
+        F.lower(c)
+    )
+
+
+def _lower(c: Column, ascii_lower: bool) -> Column:
+    return lower_col(c) if ascii_lower else F.lower(c)
+
+
+def normalise_reason_col(c: Column, ascii_lower: bool = False) -> Column:
+    """Spark version of the reason normaliser (see REASON_RULES); `ascii_lower`: see
+    `lower_col` (same answers)."""
+    out = _lower(c, ascii_lower)
     for pattern, repl in REASON_RULES:
         out = F.regexp_replace(out, pattern, repl)
     return F.substring(F.trim(out), 1, REASON_MAX_LEN)
@@ -124,7 +145,7 @@ def partition_filter(raw: DataFrame, rng: TimeRange, late_hours: int) -> DataFra
     return raw if cond is None else raw.where(cond)
 
 
-def normalise(raw: DataFrame) -> DataFrame:
+def normalise(raw: DataFrame, ascii_lower: bool = False) -> DataFrame:
     """Flatten the SES-format document into one narrow row per event and recipient.
 
     A Send lists every destination of the mail (as SES): it becomes one row per
@@ -139,7 +160,8 @@ def normalise(raw: DataFrame) -> DataFrame:
     `mailqueue:Operator` is called "Operator" from here on. Timestamps arrive as ISO
     strings (see schema.READ_SCHEMA); unparseable ones become null rather than failing
     the job. Rows without an eventId or type are dropped. `ts_raw` keeps the event time's
-    string for `in_range`, which drops it.
+    string for `in_range`, which drops it. `ascii_lower`: lower-case with `lower_col`
+    (same answers; for small inputs).
     """
     m = F.col("mail")
     ours = F.col("mailqueue")
@@ -240,12 +262,13 @@ def normalise(raw: DataFrame) -> DataFrame:
     r = F.col("_rcpt")
     send = F.col("event_type") == "Send"
     return rows.select(
-        F.when(send, F.concat_ws("/", F.col("_eid"), F.lower(r))).otherwise(F.col("_eid"))
+        F.when(send, F.concat_ws("/", F.col("_eid"), _lower(r, ascii_lower)))
+        .otherwise(F.col("_eid"))
         .alias("event_id"),
         "event_type",
         "message_id",
         F.when(F.col("event_type") != "Reject", r).alias("rcpt"),
-        F.lower(F.substring_index(r, "@", -1)).alias("domain"),
+        _lower(F.substring_index(r, "@", -1), ascii_lower).alias("domain"),
         "n_dest", "accepted_at", "ts", "status", "diag", "bounce_type", "action", "attempt",
         "sched_lag_s", "late", "ts_raw", "sender", "size", "dest_pos", "feedback",
     )
