@@ -86,7 +86,16 @@ def test_every_path_and_dotted_name_on_the_page_exists() -> None:
 def test_every_folder_under_shared_is_described() -> None:
     folders = _section("Folders")
     undescribed = []
-    for d in sorted(p for p in SHARED.rglob("*") if p.is_dir() and p.name != "__pycache__"):
+    for d in sorted(
+        p
+        for p in SHARED.rglob("*")
+        if p.is_dir()
+        # what tools write beside the sources (`pip install -e`, caches), not the tree
+        and not any(
+            part == "__pycache__" or part.endswith(".egg-info") or part.startswith(".")
+            for part in p.relative_to(SHARED).parts
+        )
+    ):
         rel = d.relative_to(SHARED).as_posix()
         if f"`shared/{rel}/`" in _text():  # a bullet, or (the package) the page's opening
             continue

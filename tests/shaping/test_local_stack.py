@@ -20,8 +20,8 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from importlib import resources
 from pathlib import Path
 
@@ -77,11 +77,30 @@ def submit(stack: Stack, recipient: str, i: int) -> None:
     assert status == 202, queued
 
 
-def submit_all(stack: Stack, recipients: list[str], clients: int = 10) -> None:
-    """Submissions from several clients at once: faster than the peer's limit, so the
-    queue, not the submission, has to hold the pace."""
-    with ThreadPoolExecutor(clients) as pool:
-        list(pool.map(lambda ir: submit(stack, ir[1], ir[0]), enumerate(recipients)))
+def submit_all(stack: Stack, recipients: list[str]) -> None:
+    """Every mail due at one instant (`not_before`, past the time the submissions take),
+    so the peer meets them as a burst, faster than its limit: the queue, not the
+    submission, has to hold the pace. (Submitted one by one from ten clients they arrived
+    at ~2.5/s on a 2-core machine, under the peer's 5/s, and a run could see no 421.)"""
+    due = datetime.now(UTC) + timedelta(seconds=5 + 0.6 * len(recipients))
+    not_before = due.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    for at in range(0, len(recipients), 50):  # the batch route's limit
+        chunk = recipients[at : at + 50]
+        docs = []
+        for i, rcpt in enumerate(chunk, start=at):
+            content = f"From: a@example.org\r\nSubject: shaping {i}\r\n\r\nbody {i}\r\n"
+            docs.append(
+                {
+                    "sender": "a@example.org",
+                    "recipients": [rcpt],
+                    "content": base64.b64encode(content.encode()).decode(),
+                    "not_before": not_before,
+                }
+            )
+        status, answer = stack.call("POST", "/v1/messages/batch", {"messages": docs})
+        assert status == 207, answer
+        assert [r["status"] for r in answer["results"]] == [202] * len(chunk), answer
+    assert datetime.now(UTC) < due, "submissions outlasted the instant they were due"
 
 
 def wait_for(peer: SmtpPeer, n: int, seconds: float) -> None:
@@ -257,4 +276,8 @@ def test_no_site_limit_the_backoff_rules_bound_the_421s_and_everything_is_delive
         delivered = {m.rcpt_tos[0] for m in peer.messages}
         print(f"{len(delivered)}/{n} delivered, {peer.throttled} x 421 (bound {bound})")
         assert delivered == {f"u{i}@peer.example" for i in range(n)}
-        assert 0 < peer.throttled <= bound
+        assert peer.throttled <= bound
+        if peer.throttled == 0:
+            # no 421 is within the bound, but shows nothing about the halving: on a slow
+            # machine delivery may never meet the peer above its 5/s, even in a burst
+            pytest.skip("the peer was never met above its limit: the backoff not exercised")
