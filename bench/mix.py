@@ -254,10 +254,12 @@ def report(rs: dict[str, cost.Run], tpl: cost.Template) -> list[str]:
         )
         L[-1] += " | ".join(f"{x:.2f}" for x in prices[name]) + " |"
     mix_relay = [sum(w * prices[n][k] for n, w in MIX.items()) for k in range(len(cost.VOLUMES))]
-    mix_direct = [
-        sum(w * per_million(rs[n], tpl, "direct")[k] for n, w in MIX.items())
-        for k in range(len(cost.VOLUMES))
-    ]
+    def mix_of(t: cost.Template, egress: str = "relay") -> list[float]:
+        """The mix's $/M at each volume (each shape priced once)."""
+        each = {n: per_million(rs[n], t, egress) for n in MIX}
+        return [sum(w * each[n][k] for n, w in MIX.items()) for k in range(len(cost.VOLUMES))]
+
+    mix_direct = mix_of(tpl, "direct")
     L.append(
         "| **mix 60/25/10/5 %, relay** | | | | "
         + " | ".join(f"**{x:.2f}**" for x in mix_relay)
@@ -271,10 +273,7 @@ def report(rs: dict[str, cost.Run], tpl: cost.Template) -> list[str]:
     # the deployment choice docs/deploy.md names for steady volume: provisioned capacity
     # with auto scaling (StateTableCapacity=provisioned), priced at its assumed average use
     prov = replace(tpl, state_capacity="provisioned")  # its minimum units: the template's
-    mix_prov = [
-        sum(w * per_million(rs[n], prov)[k] for n, w in MIX.items())
-        for k in range(len(cost.VOLUMES))
-    ]
+    mix_prov = mix_of(prov)
     L.append(
         f"| mix, relay, `StateTableCapacity=provisioned` ({prov.state_use:.0%} average use, "
         "assumed) | | | | " + " | ".join(f"{x:.2f}" for x in mix_prov) + " |"

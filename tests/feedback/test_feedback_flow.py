@@ -48,15 +48,9 @@ def suppressed(aws: AwsEnv, address: str) -> Any:
     return store.get_many([address]).get(address)
 
 
-def test_a_late_hard_bounce_of_a_finished_mail(aws: AwsEnv) -> None:
-    ing = feedback_ingress(aws)
-    mail_id = finished_mail(aws, "gone@x.example")
-    to = encode(RING, mail_id, "0", BOUNCES)
-    raw = dsn(to, "gone@x.example", "5.1.1", "550 5.1.1 <gone@x.example>: user unknown")
-    assert receive(ing, to, raw, "late-1") == {"disposition": "STOP_RULE"}
-    bounces = [e.to_json() for e in ing.events.of_type("Bounce")]
-    assert len(bounces) == 1, ing.events.events
-    doc = bounces[0]
+def check_late_hard_bounce(aws: AwsEnv, doc: dict[str, Any], mail_id: str) -> None:
+    """A late 5.1.1 for gone@x.example of `mail_id`: a schema-valid Permanent/NoEmail
+    Bounce, and the suppression entry it fed (whichever door the report came by)."""
     assert errors(doc) == []
     assert doc["mail"]["messageId"] == mail_id and doc["mail"]["source"] == "alice@example.org"
     b = doc["bounce"]
@@ -67,6 +61,18 @@ def test_a_late_hard_bounce_of_a_finished_mail(aws: AwsEnv) -> None:
     entry = suppressed(aws, "gone@x.example")
     assert entry is not None and entry.source == mail_id and "user unknown" in entry.reason
     assert entry.actor == "feedback" and entry.status == "5.1.1"
+
+
+def test_a_late_hard_bounce_of_a_finished_mail(aws: AwsEnv) -> None:
+    ing = feedback_ingress(aws)
+    mail_id = finished_mail(aws, "gone@x.example")
+    to = encode(RING, mail_id, "0", BOUNCES)
+    raw = dsn(to, "gone@x.example", "5.1.1", "550 5.1.1 <gone@x.example>: user unknown")
+    assert receive(ing, to, raw, "late-1") == {"disposition": "STOP_RULE"}
+    bounces = [e.to_json() for e in ing.events.of_type("Bounce")]
+    assert len(bounces) == 1, ing.events.events
+    doc = bounces[0]
+    check_late_hard_bounce(aws, doc, mail_id)
     # nothing queued, the raw report dropped; the same receipt again: the same event id
     assert ing.rejects() == []
     again = feedback_ingress(aws)
