@@ -23,3 +23,10 @@ fuzz-smtp: $(STAMP)  ## the seeded SMTP session fuzz against mailqueue smtpd (SM
 		SMTP_FUZZ_REPORT=var/smtp-fuzz-report.json \
 		$(PY) -m pytest -q -p no:cacheprovider -s --timeout=$(FUZZ_TIMEOUT) tests/fuzz/test_fuzz_smtp.py
 	@cat var/smtp-fuzz-report.json
+
+# `make fuzz` also walks every crash and fault point of tests/crash (make test skips reads
+# that repeat a request pair already covered: tests/crash/harness.injection_points)
+fuzz: fuzz-crash
+.PHONY: fuzz-crash
+fuzz-crash: $(STAMP)  ## crash and fault injection at every AWS request of each path (CRASH_POINTS=all)
+	CRASH_POINTS=all $(PY) -m pytest -q -p no:cacheprovider -s --timeout=$(FUZZ_TIMEOUT) tests/crash

@@ -14,6 +14,7 @@ from __future__ import annotations
 import email
 import email.policy
 import json
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -40,6 +41,46 @@ from functions.delivery import app as delivery_app
 from tests.support.aws import REGION, AwsEnv, reset_moto, session
 from tests.support.faults import InjectedCrash
 from tests.support.smtp_peers import SmtpPeer
+
+# Requests that change nothing durable. A crash (or a fault) right after one of them in a
+# run of reads leaves the same state as one after the read before it, so `make test`
+# skips those repeats; `make fuzz` (CRASH_POINTS=all) walks every point.
+READ_ONLY = frozenset(
+    {"Query", "GetItem", "BatchGetItem", "Scan", "ListObjectsV2", "GetObject", "HeadObject",
+     "ReceiveMessage", "GetQueueAttributes", "GetQueueUrl"}
+)  # fmt: skip
+
+
+def injection_points(seen: list[str], every: bool | None = None) -> list[int]:
+    """The 1-based request numbers to crash or fault at, from a clean run's requests.
+
+    All of them when `every` (default: the CRASH_POINTS=all environment, `make fuzz`).
+    Otherwise a deterministic slice: every write; the first request of every run of reads
+    (an invocation's first read follows a write, often in another function); every
+    request pair met for the first time (a read in a new place); and the last request.
+    What it leaves out are reads that repeat a pair already covered within a run of reads,
+    e.g. the sweeper's tenth Query of a quiet pass.
+    """
+    if every is None:
+        every = os.environ.get("CRASH_POINTS", "") == "all"
+    if every:
+        return list(range(1, len(seen) + 1))
+    out: list[int] = []
+    pairs: set[tuple[str, str]] = set()
+    for k, req in enumerate(seen, start=1):
+        prev = seen[k - 2] if k > 1 else ""
+        pair = (prev, req)
+        op, prev_op = req.split(":")[-1], prev.split(":")[-1]
+        if (
+            op not in READ_ONLY
+            or k == 1
+            or prev_op not in READ_ONLY
+            or pair not in pairs
+            or k == len(seen)
+        ):
+            out.append(k)
+        pairs.add(pair)
+    return out
 
 
 class FakeClock:

@@ -114,3 +114,65 @@ def test_a_dead_workers_connection_slot_expires(aws: AwsEnv) -> None:
     assert isinstance(refused, Wait) and refused.reason == "connections"
     now[0] += 61
     assert isinstance(alive.admit("s", "alive", 1), Permit)
+
+
+def _stores(aws: AwsEnv) -> list[object]:
+    from mailqueue.backends.inprocess import MemoryShapingStore
+
+    return [DynamoShapingStore(aws.clients.dynamodb, aws.resources.table), MemoryShapingStore()]
+
+
+def test_advance_adds_to_a_binding_tat_and_refuses_under_a_changed_guard(aws: AwsEnv) -> None:
+    """The booking write while a limit binds (Shaper._book_binding), on both stores."""
+    for store in _stores(aws):
+        assert store.advance("s", "5/1", 0.2, 100.0, SiteState()) == (False, SiteState())  # type: ignore[attr-defined]
+        base = SiteState(tats={"5/1": 105.0}, scale=0.5, scaled_at=3.0)
+        assert store.save("s", base, 0) is None  # type: ignore[attr-defined]
+        known = store.load("s")  # type: ignore[attr-defined]
+        ok, got = store.advance("s", "5/1", 0.4, 100.0, known)  # type: ignore[attr-defined]
+        assert ok and got.tats == {"5/1": 105.4} and got.version == 2, (store, got)
+        # a compare-and-set writer holding version 1 is refused after it
+        assert store.save("s", SiteState(), 1) is not None  # type: ignore[attr-defined]
+        # the TAT fell behind the floor: not binding, refused with the stored state
+        ok, got = store.advance("s", "5/1", 0.4, 200.0, known)  # type: ignore[attr-defined]
+        assert not ok and got.tats == {"5/1": 105.4}
+        # another container slowed the site down since: refused
+        ok, got = store.advance("s", "5/1", 0.4, 100.0, SiteState(scale=1.0))  # type: ignore[attr-defined]
+        assert not ok and got.scale == 0.5
+
+
+def test_containers_booking_a_binding_site_at_once_never_conflict(aws: AwsEnv) -> None:
+    """Four containers book one bound site at once: every booking is one request, and the
+    slots they get are one interval apart, none shared (the GCRA of one sender)."""
+    r = rules(rates=[{"messages": 10, "per": "1s", "burst": 1}])
+    workers = [shaper(aws, r) for _ in range(4)]
+    site = "mx:peer"
+    now = time.time()
+    # the site already binds: its TAT a minute ahead, known to every container
+    first = workers[0]
+    assert first.store.save(site, SiteState(tats={"10/1": now + 60.0}), 0) is None
+    for w in workers:
+        w._known[site] = w.store.load(site)
+        w.store.requests = 0
+    slots: list[float] = []
+    lock = threading.Lock()
+    barrier = threading.Barrier(len(workers))
+
+    def run(s: Shaper) -> None:
+        barrier.wait()
+        for _ in range(5):
+            got = s.admit(site, s.new_holder(), 1, reserve=True)
+            assert isinstance(got, Wait) and got.slot > 0, got
+            with lock:
+                slots.append(got.slot)
+
+    threads = [threading.Thread(target=run, args=(w,)) for w in workers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sum(w.store.requests for w in workers) == 20  # one write a booking, no retries
+    slots.sort()
+    gaps = [b - a for a, b in zip(slots, slots[1:], strict=False)]
+    assert all(abs(g - 0.1) < 1e-3 for g in gaps), gaps
+    assert abs(slots[0] - (now + 60.0)) < 1e-3  # burst 1: the first slot is the old TAT

@@ -308,6 +308,27 @@ class MemoryShapingStore:
             self._items[site] = replace(state, version=expected_version + 1)
             return None
 
+    def advance(
+        self, site: str, key: str, delta: float, floor: float, guard: SiteState
+    ) -> tuple[bool, SiteState]:
+        with self._lock:
+            self.requests += 1
+            current = self._items.get(site, SiteState())
+            tat = current.tats.get(key)
+            if (
+                current.version == 0
+                or tat is None
+                or tat < floor
+                or (current.suspended_until, current.scale, current.scaled_at)
+                != (guard.suspended_until, guard.scale, guard.scaled_at)
+            ):
+                return False, current
+            new = replace(
+                current, tats={**current.tats, key: tat + delta}, version=current.version + 1
+            )
+            self._items[site] = new
+            return True, new
+
 
 @dataclass
 class InProcess:

@@ -120,3 +120,43 @@ class DynamoShapingStore:
         with self._lock:
             self.writes += 1
         return None
+
+    def advance(
+        self, site: str, key: str, delta: float, floor: float, guard: SiteState
+    ) -> tuple[bool, SiteState]:
+        """One UpdateItem: `tats.<key> = tats.<key> + delta` under the guard; no version
+        condition (additions commute), but the version is bumped so a compare-and-set
+        writer working on the state before it is refused and decides again."""
+        self._count()
+        with translate("dynamodb:UpdateItem"):
+            try:
+                resp = self.ddb.update_item(
+                    TableName=self.table,
+                    Key=_key(site),
+                    UpdateExpression=(
+                        "SET tats.#k = tats.#k + :d, ver = ver + :one, expires_at = :exp"
+                    ),
+                    ConditionExpression=(
+                        "tats.#k >= :floor AND susp = :susp AND #scale = :scale "
+                        "AND scaled_at = :scaled_at"
+                    ),
+                    ExpressionAttributeNames={"#k": key, "#scale": "scale"},
+                    ExpressionAttributeValues={
+                        ":d": _n(delta),
+                        ":one": {"N": "1"},
+                        ":exp": {"N": str(int(self.clock()) + _IDLE_TTL)},
+                        ":floor": _n(floor),
+                        ":susp": _n(guard.suspended_until),
+                        ":scale": _n(guard.scale),
+                        ":scaled_at": _n(guard.scaled_at),
+                    },
+                    ReturnValues="ALL_NEW",
+                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                )
+            except ClientError as e:
+                if error_code(e) != "ConditionalCheckFailedException":
+                    raise
+                return False, _state(e.response.get("Item"))
+        with self._lock:
+            self.writes += 1
+        return True, _state(resp.get("Attributes"))
