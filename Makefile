@@ -33,6 +33,7 @@ typecheck: $(STAMP)  ## mypy alone (strict, the files pyproject.toml names)
 bench: $(STAMP)  ## request counts, cost per message, throughput -> docs/benchmarks.md
 	$(PY) -m bench.run
 	$(PY) -m bench.shaping
+	$(PY) -m bench.shaping --bursts 1,2,5 --mails 40 --rate 2 --concurrency 5
 	$(PY) -m bench.mix $(BENCH_MIX_MAILS)
 	$(MAKE) --no-print-directory bench-smtp
 	$(PIPELINE_ENV) $(PY) -m bench.report_speed

@@ -223,7 +223,7 @@ def measure(
     peer_limit: int = 40,
     timeout: float = 600.0,
     shaping: bool = True,
-    book_slots: bool = False,
+    book_slots: bool = True,
 ) -> Result:
     from mailqueue.backends.aws.backend import AwsStorage
     from mailqueue.backends.aws.clients import make_clients
@@ -447,7 +447,10 @@ def main(argv: list[str] | None = None) -> int:
         "re-arms per mail, the achieved rate",
     )
     p.add_argument(
-        "--book-slots", action="store_true", help="MQ_SHAPING_BOOK_SLOTS=true (issue 25 item 6)"
+        "--no-book-slots",
+        dest="book_slots",
+        action="store_false",
+        help="MQ_SHAPING_BOOK_SLOTS=false (the default is to book: issue 25 item 6)",
     )
     ns = p.parse_args(argv)
     if ns.bursts:

@@ -139,6 +139,13 @@ def test_advance_adds_to_a_binding_tat_and_refuses_under_a_changed_guard(aws: Aw
         # another container slowed the site down since: refused
         ok, got = store.advance("s", "5/1", 0.4, 100.0, SiteState(scale=1.0))  # type: ignore[attr-defined]
         assert not ok and got.scale == 0.5
+        # an idle site (TAT before now) restarts from now; a binding one does not
+        ok, got = store.restart("s", "5/1", 300.2, 200.0, known)  # type: ignore[attr-defined]
+        assert ok and got.tats == {"5/1": 300.2} and got.version == 3, (store, got)
+        ok, got = store.restart("s", "5/1", 300.2, 250.0, known)  # type: ignore[attr-defined]
+        assert not ok and got.tats == {"5/1": 300.2}
+        ok, got = store.restart("s", "9/1", 300.2, 250.0, known)  # type: ignore[attr-defined]
+        assert ok and got.tats == {"5/1": 300.2, "9/1": 300.2}  # a rate not yet stored
 
 
 def test_containers_booking_a_binding_site_at_once_never_conflict(aws: AwsEnv) -> None:
@@ -176,3 +183,60 @@ def test_containers_booking_a_binding_site_at_once_never_conflict(aws: AwsEnv) -
     gaps = [b - a for a, b in zip(slots, slots[1:], strict=False)]
     assert all(abs(g - 0.1) < 1e-3 for g in gaps), gaps
     assert abs(slots[0] - (now + 60.0)) < 1e-3  # burst 1: the first slot is the old TAT
+
+
+def test_take_and_give_back_a_connection_slot_atomically(aws: AwsEnv) -> None:
+    """Shaper.redeem's and release's writes, on both stores: a slot is taken while fewer
+    than max are stored (the holder's own renewed), refused when full or suspended, and
+    given back by removing only the holder's entry."""
+    for store in _stores(aws):
+        assert store.take("s", "a", 50.0, 2, 10.0) == (False, SiteState())  # type: ignore[attr-defined]
+        assert store.save("s", SiteState(tats={"5/1": 1.0}), 0) is None  # type: ignore[attr-defined]
+        ok, got = store.take("s", "a", 50.0, 2, 10.0)  # type: ignore[attr-defined]
+        assert ok and got.slots == {"a": 50.0} and got.version == 2, (store, got)
+        ok, got = store.take("s", "b", 60.0, 2, 10.0)  # type: ignore[attr-defined]
+        assert ok and got.slots == {"a": 50.0, "b": 60.0}
+        ok, got = store.take("s", "c", 60.0, 2, 10.0)  # type: ignore[attr-defined]
+        assert not ok and set(got.slots) == {"a", "b"}  # full
+        ok, got = store.take("s", "a", 70.0, 2, 10.0)  # type: ignore[attr-defined]
+        assert ok and got.slots["a"] == 70.0  # the holder's own: renewed
+        got = store.give_back("s", "a")  # type: ignore[attr-defined]
+        assert got is not None and got.slots == {"b": 60.0} and got.tats == {"5/1": 1.0}
+        assert store.give_back("s", "a") is None  # type: ignore[attr-defined]
+        suspended = SiteState(slots=got.slots, suspended_until=99.0)
+        assert store.save("s", suspended, got.version) is None  # type: ignore[attr-defined]
+        ok, got = store.take("s", "c", 60.0, 2, 10.0)  # type: ignore[attr-defined]
+        assert not ok and got.suspended_until == 99.0
+
+
+def test_containers_taking_and_giving_back_slots_never_conflict(aws: AwsEnv) -> None:
+    """Four containers each redeem booked sends and give their slot back, all at once:
+    one request per take and one per release, never more than max slots held."""
+    r = rules(max_connections=4, rates=[{"messages": 100, "per": "1s", "burst": 100}])
+    workers = [shaper(aws, r) for _ in range(4)]
+    site = "mx:peer"
+    assert workers[0].store.save(site, SiteState(tats={"100/1": 0.0}), 0) is None
+    for w in workers:
+        w._known[site] = w.store.load(site)
+        w.store.requests = 0
+    barrier = threading.Barrier(len(workers))
+    errors: list[object] = []
+
+    def run(s: Shaper) -> None:
+        barrier.wait()
+        for _ in range(5):
+            holder = s.new_holder()
+            got = s.redeem(site, holder, time.time() - 1)
+            if not isinstance(got, Permit):
+                errors.append(got)
+                continue
+            s.release(site, holder)
+
+    threads = [threading.Thread(target=run, args=(w,)) for w in workers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert sum(w.store.requests for w in workers) == 40  # 20 takes + 20 releases
+    assert workers[0].store.load(site).slots == {}

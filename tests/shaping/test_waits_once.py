@@ -89,6 +89,6 @@ def test_a_binding_limit_costs_one_request_and_one_rearm_per_mail(
         f"burst {burst}: {requests / MAILS:.2f} limiter requests/mail, "
         f"{rearms / MAILS:.2f} re-arms/mail, {steady:.3f}/s (limit {RATE:g}/s)"
     )
-    assert requests / MAILS <= 1.4
+    assert requests / MAILS <= 1.2  # the bound
     assert rearms / MAILS <= 1.0
     assert abs(steady - RATE) <= 0.05 * RATE

@@ -329,6 +329,53 @@ class MemoryShapingStore:
             self._items[site] = new
             return True, new
 
+    def restart(
+        self, site: str, key: str, value: float, before: float, guard: SiteState
+    ) -> tuple[bool, SiteState]:
+        with self._lock:
+            self.requests += 1
+            current = self._items.get(site, SiteState())
+            tat = current.tats.get(key)
+            if (
+                current.version == 0
+                or (tat is not None and tat >= before)
+                or (current.suspended_until, current.scale, current.scaled_at)
+                != (guard.suspended_until, guard.scale, guard.scaled_at)
+            ):
+                return False, current
+            new = replace(current, tats={**current.tats, key: value}, version=current.version + 1)
+            self._items[site] = new
+            return True, new
+
+    def take(
+        self, site: str, holder: str, until: float, max_connections: int, now: float
+    ) -> tuple[bool, SiteState]:
+        with self._lock:
+            self.requests += 1
+            current = self._items.get(site, SiteState())
+            if (
+                current.version == 0
+                or current.suspended_until > now
+                or (holder not in current.slots and len(current.slots) >= max_connections)
+            ):
+                return False, current
+            new = replace(
+                current, slots={**current.slots, holder: until}, version=current.version + 1
+            )
+            self._items[site] = new
+            return True, new
+
+    def give_back(self, site: str, holder: str) -> SiteState | None:
+        with self._lock:
+            self.requests += 1
+            current = self._items.get(site, SiteState())
+            if holder not in current.slots:
+                return None
+            slots = {h: t for h, t in current.slots.items() if h != holder}
+            new = replace(current, slots=slots, version=current.version + 1)
+            self._items[site] = new
+            return new
+
 
 @dataclass
 class InProcess:

@@ -639,6 +639,28 @@ class ShapingStore(Protocol):
         condition: concurrent bookings of a site whose limit binds all succeed."""
         ...
 
+    def restart(
+        self, site: str, key: str, value: float, before: float, guard: SiteState
+    ) -> tuple[bool, SiteState]:
+        """Set the TAT `key` to `value` in one write (and bump the version) if it is
+        missing or before `before` (the site is idle: GCRA restarts from now) and the
+        stored suspension, scale and scaled_at are `guard`'s; as `advance` returns."""
+        ...
+
+    def take(
+        self, site: str, holder: str, until: float, max_connections: int, now: float
+    ) -> tuple[bool, SiteState]:
+        """Hold a connection slot for `holder` until `until` in one atomic write, if the
+        holder has one already or fewer than `max_connections` slots are stored (expired
+        ones count: the caller's compare-and-set write clears them) and the site is not
+        suspended; (True, the state written) or (False, the stored state)."""
+        ...
+
+    def give_back(self, site: str, holder: str) -> SiteState | None:
+        """Remove `holder`'s slot in one atomic write; the state written, None if the
+        holder had no slot (expired and cleared, or never taken)."""
+        ...
+
 
 # ----------------------------------------------------------------------------- the shaper
 
@@ -785,7 +807,19 @@ class Shaper:
                 return Wait(site, slot - now, "reserved", slot)
             if limits.max_connections is None or self._slots.get((site, holder), 0.0) > now + 5:
                 return Permit(site, limits)
-            state = self._known.get(site) or self.store.load(site)
+            state = self._known.get(site)
+            if state is not None and state.version > 0:
+                # one write that cannot conflict with other takers (only a full site or
+                # a suspension refuses it); refused, decide on the state it returns
+                ok, state = self.store.take(
+                    site, holder, now + self.slot_lease, limits.max_connections, now
+                )
+                if ok:
+                    self._known[site] = state
+                    self._slots[(site, holder)] = state.slots.get(holder, 0.0)
+                    return Permit(site, limits)
+            else:
+                state = self.store.load(site)
             for _ in range(_WRITE_RETRIES):
                 a = take_slot(
                     state, self.clock(), limits, holder=holder, slot_lease=self.slot_lease
@@ -835,6 +869,14 @@ class Shaper:
         read_first = now - self._conflict_at.get(site, -1e18) < _READ_FIRST
         fresh = cached is None
         state = cached or self.store.load(site)
+        if book:  # a booking whose slot is now is a grant: one atomic write either way
+            for _ in range(2):  # a stale idle/binding guess costs one more, then CAS
+                fast = self._book_binding(site, limits, state, now, messages, extra)
+                if isinstance(fast, Wait):
+                    return fast
+                if fast is None:
+                    break
+                state, fresh = fast, True
         for _ in range(_WRITE_RETRIES):
             now = self.clock()
             a = admit(
@@ -911,29 +953,32 @@ class Shaper:
     def _book_binding(
         self, site: str, limits: Limits, state: SiteState, now: float, messages: int, extra: int
     ) -> Wait | SiteState | None:
-        """Book while the limit binds, in one write that cannot conflict.
+        """Book in one write that cannot conflict with other containers' bookings.
 
-        While a site's only rate binds, its TAT is at or after now, and `reserve` then
-        only adds n x interval to it (n <= burst, so the slot is never after the TAT):
-        an addition DynamoDB applies atomically, so containers booking one site at once
-        all succeed, where compare-and-set writes refuse all but one (measured 1.6-2.4
-        limiter requests a mail with three containers; issue 25 item 6). The write checks
-        that the TAT is still at or after now and that the suspension and scale it was
-        computed with are the stored ones. Returns the Wait (booked), the stored state
-        (not booked: the caller decides on it, no extra read), or None (not applicable:
-        not one rate, or not known to bind).
+        For a site of one rate, `reserve` is an addition while the rate binds (its TAT
+        at or after now; n <= burst, so the slot is never after the TAT, and the TAT
+        only grows by n x interval), and a restart at now + n x interval while the site
+        is idle (TAT before now). DynamoDB applies either atomically under a condition
+        on the TAT (and on the suspension and scale the booking was computed with), not
+        on the item's version, so containers booking one site at once all succeed where
+        compare-and-set writes refuse all but one (measured 1.6-2.4 limiter requests a
+        mail with three containers before; issue 25 item 6). A booking whose slot is now
+        is a grant: the caller redeems it at once. Returns the Wait (booked), the stored
+        state (the condition failed: the caller decides on it, no extra read), or None
+        (not applicable: not one rate, or nothing known of the site, or suspended).
         """
-        if len(limits.rates) != 1 or state.version == 0:
+        if len(limits.rates) != 1 or state.version == 0 or state.suspended_until > now:
             return None
         rate = limits.rates[0]
         tat = state.tats.get(rate.key, 0.0)
-        if tat < now or state.suspended_until > now:
-            return None
         scale, _ = effective_scale(state, now, limits)
         i, b = rate.interval(scale), scaled_burst(rate, scale)
         n = max(1, min(messages, b))
         count = 1 + min(extra, 9)
-        ok, stored = self.store.advance(site, rate.key, count * n * i, now, state)
+        if tat >= now:
+            ok, stored = self.store.advance(site, rate.key, count * n * i, now, state)
+        else:
+            ok, stored = self.store.restart(site, rate.key, now + count * n * i, now, state)
         if not ok:
             self._conflict_at[site] = now
             return stored
@@ -949,21 +994,12 @@ class Shaper:
             self._release(site, holder)
 
     def _release(self, site: str, holder: str) -> None:
+        # one atomic removal: concurrent releases and takes of the site never conflict
         if self._slots.pop((site, holder), None) is None:
             return
-        state = self._known.get(site) or self.store.load(site)
-        for _ in range(_WRITE_RETRIES):
-            if holder not in state.slots:
-                return
-            new = release_slot(state, self.clock(), holder)
-            current = self.store.save(site, new, state.version)
-            if current is None:
-                self._known[site] = replace(new, version=state.version + 1)
-                return
-            state = current
-        log.warning(
-            "could not release a connection slot; it expires by itself", extra={"site": site}
-        )
+        state = self.store.give_back(site, holder)
+        if state is not None:
+            self._known[site] = state
 
     # -- backoff
     def on_reply(self, site: str, reply: Result) -> BackoffRule | None:

@@ -144,8 +144,9 @@ class DeliverySettings:
     backoff_rules: str = ""  # path, or the JSON itself
     shaping_inline_wait_seconds: float = 2.0  # waits up to this are slept, longer re-armed
     # a group refused for a site's rate books its own slot and waits once (issue 25 item
-    # 6); off by default until its cost with connection limits is fixed (see the report)
-    shaping_book_slots: bool = False
+    # 6): on by default since bookings and connection slots are atomic writes (fewer
+    # limiter requests and the limit's rate at every burst: docs/benchmarks.md)
+    shaping_book_slots: bool = True
     # suppression list (suppression.py): a remote 5xx with one of these statuses puts the
     # recipient on the list for suppression_ttl_days; "" turns the additions off
     suppression_statuses: str = DEFAULT_STATUSES

@@ -160,3 +160,99 @@ class DynamoShapingStore:
         with self._lock:
             self.writes += 1
         return True, _state(resp.get("Attributes"))
+
+    def restart(
+        self, site: str, key: str, value: float, before: float, guard: SiteState
+    ) -> tuple[bool, SiteState]:
+        """One UpdateItem: `tats.<key> = value` if it is missing or before `before`, under
+        the guard (an idle site's booking: GCRA starts again from now)."""
+        self._count()
+        with translate("dynamodb:UpdateItem"):
+            try:
+                resp = self.ddb.update_item(
+                    TableName=self.table,
+                    Key=_key(site),
+                    UpdateExpression="SET tats.#k = :v, ver = ver + :one, expires_at = :exp",
+                    ConditionExpression=(
+                        "attribute_exists(ver) "
+                        "AND (attribute_not_exists(tats.#k) OR tats.#k < :before) "
+                        "AND susp = :susp AND #scale = :scale AND scaled_at = :scaled_at"
+                    ),
+                    ExpressionAttributeNames={"#k": key, "#scale": "scale"},
+                    ExpressionAttributeValues={
+                        ":v": _n(value),
+                        ":one": {"N": "1"},
+                        ":exp": {"N": str(int(self.clock()) + _IDLE_TTL)},
+                        ":before": _n(before),
+                        ":susp": _n(guard.suspended_until),
+                        ":scale": _n(guard.scale),
+                        ":scaled_at": _n(guard.scaled_at),
+                    },
+                    ReturnValues="ALL_NEW",
+                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                )
+            except ClientError as e:
+                if error_code(e) != "ConditionalCheckFailedException":
+                    raise
+                return False, _state(e.response.get("Item"))
+        with self._lock:
+            self.writes += 1
+        return True, _state(resp.get("Attributes"))
+
+    def take(
+        self, site: str, holder: str, until: float, max_connections: int, now: float
+    ) -> tuple[bool, SiteState]:
+        """One UpdateItem: `slots.<holder> = until` if the holder has a slot or the map
+        holds fewer than `max_connections` (size() counts expired ones too) and the site
+        is not suspended."""
+        self._count()
+        with translate("dynamodb:UpdateItem"):
+            try:
+                resp = self.ddb.update_item(
+                    TableName=self.table,
+                    Key=_key(site),
+                    UpdateExpression="SET slots.#h = :until, ver = ver + :one, expires_at = :exp",
+                    ConditionExpression=(
+                        "attribute_exists(ver) AND susp <= :now "
+                        "AND (attribute_exists(slots.#h) OR size(slots) < :max)"
+                    ),
+                    ExpressionAttributeNames={"#h": holder},
+                    ExpressionAttributeValues={
+                        ":until": _n(until),
+                        ":one": {"N": "1"},
+                        ":exp": {"N": str(int(self.clock()) + _IDLE_TTL)},
+                        ":now": _n(now),
+                        ":max": {"N": str(max_connections)},
+                    },
+                    ReturnValues="ALL_NEW",
+                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                )
+            except ClientError as e:
+                if error_code(e) != "ConditionalCheckFailedException":
+                    raise
+                return False, _state(e.response.get("Item"))
+        with self._lock:
+            self.writes += 1
+        return True, _state(resp.get("Attributes"))
+
+    def give_back(self, site: str, holder: str) -> SiteState | None:
+        """One UpdateItem: REMOVE `slots.<holder>`, if it is there."""
+        self._count()
+        with translate("dynamodb:UpdateItem"):
+            try:
+                resp = self.ddb.update_item(
+                    TableName=self.table,
+                    Key=_key(site),
+                    UpdateExpression="REMOVE slots.#h SET ver = ver + :one",
+                    ConditionExpression="attribute_exists(slots.#h)",
+                    ExpressionAttributeNames={"#h": holder},
+                    ExpressionAttributeValues={":one": {"N": "1"}},
+                    ReturnValues="ALL_NEW",
+                )
+            except ClientError as e:
+                if error_code(e) != "ConditionalCheckFailedException":
+                    raise
+                return None
+        with self._lock:
+            self.writes += 1
+        return _state(resp.get("Attributes"))
