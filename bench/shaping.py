@@ -28,6 +28,7 @@ import argparse
 import json
 import platform
 import re
+import sys
 import tempfile
 import threading
 import time
@@ -403,15 +404,20 @@ def waits(ns: argparse.Namespace, argv: list[str] | None) -> int:
             f"({(r.rate_steady / r.rate - 1) * 100:+.1f} %) | {r.rate_mid:.3f}/s | "
             f"**{r.limiter_per_mail:.2f}** | **{r.rearms_per_mail:.2f}** | {r.throttled} |"
         )
-    command = "python -m bench.shaping " + " ".join(argv or [])
+    args = sys.argv[1:] if argv is None else argv
+    command = "python -m bench.shaping " + " ".join(args)
+    booking = "booking on (the default)" if ns.book_slots else "booking off"
     lines = [
         WAITS_SECTION,
         "",
-        f"{ns.mails} one-recipient mails to one site limited at {ns.rate:g}/s, all queued at "
-        f"once (the limit binds from the start), {ns.concurrency} delivery invocations "
-        "polling the queue. Steady rate: (mails − burst) / (last − first MAIL FROM), what "
-        "GCRA allows after its burst. Limiter requests: UpdateItem + Query on the site "
-        "item; re-arms: ChangeMessageVisibility on the delivery queue (any reason).",
+        f"{ns.mails} one-recipient mails to one site limited at {ns.rate:g}/s and 10 "
+        f"connections, all queued at once (the limit binds from the start), "
+        f"{ns.concurrency} delivery invocations polling the queue, {booking}. Steady rate: "
+        "(mails − burst) / (last − first MAIL FROM), what GCRA allows after its burst. "
+        "Limiter requests: UpdateItem + Query on the site item (with a connection limit "
+        "each mail also takes a connection slot and its invocation gives it back: about "
+        "one booking, one take and one give-back a mail); re-arms: ChangeMessageVisibility "
+        "on the delivery queue (any reason).",
         "",
         "| burst | delivered | steady rate (vs limit) | middle 80 % | limiter requests "
         "per mail | re-arms per mail | 421s |",
