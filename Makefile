@@ -6,6 +6,11 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: help venv test run lint typecheck bench clean
 
+# `make test` runs pytest on TEST_WORKERS processes (pytest-xdist), each test file whole on
+# one worker (--dist loadfile: module fixtures are set up once); TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 2
+TEST_XDIST := $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile,-p no:xdist)
+
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip==25.3
@@ -15,7 +20,7 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)  ## create .venv with the project installed editable (every target does it first)
 
 test: $(STAMP) postfix-peer swaks-client sisimai dane-dns  ## the test suite (installs Debian's postfix, swaks, sisimai, the DNSSEC tools as root), then the pipeline on EMR's Spark
-	MAILQUEUE_REQUIRE_POSTFIX=$(REQUIRE_POSTFIX) MAILQUEUE_REQUIRE_SISIMAI=$(REQUIRE_SISIMAI) $(PY) -m pytest -q -p no:cacheprovider --durations=30
+	MAILQUEUE_REQUIRE_POSTFIX=$(REQUIRE_POSTFIX) MAILQUEUE_REQUIRE_SISIMAI=$(REQUIRE_SISIMAI) $(PY) -m pytest -q -p no:cacheprovider --durations=30 $(TEST_XDIST)
 	$(MAKE) --no-print-directory test-emr-spark
 
 run: $(STAMP)  ## the whole queue on this machine (RUN_ARGS="--port 0 --fast-retries" ...)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from datetime import timedelta
 from typing import Any
 
@@ -63,8 +64,10 @@ def test_claim_to_cleanup_request_count(aws: AwsEnv, capsys: pytest.CaptureFixtu
         "s3:GetObject": 1,
         "s3:DeleteObject": 1,
     }
+    # stderr: an xdist worker's stdout is /dev/null, its stderr is make test's
     with capsys.disabled():
-        print(f"\n[requests] claim→cleanup of one group: {aws.counter.total} {calls}")
+        total = aws.counter.total
+        print(f"\n[requests] claim→cleanup of one group: {total} {calls}", file=sys.stderr)
 
 
 def test_the_last_of_several_groups_checks_the_mail_before_cleanup(aws: AwsEnv) -> None:

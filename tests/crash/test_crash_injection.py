@@ -10,6 +10,7 @@ is left.
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
 from dataclasses import dataclass
 
@@ -155,5 +156,6 @@ def test_crash_at_every_request(
     with capsys.disabled():
         print(
             f"\n[crash] {sc.name}: {len(points)} of {base.requests} crash points covered, 0 lost, "
-            f"{dups} duplicate deliveries"
+            f"{dups} duplicate deliveries",
+            file=sys.stderr,  # an xdist worker's stdout is /dev/null
         )

@@ -4,6 +4,7 @@ layer: retried within bounds, nothing lost, nothing duplicated (no crash, so no 
 from __future__ import annotations
 
 import json
+import sys
 from collections import Counter
 from typing import Any
 
@@ -127,5 +128,6 @@ def test_a_fault_on_each_call_in_turn(
     with capsys.disabled():
         print(
             f"\n[faults] {sc.name}: {len(points)} of {len(seen)} fault points "
-            f"({dict(covered)}), 0 lost, 0 duplicated"
+            f"({dict(covered)}), 0 lost, 0 duplicated",
+            file=sys.stderr,  # an xdist worker's stdout is /dev/null
         )

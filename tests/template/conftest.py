@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 from pathlib import Path
@@ -36,15 +37,21 @@ def offline_env(**extra: str) -> dict[str, str]:
 @pytest.fixture(scope="session")
 def sam_venv() -> Path:
     """.venv-sam, created by `make sam-venv` when missing or stale (a fresh clone's first
-    run installs aws-sam-cli there: about two minutes, once)."""
-    proc = subprocess.run(
-        ["make", "-s", "sam-venv"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
+    run installs aws-sam-cli there: about two minutes, once). Under `make test`'s workers
+    (pytest-xdist) two files may ask at once: an exclusive lock on var/sam-venv.lock lets
+    one install while the other waits, then finds it done."""
+    lock = ROOT / "var" / "sam-venv.lock"
+    lock.parent.mkdir(exist_ok=True)
+    with lock.open("w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        proc = subprocess.run(
+            ["make", "-s", "sam-venv"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=900,
+            check=False,
+        )
     assert proc.returncode == 0, f"make sam-venv failed:\n{proc.stdout}\n{proc.stderr}"
     assert (SAM_VENV / "bin" / "sam").exists()
     return SAM_VENV
