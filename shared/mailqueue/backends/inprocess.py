@@ -308,37 +308,22 @@ class MemoryShapingStore:
             self._items[site] = replace(state, version=expected_version + 1)
             return None
 
-    def advance(
-        self, site: str, key: str, delta: float, floor: float, guard: SiteState
+    def _guarded(
+        self,
+        site: str,
+        guard: SiteState,
+        key: str,
+        new_tat: Callable[[float | None], float | None],
     ) -> tuple[bool, SiteState]:
+        """Set TAT `key` to `new_tat(stored TAT)` unless that is None, if the stored
+        suspension and scale are `guard`'s (ShapingStore.advance / restart)."""
         with self._lock:
             self.requests += 1
             current = self._items.get(site, SiteState())
-            tat = current.tats.get(key)
+            value = new_tat(current.tats.get(key))
             if (
                 current.version == 0
-                or tat is None
-                or tat < floor
-                or (current.suspended_until, current.scale, current.scaled_at)
-                != (guard.suspended_until, guard.scale, guard.scaled_at)
-            ):
-                return False, current
-            new = replace(
-                current, tats={**current.tats, key: tat + delta}, version=current.version + 1
-            )
-            self._items[site] = new
-            return True, new
-
-    def restart(
-        self, site: str, key: str, value: float, before: float, guard: SiteState
-    ) -> tuple[bool, SiteState]:
-        with self._lock:
-            self.requests += 1
-            current = self._items.get(site, SiteState())
-            tat = current.tats.get(key)
-            if (
-                current.version == 0
-                or (tat is not None and tat >= before)
+                or value is None
                 or (current.suspended_until, current.scale, current.scaled_at)
                 != (guard.suspended_until, guard.scale, guard.scaled_at)
             ):
@@ -346,6 +331,18 @@ class MemoryShapingStore:
             new = replace(current, tats={**current.tats, key: value}, version=current.version + 1)
             self._items[site] = new
             return True, new
+
+    def advance(
+        self, site: str, key: str, delta: float, floor: float, guard: SiteState
+    ) -> tuple[bool, SiteState]:
+        return self._guarded(
+            site, guard, key, lambda t: None if t is None or t < floor else t + delta
+        )
+
+    def restart(
+        self, site: str, key: str, value: float, before: float, guard: SiteState
+    ) -> tuple[bool, SiteState]:
+        return self._guarded(site, guard, key, lambda t: value if t is None or t < before else None)
 
     def take(
         self, site: str, holder: str, until: float, max_connections: int, now: float

@@ -121,34 +121,27 @@ class DynamoShapingStore:
             self.writes += 1
         return None
 
-    def advance(
-        self, site: str, key: str, delta: float, floor: float, guard: SiteState
+    def _atomic(
+        self, site: str, update: str, condition: str, names: dict[str, str], values: dict[str, Any]
     ) -> tuple[bool, SiteState]:
-        """One UpdateItem: `tats.<key> = tats.<key> + delta` under the guard; no version
-        condition (additions commute), but the version is bumped so a compare-and-set
-        writer working on the state before it is refused and decides again."""
+        """One UpdateItem that bumps `ver` (so a compare-and-set writer on an older state
+        is refused) under `condition` instead of a version check: (True, the item
+        written) or (False, the stored item, returned by the refusal: no extra read)."""
         self._count()
         with translate("dynamodb:UpdateItem"):
             try:
                 resp = self.ddb.update_item(
                     TableName=self.table,
                     Key=_key(site),
-                    UpdateExpression=(
-                        "SET tats.#k = tats.#k + :d, ver = ver + :one, expires_at = :exp"
-                    ),
-                    ConditionExpression=(
-                        "tats.#k >= :floor AND susp = :susp AND #scale = :scale "
-                        "AND scaled_at = :scaled_at"
-                    ),
-                    ExpressionAttributeNames={"#k": key, "#scale": "scale"},
+                    UpdateExpression=f"{update} SET ver = ver + :one, expires_at = :exp"
+                    if update.startswith("REMOVE")
+                    else f"{update}, ver = ver + :one, expires_at = :exp",
+                    ConditionExpression=condition,
+                    ExpressionAttributeNames=names,
                     ExpressionAttributeValues={
-                        ":d": _n(delta),
+                        **values,
                         ":one": {"N": "1"},
                         ":exp": {"N": str(int(self.clock()) + _IDLE_TTL)},
-                        ":floor": _n(floor),
-                        ":susp": _n(guard.suspended_until),
-                        ":scale": _n(guard.scale),
-                        ":scaled_at": _n(guard.scaled_at),
                     },
                     ReturnValues="ALL_NEW",
                     ReturnValuesOnConditionCheckFailure="ALL_OLD",
@@ -160,99 +153,63 @@ class DynamoShapingStore:
         with self._lock:
             self.writes += 1
         return True, _state(resp.get("Attributes"))
+
+    @staticmethod
+    def _guard(guard: SiteState) -> dict[str, Any]:
+        """The values a booking was computed with (`:susp`, `:scale`, `:scaled_at`)."""
+        return {
+            ":susp": _n(guard.suspended_until),
+            ":scale": _n(guard.scale),
+            ":scaled_at": _n(guard.scaled_at),
+        }
+
+    _GUARDED = "susp = :susp AND #scale = :scale AND scaled_at = :scaled_at"
+
+    def advance(
+        self, site: str, key: str, delta: float, floor: float, guard: SiteState
+    ) -> tuple[bool, SiteState]:
+        """`tats.<key> += delta` if it is at least `floor`, under the guard (additions
+        commute: no version condition)."""
+        return self._atomic(
+            site,
+            "SET tats.#k = tats.#k + :d",
+            f"tats.#k >= :floor AND {self._GUARDED}",
+            {"#k": key, "#scale": "scale"},
+            {":d": _n(delta), ":floor": _n(floor), **self._guard(guard)},
+        )
 
     def restart(
         self, site: str, key: str, value: float, before: float, guard: SiteState
     ) -> tuple[bool, SiteState]:
-        """One UpdateItem: `tats.<key> = value` if it is missing or before `before`, under
-        the guard (an idle site's booking: GCRA starts again from now)."""
-        self._count()
-        with translate("dynamodb:UpdateItem"):
-            try:
-                resp = self.ddb.update_item(
-                    TableName=self.table,
-                    Key=_key(site),
-                    UpdateExpression="SET tats.#k = :v, ver = ver + :one, expires_at = :exp",
-                    ConditionExpression=(
-                        "attribute_exists(ver) "
-                        "AND (attribute_not_exists(tats.#k) OR tats.#k < :before) "
-                        "AND susp = :susp AND #scale = :scale AND scaled_at = :scaled_at"
-                    ),
-                    ExpressionAttributeNames={"#k": key, "#scale": "scale"},
-                    ExpressionAttributeValues={
-                        ":v": _n(value),
-                        ":one": {"N": "1"},
-                        ":exp": {"N": str(int(self.clock()) + _IDLE_TTL)},
-                        ":before": _n(before),
-                        ":susp": _n(guard.suspended_until),
-                        ":scale": _n(guard.scale),
-                        ":scaled_at": _n(guard.scaled_at),
-                    },
-                    ReturnValues="ALL_NEW",
-                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
-                )
-            except ClientError as e:
-                if error_code(e) != "ConditionalCheckFailedException":
-                    raise
-                return False, _state(e.response.get("Item"))
-        with self._lock:
-            self.writes += 1
-        return True, _state(resp.get("Attributes"))
+        """`tats.<key> = value` if it is missing or before `before`, under the guard (an
+        idle site's booking: GCRA starts again from now)."""
+        return self._atomic(
+            site,
+            "SET tats.#k = :v",
+            "attribute_exists(ver) AND (attribute_not_exists(tats.#k) OR tats.#k < :before) "
+            f"AND {self._GUARDED}",
+            {"#k": key, "#scale": "scale"},
+            {":v": _n(value), ":before": _n(before), **self._guard(guard)},
+        )
 
     def take(
         self, site: str, holder: str, until: float, max_connections: int, now: float
     ) -> tuple[bool, SiteState]:
-        """One UpdateItem: `slots.<holder> = until` if the holder has a slot or the map
-        holds fewer than `max_connections` (size() counts expired ones too) and the site
-        is not suspended."""
-        self._count()
-        with translate("dynamodb:UpdateItem"):
-            try:
-                resp = self.ddb.update_item(
-                    TableName=self.table,
-                    Key=_key(site),
-                    UpdateExpression="SET slots.#h = :until, ver = ver + :one, expires_at = :exp",
-                    ConditionExpression=(
-                        "attribute_exists(ver) AND susp <= :now "
-                        "AND (attribute_exists(slots.#h) OR size(slots) < :max)"
-                    ),
-                    ExpressionAttributeNames={"#h": holder},
-                    ExpressionAttributeValues={
-                        ":until": _n(until),
-                        ":one": {"N": "1"},
-                        ":exp": {"N": str(int(self.clock()) + _IDLE_TTL)},
-                        ":now": _n(now),
-                        ":max": {"N": str(max_connections)},
-                    },
-                    ReturnValues="ALL_NEW",
-                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
-                )
-            except ClientError as e:
-                if error_code(e) != "ConditionalCheckFailedException":
-                    raise
-                return False, _state(e.response.get("Item"))
-        with self._lock:
-            self.writes += 1
-        return True, _state(resp.get("Attributes"))
+        """`slots.<holder> = until` if the holder has a slot or the map holds fewer than
+        `max_connections` (size() counts expired ones too) and the site is not
+        suspended."""
+        return self._atomic(
+            site,
+            "SET slots.#h = :until",
+            "attribute_exists(ver) AND susp <= :now "
+            "AND (attribute_exists(slots.#h) OR size(slots) < :max)",
+            {"#h": holder},
+            {":until": _n(until), ":now": _n(now), ":max": {"N": str(max_connections)}},
+        )
 
     def give_back(self, site: str, holder: str) -> SiteState | None:
-        """One UpdateItem: REMOVE `slots.<holder>`, if it is there."""
-        self._count()
-        with translate("dynamodb:UpdateItem"):
-            try:
-                resp = self.ddb.update_item(
-                    TableName=self.table,
-                    Key=_key(site),
-                    UpdateExpression="REMOVE slots.#h SET ver = ver + :one",
-                    ConditionExpression="attribute_exists(slots.#h)",
-                    ExpressionAttributeNames={"#h": holder},
-                    ExpressionAttributeValues={":one": {"N": "1"}},
-                    ReturnValues="ALL_NEW",
-                )
-            except ClientError as e:
-                if error_code(e) != "ConditionalCheckFailedException":
-                    raise
-                return None
-        with self._lock:
-            self.writes += 1
-        return _state(resp.get("Attributes"))
+        """REMOVE `slots.<holder>`, if it is there."""
+        ok, state = self._atomic(
+            site, "REMOVE slots.#h", "attribute_exists(slots.#h)", {"#h": holder}, {}
+        )
+        return state if ok else None
