@@ -474,7 +474,15 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
     for block in (int(b) for b in ns.blocks.split(",") if b.strip()):
-        r = measure(ns.mails, ns.rate, ns.burst, block, ns.concurrency, ns.peer_limit)
+        r = measure(
+            ns.mails,
+            ns.rate,
+            ns.burst,
+            block,
+            ns.concurrency,
+            ns.peer_limit,
+            book_slots=ns.book_slots,
+        )
         print(
             f"block {block}: {r.delivered}/{r.mails} delivered, {r.rate_all:.2f}/s "
             f"(middle {r.rate_mid:.2f}/s), max {r.max_1s} in 1 s (bound {r.bound}), "
