@@ -17,7 +17,12 @@ PIPELINE_DRIVER_MEMORY ?= 4g
 # only, serial GC, one compiler thread: what is queued but never reached is not compiled),
 # which halves a small report's time: measured in docs/benchmarks.md.
 PIPELINE_JAVA_OPTS_BIG ?= -XX:+UseParallelGC
-PIPELINE_JAVA_OPTS_SMALL ?= -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:CICompilerCount=1
+# Also for a small log: py4j calls the JVM's methods by reflection, and after 15 calls of
+# a method the JDK generates a bytecode accessor class for it (~550 in a demo report), each
+# defined and verified at run time; a short job is faster calling them natively (JDK 17;
+# newer JDKs ignore the property). Measured in docs/benchmarks.md, "Report speed".
+PIPELINE_JAVA_OPTS_SMALL ?= -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:CICompilerCount=1 \
+	-Dsun.reflect.inflationThreshold=2147483647
 PIPELINE_SMALL_BYTES ?= 268435456
 PIPELINE_JAVA_OPTS ?=
 # Class data sharing for the driver JVM (issue 28): the first small report on a machine has
@@ -31,7 +36,11 @@ PIPELINE_BUILD := build/pipeline
 # Quiet by default: WARN and up, minus known-harmless warnings (pipeline/conf); no UI, no
 # progress bars. The job prints one line per step. SPARK_LOG=info for Spark's own log.
 PIPELINE_LOG4J := $(abspath pipeline/conf/log4j2.properties)
-PIPELINE_CONF := --conf spark.ui.enabled=false --conf spark.ui.showConsoleProgress=false
+# Local paths through Hadoop's raw local file system: the default one adds a .crc file
+# beside every file written, and without Hadoop's native library each file and directory
+# created costs a forked `chmod` (~100 in a demo report). S3 paths are not affected.
+PIPELINE_CONF := --conf spark.ui.enabled=false --conf spark.ui.showConsoleProgress=false \
+	--conf spark.hadoop.fs.file.impl=org.apache.hadoop.fs.RawLocalFileSystem
 
 # spark-submit finds Spark through the venv's python; the job binds to loopback only.
 PIPELINE_ENV := PYSPARK_PYTHON=$(abspath $(PY)) PYSPARK_DRIVER_PYTHON=$(abspath $(PY)) \

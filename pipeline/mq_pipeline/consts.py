@@ -5,6 +5,9 @@ Standard library only: the renderer and the DuckDB reference import this without
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 # The event vocabulary: a copy of the producer's (`mailqueue.core.events`), which this package
 # cannot import (it is installed alone on EMR); tests/events/test_ses_schema.py holds the
 # two equal. On the wire the operator type is namespaced; the job calls it "Operator".
@@ -137,3 +140,36 @@ def ses_delay_type(code: int, status: str | None, text: str) -> str:
     if code >= 400 or st.startswith(("4.2.", "4.3.", "4.7.")):
         return "RecipientServerError"
     return "Undetermined"
+
+
+# ---- formatting shared by the job's closing line and the renderer (the EMR zip holds
+# the job's modules only: bundle.JOB_MODULES)
+
+
+def fmt_n(v: float | None) -> str:
+    if v is None:
+        return "–"
+    if abs(v) >= 1e6:
+        return f"{v / 1e6:.2f} M"
+    if abs(v) >= 1e4:
+        return f"{v / 1e3:.1f} k"
+    return f"{v:,.0f}" if float(v).is_integer() else f"{v:.3g}"
+
+
+def fmt_pct(v: float | None, digits: int = 2) -> str:
+    return "–" if v is None else f"{v * 100:.{digits}f} %"
+
+
+def breach_lines(breaches: Sequence[dict[str, Any]], limit: int = 10) -> list[str]:
+    """The job's closing line names each breach: "domain gmail.test: hard bounces 5.30 %
+    of 1,200 recipients, over the review band (5 %)", not "breaches": 2."""
+    bands = {name: limit for limit, name in BOUNCE_BANDS}
+    out = [
+        f"{b['grain']} {b.get('key') or 'all'}: hard bounces {fmt_pct(b['value'])} of "
+        f"{fmt_n(b['recipients'])} recipients, over the {b['band']} band "
+        f"({bands.get(b['band'], 0):.0%})"
+        for b in breaches[:limit]
+    ]
+    if len(breaches) > limit:
+        out.append(f"... and {len(breaches) - limit} more in summary.json")
+    return out

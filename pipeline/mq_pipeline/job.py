@@ -34,10 +34,10 @@ from .consts import (
     PERCENTILE_ACCURACY,
     PERCENTILES,
     attempts_label,
+    breach_lines,
     lag_bucket_labels,
     qshape_labels,
 )
-from .render import breach_lines
 from .schema import PARTITION_FIELDS, READ_SCHEMA
 from .transforms import UTC, TimeRange
 
@@ -201,14 +201,19 @@ def to_csv(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
 def _write_table(df: DataFrame, path: str, files: int = 1) -> list[dict[str, Any]]:
     """Write a report table as Parquet and return its (small) rows to the driver.
 
-    The table is computed once into a local checkpoint (its aggregation stays parallel),
-    then written and collected from there: no second computation and no Parquet read-back
-    job (listing the output, opening its footers), which was ~1.2 s of a demo report's
-    15 s (measured in docs/benchmarks.md, "Report speed").
+    The table is computed once, straight into a list of rows in the driver JVM, which
+    becomes a local relation: the Parquet write reads it, and so does the collect to
+    Python, which Spark answers from the relation without a job. Two jobs a table, where
+    a checkpoint, its write and its collect were three (and a Parquet read-back before
+    that): measured in docs/benchmarks.md, "Report speed". Report tables are small
+    (rows per grain key); the rows were always collected to the driver.
     """
-    table = df.localCheckpoint(eager=True)
-    table.coalesce(files).write.mode("overwrite").parquet(path)
-    return [r.asDict(recursive=True) for r in table.collect()]
+    spark = df.sparkSession
+    jdf: Any = df._jdf  # py4j handles: untyped
+    jspark: Any = spark._jsparkSession
+    local = DataFrame(jspark.createDataFrame(jdf.collectAsList(), jdf.schema()), spark)
+    local.coalesce(files).write.mode("overwrite").parquet(path)
+    return [r.asDict(recursive=True) for r in local.collect()]
 
 
 def _build_and_write(build: Callable[[], DataFrame], path: str) -> list[dict[str, Any]]:
@@ -337,7 +342,11 @@ def _run(
     # Outcomes go straight to Parquet and the reports read them back (column-pruned and
     # vectorised): holding 20 M+ outcome rows in memory next to the events evicted the
     # events to disk and made 50 M events 14x slower than 10 M in this step.
+    # A small log's outcomes are checkpointed instead: the tables read them from memory,
+    # without listing the files and opening their footers once per table.
     per_rcpt = transforms.outcomes(events, cfg.rng)
+    if small:
+        per_rcpt = per_rcpt.localCheckpoint(eager=True)
     (
         per_rcpt.write.mode("overwrite")
         # ids are unique: a dictionary would only be built to be thrown away
@@ -345,7 +354,10 @@ def _run(
         .option("parquet.enable.dictionary#rcpt", "false")
         .parquet(f"{out}/parquet/outcomes")
     )
-    outcomes = spark.read.schema(per_rcpt.schema).parquet(f"{out}/parquet/outcomes")
+    outcomes = (
+        per_rcpt if small
+        else spark.read.schema(per_rcpt.schema).parquet(f"{out}/parquet/outcomes")
+    )
     steps.done("outcomes")
 
     at = cfg.qshape_at

@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from .consts import BOUNCE_BANDS, PERCENTILES, attempts_label
+from .consts import BOUNCE_BANDS, PERCENTILES, attempts_label, fmt_n, fmt_pct
 
 # Colour-blind-safe palette (Okabe-Ito), one colour per meaning, reused across charts.
 C = {
@@ -62,20 +62,6 @@ def num(v: str | None) -> float | None:
         return float(v)
     except ValueError:
         return None
-
-
-def fmt_n(v: float | None) -> str:
-    if v is None:
-        return "–"
-    if abs(v) >= 1e6:
-        return f"{v / 1e6:.2f} M"
-    if abs(v) >= 1e4:
-        return f"{v / 1e3:.1f} k"
-    return f"{v:,.0f}" if float(v).is_integer() else f"{v:.3g}"
-
-
-def fmt_pct(v: float | None, digits: int = 2) -> str:
-    return "–" if v is None else f"{v * 100:.{digits}f} %"
 
 
 def fmt_s(v: float | None) -> str:
@@ -492,21 +478,6 @@ def range_title(summary: dict[str, Any]) -> str:
         return "no events in the log"
     b = f"{last:%H:%M:%S}" if first.date() == last.date() else f"{last:%Y-%m-%d %H:%M:%S}"
     return f"{first:%Y-%m-%d %H:%M:%S} – {b} UTC (the whole log)"
-
-
-def breach_lines(breaches: Sequence[dict[str, Any]], limit: int = 10) -> list[str]:
-    """The job's closing line names each breach: "domain gmail.test: hard bounces 5.30 %
-    of 1,200 recipients, over the review band (5 %)", not "breaches": 2."""
-    bands = {name: limit for limit, name in BOUNCE_BANDS}
-    out = [
-        f"{b['grain']} {b.get('key') or 'all'}: hard bounces {fmt_pct(b['value'])} of "
-        f"{fmt_n(b['recipients'])} recipients, over the {b['band']} band "
-        f"({bands.get(b['band'], 0):.0%})"
-        for b in breaches[:limit]
-    ]
-    if len(breaches) > limit:
-        out.append(f"... and {len(breaches) - limit} more in summary.json")
-    return out
 
 
 def _table(head: Sequence[str], rows: Sequence[Sequence[str]], right_from: int = 1) -> str:

@@ -61,19 +61,22 @@ def _grouped(
     cols = [F.col(c) for c in ("_d", "_h", "domain", *extra)]
     out = df.groupingSets(sets, *cols).agg(*aggs, _grain_col().alias("grain"))
     hour_start = F.timestamp_seconds(F.coalesce(F.col("_h"), F.col("_d") * 24) * 3600)
-    out = (
-        out.withColumn("day", F.when(F.col("_h").isNotNull() | F.col("_d").isNotNull(),
-                                     F.date_format(hour_start, "yyyy-MM-dd")))
-        .withColumn("hour", F.when(F.col("_h").isNotNull(), F.pmod(F.col("_h"), 24).cast("int")))
-        .withColumn("domain", F.when(F.col("grain") == "domain", F.col("domain")))
-    )
+    keys = {
+        "grain": F.col("grain"),
+        "day": F.when(F.col("_h").isNotNull() | F.col("_d").isNotNull(),
+                      F.date_format(hour_start, "yyyy-MM-dd")),
+        "hour": F.when(F.col("_h").isNotNull(), F.pmod(F.col("_h"), 24).cast("int")),
+        "domain": F.when(F.col("grain") == "domain", F.col("domain")),
+    }
     rest = [c for c in out.columns if c not in (*GRAIN_COLS, *extra, "_h", "_d")]
-    return out.select(*GRAIN_COLS, *extra, *rest)
+    # one select, not a withColumn per column: each DataFrame call analyses the whole
+    # plan again, which is most of a small report's time (docs/benchmarks.md)
+    return out.select(*[keys[c].alias(c) for c in GRAIN_COLS], *extra, *rest)
 
 
 def _with_time_keys(df: DataFrame, ts: str) -> DataFrame:
     h = F.floor(F.unix_micros(F.col(ts)) / F.lit(_US_PER_HOUR))
-    return df.withColumn("_h", h).withColumn("_d", F.floor(F.col("_h") / 24))
+    return df.withColumns({"_h": h, "_d": F.floor(h / 24)})
 
 
 def _ratio(num: str, den: str) -> Column:
@@ -117,9 +120,11 @@ def event_base(events: DataFrame) -> DataFrame:
     for_reasons = F.col("event_type").isin(*_REASON_TYPES)
     return (
         _with_time_keys(events, "ts")
-        .withColumn("status", F.when(for_reasons, F.col("status")))
-        # a Reject's diag is its reason code (the rejects table)
-        .withColumn("diag", F.when(for_reasons | (F.col("event_type") == "Reject"), F.col("diag")))
+        .withColumns({
+            "status": F.when(for_reasons, F.col("status")),
+            # a Reject's diag is its reason code (the rejects table)
+            "diag": F.when(for_reasons | (F.col("event_type") == "Reject"), F.col("diag")),
+        })
         .groupBy("_d", "_h", "domain", "event_type", "status", "diag", "sender")
         .agg(
             F.count(F.lit(1)).alias("events"),
@@ -227,25 +232,28 @@ def delivery(
         ],
     )
     if one_day:
-        overall = (
-            ttd.where(F.col("grain") == "day")
-            .withColumn("grain", F.lit("overall"))
-            .withColumn("day", F.lit(None).cast("string"))
+        overall = ttd.where(F.col("grain") == "day").withColumns(
+            {"grain": F.lit("overall"), "day": F.lit(None).cast("string")}
         )
         ttd = ttd.unionByName(overall)
-    for i, p in enumerate(PERCENTILES):
-        ttd = ttd.withColumn(f"ttd_p{round(p * 100)}_s", F.col("pct")[i])
-    g = _grain_join(g, ttd.drop("pct"))
-    g = g.withColumn("finalised", F.col("delivered") + F.col("bounced") + F.col("deleted"))
-    return (
-        g.withColumn("ttd_mean_s", _ratio("ttd_sum", "delivered"))
-        .drop("ttd_sum")
-        .withColumn("delivery_rate", _ratio("delivered", "finalised"))
-        .withColumn("delivered_of_sent", _ratio("delivered", "recipients"))
-        .withColumn("first_attempt_rate", _ratio("first_attempt_delivered", "attempted"))
-        .withColumn("retry_yield", _ratio("deferred_delivered", "deferred_finalised"))
-        .withColumn("hard_bounce_rate", _ratio("hard_bounced", "recipients"))
-        .withColumn("bounce_band", _band_col(F.col("hard_bounce_rate")))
+    pcts = {f"ttd_p{round(p * 100)}_s": F.col("pct")[i] for i, p in enumerate(PERCENTILES)}
+    ttd = ttd.select(*[c for c in ttd.columns if c != "pct"],
+                     *[c.alias(k) for k, c in pcts.items()])
+    g = _grain_join(g, ttd)
+    finalised = F.col("delivered") + F.col("bounced") + F.col("deleted")
+    hard_rate = _ratio("hard_bounced", "recipients")
+    cols = [c for c in g.columns if c != "ttd_sum"]
+    # one select (see _grouped): the columns in the order the withColumn chain made them
+    return g.select(
+        *cols,
+        finalised.alias("finalised"),
+        _ratio("ttd_sum", "delivered").alias("ttd_mean_s"),
+        F.when(finalised > 0, F.col("delivered") / finalised).alias("delivery_rate"),
+        _ratio("delivered", "recipients").alias("delivered_of_sent"),
+        _ratio("first_attempt_delivered", "attempted").alias("first_attempt_rate"),
+        _ratio("deferred_delivered", "deferred_finalised").alias("retry_yield"),
+        hard_rate.alias("hard_bounce_rate"),
+        _band_col(hard_rate).alias("bounce_band"),
     )
 
 
@@ -282,11 +290,11 @@ def reasons(base: DataFrame, top_n: int = 10, ascii_lower: bool = False) -> Data
         .agg(F.sum("events").alias("events"))
     )
     base = (
-        raw.withColumn("status", F.coalesce(F.col("status"), F.lit("")))
-        .withColumn(
-            "reason", F.coalesce(normalise_reason_col(F.col("diag"), ascii_lower), F.lit(""))
-        )
-        .withColumn("_h", F.lit(None).cast("long"))
+        raw.withColumns({
+            "status": F.coalesce(F.col("status"), F.lit("")),
+            "reason": F.coalesce(normalise_reason_col(F.col("diag"), ascii_lower), F.lit("")),
+            "_h": F.lit(None).cast("long"),
+        })
     )
     g = _grouped(
         base,
@@ -296,8 +304,10 @@ def reasons(base: DataFrame, top_n: int = 10, ascii_lower: bool = False) -> Data
     )
     w = Window.partitionBy("grain", "day", "domain", "kind")
     ranked = (
-        g.withColumn("rank", F.row_number().over(w.orderBy(F.desc("events"), "status", "reason")))
-        .withColumn("share", F.col("events") / F.sum("events").over(w))
+        g.withColumns({
+            "rank": F.row_number().over(w.orderBy(F.desc("events"), "status", "reason")),
+            "share": F.col("events") / F.sum("events").over(w),
+        })
     )
     return ranked.where(F.col("rank") <= top_n)
 
@@ -369,14 +379,13 @@ def sched_lag(base: DataFrame, histogram: DataFrame) -> DataFrame:
         Window.partitionBy(*key).orderBy("bin").rowsBetween(Window.unboundedPreceding, 0)
     )
     total = F.sum("n").over(Window.partitionBy(*key))
-    ranked = per_bin.withColumn("cum", cum).withColumn("total", total)
+    ranked = per_bin.withColumns({"cum": cum, "total": total})
     picks = []
     for p in LAG_PERCENTILES:
         rank = F.greatest(F.lit(1), F.ceil(F.lit(p) * F.col("total")))
         picks.append(F.min(F.when(F.col("cum") >= rank, F.col("bin"))).alias(_pname(p)))
     q = ranked.groupBy(*key).agg(*picks)
-    for p in LAG_PERCENTILES:
-        q = q.withColumn(_pname(p), lag_bin_value(F.col(_pname(p))))
+    q = q.withColumns({_pname(p): lag_bin_value(F.col(_pname(p))) for p in LAG_PERCENTILES})
     return _grain_join(exact, q)
 
 
@@ -522,9 +531,10 @@ def rejects(base: DataFrame, top_n: int = 10) -> DataFrame:
         .agg(F.sum("events").alias("events"))
     )
     w = Window.orderBy(F.desc("events"), "reason")
-    ranked = per.withColumn("rank", F.row_number().over(w)).withColumn(
-        "share", F.col("events") / F.sum("events").over(Window.partitionBy())
-    )
+    ranked = per.withColumns({
+        "rank": F.row_number().over(w),
+        "share": F.col("events") / F.sum("events").over(Window.partitionBy()),
+    })
     return ranked.where(F.col("rank") <= top_n)
 
 

@@ -4,8 +4,12 @@ writer touches only its own section; the EMR bundle holds the job's modules."""
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import json
+import os
 import re
+import subprocess
+import sys
 import zipfile
 from collections import Counter
 from pathlib import Path
@@ -139,3 +143,36 @@ def test_bundle_has_the_job_and_no_extras(tmp_path: Path) -> None:
     assert (tmp_path / "main.py").read_text().count("from mq_pipeline.job import main") == 1
     again = bundle.build(tmp_path / "again")
     assert again.read_bytes() == z.read_bytes()  # reproducible
+
+
+def test_the_bundled_job_imports_from_its_zip_alone(tmp_path: Path) -> None:
+    """EMR runs main.py with the zip on the path and PySpark, nothing else of ours: every
+    module the job imports must be in it (job.py once imported the renderer, which is not)."""
+    z = bundle.build(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(z)
+    code = "import mq_pipeline.job as j, sys; print(j.__file__); sys.exit(callable(j.main) - 1)"
+    done = subprocess.run([sys.executable, "-P", "-c", code], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert str(z) in done.stdout  # the job came from the zip, not from the checkout
+
+
+def test_spark_submits_pyspark_zips_go_behind_the_installed_package() -> None:
+    """Locally the job imports the pip-installed PySpark (compiled bytecode), not the copy
+    in its zips that spark-submit puts first; on EMR (Spark's own zips) nothing moves."""
+    spec = importlib.util.spec_from_file_location(
+        "mq_pipeline_main", Path(bundle.__file__).resolve().parents[1] / "main.py"
+    )
+    assert spec is not None and spec.loader is not None
+    main = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(main)
+    lib = "/v/lib/python3.11/site-packages/pyspark/python/lib"
+    path = [f"{lib}/pyspark.zip", f"{lib}/py4j-0.10.9.9-src.zip", "/job", "/v/lib/site-packages"]
+    main.installed_pyspark_first(path)
+    assert path == ["/job", "/v/lib/site-packages", f"{lib}/pyspark.zip",
+                    f"{lib}/py4j-0.10.9.9-src.zip"]
+    emr = ["/usr/lib/spark/python/lib/pyspark.zip", "/job", "/usr/lib/python3/site-packages"]
+    main.installed_pyspark_first(emr)
+    assert emr == ["/usr/lib/spark/python/lib/pyspark.zip", "/job",
+                   "/usr/lib/python3/site-packages"]

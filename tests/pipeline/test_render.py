@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mq_pipeline import render
+from mq_pipeline import consts, render
 
 W = render.W
 
@@ -215,7 +215,7 @@ def test_numbers_in_tables_do_not_wrap() -> None:
 
 
 def test_the_jobs_last_line_says_what_breached() -> None:
-    lines = render.breach_lines(
+    lines = consts.breach_lines(
         [{"grain": "domain", "key": "gmail.test", "value": 0.053, "band": "review",
           "recipients": 1200}]
     )
