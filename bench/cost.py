@@ -1163,7 +1163,8 @@ def model(run: Run, volume: int, tpl: Template, egress: str | None = "relay") ->
     calls = sum(per_container_share(run, tpl, volume, f, op) for f, op in PER_CONTAINER) * volume
     add(
         "Secrets Manager",
-        "GetSecretValue (per container and 5 min)",
+        f"GetSecretValue (per warm container and 5 min: "
+        f"{warm_containers(run, tpl, volume)} containers)",
         calls * sm["per_10000_api_calls"] / 1e4,
     )
     keys = run.ops("delivery").get("secretsmanager:GetSecretValue", 0)
@@ -1380,12 +1381,24 @@ REQUEST_FLOOR = 6.5
 PER_CONTAINER = {("delivery", "secretsmanager:GetSecretValue"): 300}
 
 
+def warm_containers(run: Run, tpl: Template, volume: int, f: str = "delivery") -> int:
+    """Containers of `f` alive at `volume`: its mean concurrency (Little's law: the
+    seconds it is busy per mail x mails per second) plus three standard deviations of a
+    Poisson count, since the peaks start the containers that then wait, warm, until
+    Lambda reclaims them; at least 1, at most the template's delivery concurrency."""
+    busy = lambda_seconds(run, f, tpl.memory_mb[f]) / run.mails * volume / SECONDS_PER_MONTH
+    return int(min(tpl.delivery_containers, max(1, math.ceil(busy + 3 * math.sqrt(busy)))))
+
+
 def per_container_share(run: Run, tpl: Template, volume: int, f: str, op: str) -> float:
     """Per mail at `volume`: the run's rate (one warm container: a cache miss per key), or
-    the most every delivery container could make refreshing its cache, whichever is less."""
+    what the containers alive at that volume read refreshing their caches, whichever is
+    less. (It assumed all `delivery_containers` warm at every volume: 90 containers
+    reading 2 keys every 5 minutes is $0.50 a million at 10 M a month, where ~3 run.)"""
     keys = run.ops(f).get(op, 0)  # the run has one warm container per function: one read
     refreshes = SECONDS_PER_MONTH / PER_CONTAINER[(f, op)]  # per key, cached for the period
-    return min(keys / run.mails, tpl.delivery_containers * keys * refreshes / volume)
+    alive = warm_containers(run, tpl, volume, f)
+    return min(keys / run.mails, alive * keys * refreshes / volume)
 
 
 def path_requests(run: Run, tpl: Template, volume: int) -> dict[str, float]:

@@ -4,6 +4,7 @@ mail are asserted (they are what docs/benchmarks.md prices)."""
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from typing import Any
 
@@ -305,7 +306,8 @@ def test_the_batch_figure_prices_api_requests_per_call(run: cost.Run, batch_run:
 
 def test_secrets_are_priced_per_container_and_cache_period_not_per_mail() -> None:
     """A warm delivery container reads each DKIM key once per 5 minutes: at volume the
-    share per mail is what every delivery container could read, not the run's rate."""
+    share per mail is what the containers alive at that volume read, not the run's rate,
+    and not all of the template's 90 (a light load keeps a few warm)."""
     tpl = cost.Template.load()
     assert tpl.delivery_containers == 90  # DeliveryMaxConcurrency 60 + bulk 30
     run = cost.Run(mails=20)
@@ -315,17 +317,31 @@ def test_secrets_are_priced_per_container_and_cache_period_not_per_mail() -> Non
         keys = {"pk": {"S": f"M#{i}"}, "sk": {"S": "G#a.example"}}
         run.records.append({"eventName": "INSERT", "dynamodb": {"Keys": keys, "NewImage": keys}})
     f, op = "delivery", "secretsmanager:GetSecretValue"
-    # 1 M a month: the run's rate (2 reads per 20 mails) is below the containers' most
-    assert cost.per_container_share(run, tpl, 1_000_000, f, op) == pytest.approx(0.1)
-    # 100 M: 90 containers x 2 keys x one read per 300 s
-    most = tpl.delivery_containers * 2 * cost.SECONDS_PER_MONTH / 300 / 100_000_000
+    # a run of 20 mails: its rate (2 reads per 20 mails) is what one container reads
+    assert cost.per_container_share(run, tpl, 20, f, op) == pytest.approx(0.1)
+    # 1 M a month keeps one container warm: 2 keys every 5 minutes, all month
+    assert cost.warm_containers(run, tpl, 1_000_000) == 1
+    one = 2 * cost.SECONDS_PER_MONTH / 300 / 1_000_000
+    assert cost.per_container_share(run, tpl, 1_000_000, f, op) == pytest.approx(one)
+    # delivery busy ~0.13 s a mail (0.1 s of CPU at its memory size, the rest AWS's and
+    # the relay's answers): at 100 M a month ~5 busy at once on average, so
+    # 5 + 3 x sqrt(5) -> 12 containers stay warm, not 90
+    run.cpu_s["delivery"] = 2.0 / cost.cpu_factor(tpl.memory_mb["delivery"])
+    busy = cost.lambda_seconds(run, f, tpl.memory_mb["delivery"]) / 20
+    assert 0.1 <= busy <= 0.2
+    mean = busy * 100_000_000 / cost.SECONDS_PER_MONTH
+    alive = cost.warm_containers(run, tpl, 100_000_000)
+    assert alive == math.ceil(mean + 3 * math.sqrt(mean)) and 8 <= alive <= 16
+    most = alive * 2 * cost.SECONDS_PER_MONTH / 300 / 100_000_000
     assert cost.per_container_share(run, tpl, 100_000_000, f, op) == pytest.approx(most)
     assert cost.path_requests(run, tpl, 100_000_000)[op] == pytest.approx(most)
     lines = {x.item: x.per_month for x in cost.model(run, 100_000_000, tpl)}
-    assert lines["GetSecretValue (per container and 5 min)"] == pytest.approx(
-        most * 100_000_000 * 0.05 / 1e4
-    )
+    name = f"GetSecretValue (per warm container and 5 min: {alive} containers)"
+    assert lines[name] == pytest.approx(most * 100_000_000 * 0.05 / 1e4)
     assert lines["secrets stored (2 DKIM keys read in the run)"] == pytest.approx(0.80)
+    # a slow delivery at a huge volume is held to the template's concurrency
+    run.cpu_s["delivery"] = 2000.0
+    assert cost.warm_containers(run, tpl, 1_000_000_000) == tpl.delivery_containers
 
 
 def test_a_client_kept_from_an_earlier_run_counts_in_the_run_in_progress(
