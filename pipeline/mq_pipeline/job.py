@@ -15,7 +15,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -198,16 +198,27 @@ def to_csv(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
     return buf.getvalue()
 
 
-def _write_table(df: DataFrame, path: str, files: int = 1) -> list[dict[str, Any]]:
-    """Write a report table as Parquet and return its (small) rows to the driver.
+def _write_table(
+    df: DataFrame, path: str, files: int = 1, small: bool = False
+) -> list[dict[str, Any]]:
+    """Write a report table as Parquet and return its rows to the driver.
 
-    The table is computed once, straight into a list of rows in the driver JVM, which
-    becomes a local relation: the Parquet write reads it, and so does the collect to
-    Python, which Spark answers from the relation without a job. Two jobs a table, where
-    a checkpoint, its write and its collect were three (and a Parquet read-back before
-    that): measured in docs/benchmarks.md, "Report speed". Report tables are small
-    (rows per grain key); the rows were always collected to the driver.
+    The table is computed once into a local checkpoint (its aggregation stays parallel),
+    then written and collected from there: no second computation and no Parquet read-back
+    job (listing the output, opening its footers), which was ~1.2 s of a demo report's
+    15 s (measured in docs/benchmarks.md, "Report speed").
+
+    For a `small` log, where each job is fixed cost, the table is instead collected once
+    into a local relation in the driver JVM: the Parquet write reads that, and the collect
+    to Python is answered from it without a job (two jobs a table, not three). Not for big
+    logs: their domain tables are thousands of rows, which this would turn into Java
+    objects and back, and ship to the write in one task (1m events: the tables' step
+    22.5 -> 27.3 s).
     """
+    if not small:
+        table = df.localCheckpoint(eager=True)
+        table.coalesce(files).write.mode("overwrite").parquet(path)
+        return [r.asDict(recursive=True) for r in table.collect()]
     spark = df.sparkSession
     jdf: Any = df._jdf  # py4j handles: untyped
     jspark: Any = spark._jsparkSession
@@ -216,9 +227,11 @@ def _write_table(df: DataFrame, path: str, files: int = 1) -> list[dict[str, Any
     return [r.asDict(recursive=True) for r in local.collect()]
 
 
-def _build_and_write(build: Callable[[], DataFrame], path: str) -> list[dict[str, Any]]:
+def _build_and_write(
+    build: Callable[[], DataFrame], path: str, small: bool = False
+) -> list[dict[str, Any]]:
     """Build a table's DataFrame (which analyses it) and write it, in a worker thread."""
-    return _write_table(build(), path)
+    return _write_table(build(), path, small=small)
 
 
 _GRAIN_ORDER = {"overall": 0, "day": 1, "hour": 2, "domain": 3}
@@ -339,26 +352,25 @@ def _run(
         events.write.mode("overwrite").parquet(f"{out}/parquet/events")
     lag_hist = report.lag_histogram(events).localCheckpoint(eager=True)
 
-    # Outcomes go straight to Parquet and the reports read them back (column-pruned and
-    # vectorised): holding 20 M+ outcome rows in memory next to the events evicted the
-    # events to disk and made 50 M events 14x slower than 10 M in this step.
-    # A small log's outcomes are checkpointed instead: the tables read them from memory,
-    # without listing the files and opening their footers once per table.
-    per_rcpt = transforms.outcomes(events, cfg.rng)
-    if small:
-        per_rcpt = per_rcpt.localCheckpoint(eager=True)
-    (
-        per_rcpt.write.mode("overwrite")
-        # ids are unique: a dictionary would only be built to be thrown away
-        .option("parquet.enable.dictionary#message_id", "false")
-        .option("parquet.enable.dictionary#rcpt", "false")
-        .parquet(f"{out}/parquet/outcomes")
-    )
-    outcomes = (
-        per_rcpt if small
-        else spark.read.schema(per_rcpt.schema).parquet(f"{out}/parquet/outcomes")
-    )
-    steps.done("outcomes")
+    def write_outcomes() -> DataFrame:
+        """Outcomes go straight to Parquet and the reports read them back (column-pruned
+        and vectorised): holding 20 M+ outcome rows in memory next to the events evicted
+        the events to disk and made 50 M events 14x slower than 10 M in this step. A small
+        log's outcomes are checkpointed instead: the tables read them from memory, without
+        listing the files and opening their footers once per table."""
+        per_rcpt = transforms.outcomes(events, cfg.rng)
+        if small:
+            per_rcpt = per_rcpt.localCheckpoint(eager=True)
+        (
+            per_rcpt.write.mode("overwrite")
+            # ids are unique: a dictionary would only be built to be thrown away
+            .option("parquet.enable.dictionary#message_id", "false")
+            .option("parquet.enable.dictionary#rcpt", "false")
+            .parquet(f"{out}/parquet/outcomes")
+        )
+        if small:
+            return per_rcpt
+        return spark.read.schema(per_rcpt.schema).parquet(f"{out}/parquet/outcomes")
 
     at = cfg.qshape_at
     if at is None:
@@ -367,10 +379,9 @@ def _run(
 
     bucket_s = report.timeline_bucket(stats["first"], stats["last"])
     one_day = _one_utc_day(cfg.rng)
-    frames: dict[str, Callable[[], DataFrame]] = {
+    # tables of the events (and their hourly base), then tables of the outcomes
+    on_events: dict[str, Callable[[], DataFrame]] = {
         "volumes": lambda: report.volumes(base),
-        "delivery": lambda: report.delivery(outcomes, cfg.accuracy, one_day=one_day),
-        "attempts": lambda: report.attempts_histogram(outcomes),
         "reasons": lambda: report.reasons(base, cfg.top_reasons, ascii_lower=small),
         "sched_lag": lambda: report.sched_lag(base, lag_hist),
         "senders": lambda: report.senders(base, cfg.top_reasons),
@@ -379,20 +390,43 @@ def _run(
         "feedback": lambda: report.feedback(events),
         "timeline": lambda: report.timeline(base, events, bucket_s),
     }
-    if at is not None:
-        at_ = at
-        frames["qshape"] = lambda: report.qshape(outcomes, at_)
+
+    def on_outcomes(outcomes: DataFrame) -> dict[str, Callable[[], DataFrame]]:
+        frames: dict[str, Callable[[], DataFrame]] = {
+            "delivery": lambda: report.delivery(outcomes, cfg.accuracy, one_day=one_day),
+            "attempts": lambda: report.attempts_histogram(outcomes),
+        }
+        if at is not None:
+            at_ = at
+            frames["qshape"] = lambda: report.qshape(outcomes, at_)
+        return frames
+
     # The report tables are small jobs whose time is mostly the driver analysing,
     # planning and compiling them (building a DataFrame analyses it: ~40 % of a demo
     # report's table time); built and run side by side, one table's planning overlaps
-    # another's.
+    # another's. For a small log the outcomes are written beside the event tables too
+    # (first: the delivery table, the longest, waits for them); a big log's outcomes
+    # write has the machine to itself, as it is most of that step's time.
     with ThreadPoolExecutor(max_workers=REPORT_THREADS) as pool:
-        futures = {
-            name: pool.submit(_build_and_write, build, f"{out}/parquet/{name}")
-            for name, build in frames.items()
-        }
+        futures: dict[str, Future[list[dict[str, Any]]]] = {}
+
+        def submit(frames: dict[str, Callable[[], DataFrame]]) -> None:
+            for name, build in frames.items():
+                futures[name] = pool.submit(
+                    _build_and_write, build, f"{out}/parquet/{name}", small
+                )
+
+        if small:
+            outcomes_f = pool.submit(write_outcomes)
+            submit(on_events)
+            submit(on_outcomes(outcomes_f.result()))
+        else:
+            outcomes = write_outcomes()
+            steps.done("outcomes")
+            # the delivery table first: on a big log it is the longest
+            submit({**on_outcomes(outcomes), **on_events})
         rows = {name: fut.result() for name, fut in futures.items()}
-    steps.done("report tables (" + ", ".join(frames) + ")")
+    steps.done(("outcomes and " if small else "") + "report tables (" + ", ".join(futures) + ")")
     rows.setdefault("qshape", [])
 
     top = _top_domains(rows["delivery"], cfg.csv_domains)
@@ -660,6 +694,11 @@ def build_spark(app: str = "mq-pipeline") -> SparkSession:
         # What does not fit is spilled; Kryo (UnsafeRow supports it) is far cheaper than
         # Java serialisation for that.
         .config("spark.serializer", "org.apache.spark.serializer.KryoSerializer")
+        # PySpark's DataFrame debugging records the Python call site of every function and
+        # Column call in the JVM (a session lookup, a conf read and a set and clear of the
+        # origin: ~10,000 py4j round trips in a demo report, ~1.5 s of it). Errors still
+        # carry the Python traceback and Spark's own context.
+        .config("spark.python.sql.dataFrameDebugging.enabled", "false")
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("WARN")
