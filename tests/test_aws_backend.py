@@ -25,8 +25,9 @@ def test_enqueue_one_recipient_10kb_takes_three_requests(aws: AwsEnv) -> None:
     st = aws.storage(inline_content_max_bytes=0)  # content in S3
     aws.counter.reset()
     st.enqueue(f.envelope(), f.content(10 * 1024))
+    # one group, no idempotency key: an S3 solo mail, one item (issue 25)
     assert aws.counter.snapshot() == {
-        "dynamodb:BatchWriteItem": 1,
+        "dynamodb:PutItem": 1,
         "s3:PutObject": 1,
         "sqs:SendMessageBatch": 1,
     }
@@ -56,11 +57,11 @@ def test_claim_to_cleanup_request_count(aws: AwsEnv, capsys: pytest.CaptureFixtu
     t = st.send_done(c, ["r0"], OK)
     assert t.cleaned
     calls = aws.counter.snapshot()
-    # claim (1 update) + content (1 get) + done (1 update) + content delete (1)
-    # + item deletes (1 batch); a one-group mail needs no finish-check query
+    # claim (1 update) + content (1 get) + done (1 update) + content delete (1); an S3
+    # solo mail's item is left to TTL (issue 25: it was 1 BatchWriteItem deleting the mail
+    # item and the group); a one-group mail needs no finish-check query
     assert calls == {
         "dynamodb:UpdateItem": 2,
-        "dynamodb:BatchWriteItem": 1,
         "s3:GetObject": 1,
         "s3:DeleteObject": 1,
     }

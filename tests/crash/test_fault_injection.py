@@ -109,7 +109,10 @@ _BY_NAME = {s.name: s for s in SCENARIOS}
 
 @pytest.mark.parametrize(
     "sc",
-    [_BY_NAME[n] for n in ("deliverable", "solo-deliverable", "mixed3", "max50")],
+    [
+        _BY_NAME[n]
+        for n in ("deliverable", "solo-deliverable", "solo-s3-permanent", "mixed3", "max50")
+    ],
     ids=lambda s: s.name,
 )
 def test_a_fault_on_each_call_in_turn(

@@ -53,6 +53,7 @@ from mailqueue.backends.aws.items import (  # noqa: F401 (re-exported names)
     _SOLO_DROPS,
     _SOLO_SEP,
     _UNRECORDED_OK,
+    CLAIM_GROWTH,
     CONTENT_PREFIXES,
     GSI_STATE,
     INLINE_PREFIX,
@@ -60,6 +61,7 @@ from mailqueue.backends.aws.items import (  # noqa: F401 (re-exported names)
     LEASE_FREE,
     MAX_DELAY,
     MAX_VISIBILITY,
+    S3_SOLO_MARK,
     SOLO_MARK,
     _add_headers,
     _AlreadyStored,
@@ -86,7 +88,9 @@ from mailqueue.backends.aws.items import (  # noqa: F401 (re-exported names)
     inline_body,
     inline_key,
     is_inline,
+    is_s3_solo,
     is_solo,
+    object_key,
     read_inline,
     solo_key,
     state_key,
@@ -140,6 +144,13 @@ def _lease_end(item: dict[str, Any]) -> datetime | None:
     if ms is not None:
         return datetime.fromtimestamp(int(ms) / 1000, tz=UTC)
     return from_iso(item.get("lease_until"))
+
+
+def _expired(item: dict[str, Any], now_s: float) -> bool:
+    """A finished item out of the state index whose TTL has passed: gone for every reader
+    but the table, which deletes it within days (DynamoDB's TTL; moto never does)."""
+    ttl = item.get("expires_at")
+    return "st" not in item and ttl is not None and int(ttl) <= now_s
 
 
 def _seconds_until(at: datetime, now: datetime) -> int:
@@ -379,6 +390,23 @@ class AwsStorage:
             )
 
         # 2. state: one mail item + one item per group, one BatchWriteItem for ≤ 24 groups
+        if idempotency_key is None and len(groups) == 1 and self.s.solo_item_max_bytes > 0:
+            # one group, no key to keep: an S3 solo mail, one item (see S3_SOLO_MARK)
+            items = self._items_for(
+                mail_id, sha, envelope, recipients, groups, now, due, S3_SOLO_MARK + key,
+                len(content),
+            )  # fmt: skip
+            solo = self._solo_item(items, mail_id, next(iter(groups)), mark=None)
+            assert solo is not None
+            _add_headers(solo, content, reserve=CLAIM_GROWTH)
+            with translate("dynamodb:PutItem"):
+                self.c.dynamodb.put_item(TableName=self.s.table, Item=solo)
+            self._send_triggers(
+                [MailRef(mail_id, g) for g in groups],
+                _seconds_until(due, now),
+                priority_of(envelope.tags),
+            )
+            return answer
         items = self._items_for(
             mail_id, sha, envelope, recipients, groups, now, due, key, len(content)
         )
@@ -484,19 +512,28 @@ class AwsStorage:
         return answer
 
     def _solo_item(
-        self, items: list[dict[str, Any]], mail_id: str, group: str
+        self,
+        items: list[dict[str, Any]],
+        mail_id: str,
+        group: str,
+        *,
+        mark: str | None = SOLO_MARK,
     ) -> dict[str, Any] | None:
-        """The mail item folded into its only group item, if that stays small enough."""
+        """The mail item folded into its only group item, if that stays small enough.
+
+        `mark`: the content key the item stores (SOLO_MARK: the content is in it); None
+        keeps the group's (an S3 solo's "|<object key>"), whatever the item's size: without
+        content it is the group item plus a few fields."""
         from mailqueue.backends.aws.limits import item_size
 
         if self.s.solo_item_max_bytes <= 0:
             return None
         mail, grp = items
-        solo = {
-            **grp,
-            **{k: v for k, v in mail.items() if k not in _SOLO_DROPS},
-            "content_key": {"S": SOLO_MARK},
-        }
+        solo = {**grp, **{k: v for k, v in mail.items() if k not in _SOLO_DROPS}}
+        if mark is None:
+            solo["content_key"] = grp["content_key"]
+            return solo
+        solo["content_key"] = {"S": mark}
         return solo if item_size(solo) <= self.s.solo_item_max_bytes else None
 
     def _mail_item(self, mail_id: str) -> dict[str, Any] | None:
@@ -878,8 +915,9 @@ class AwsStorage:
             for mid in chunk:
                 if mid in present:
                     continue
-                if self._query_mail(mid):  # groups without a mail item: not an orphan
-                    continue
+                now_s = self.clock().timestamp()
+                if any(not _expired(it, now_s) for it in self._query_mail(mid)):
+                    continue  # groups without a mail item (a solo mail): not an orphan
                 yield PendingCleanup(mid, "orphan")
 
     def _existing_mail_items(self, mail_ids: list[str]) -> set[str]:
@@ -1127,7 +1165,9 @@ class AwsStorage:
             return InflightMail(group=claim.group, content=io.BytesIO(data), size=len(data))
         with translate("s3:GetObject"):
             try:
-                obj = self.c.s3.get_object(Bucket=self.s.bucket, Key=claim.group.content_key)
+                obj = self.c.s3.get_object(
+                    Bucket=self.s.bucket, Key=object_key(claim.group.content_key)
+                )
             except ClientError as e:
                 if error_code(e) in ("NoSuchKey", "404"):
                     raise NotFound(claim.group.content_key) from e
@@ -1304,7 +1344,7 @@ class AwsStorage:
                 # The content goes now too: no DSN is due (that would be state `dsn`), and
                 # without it the item stays within one write unit for this write and for
                 # the delete (each priced by the larger of its images).
-                removes += ["st", "due", _BODY]
+                removes += ["st", "due", _BODY, "hdrs"]
                 ttl = int(now.timestamp())
             else:
                 values[":st"] = {"S": state_key(state.value, group.mail_id, self.s.state_shards)}
@@ -1356,6 +1396,11 @@ class AwsStorage:
             # The mail is this one item, already out of the index, without its content and
             # expired: DynamoDB's TTL deletes it for free (the envelope and the results stay
             # readable until then, as they are in the event log), unless told to now.
+            if is_s3_solo(group.content_key):
+                # its content object goes now (a DELETE is free); cut short, the orphan
+                # finder removes it once TTL has taken the item (`find_orphans`)
+                with translate("s3:DeleteObject"):
+                    self.c.s3.delete_object(Bucket=self.s.bucket, Key=object_key(group.content_key))
             if not self.s.solo_delete:
                 return True, True
             with translate("dynamodb:DeleteItem"):
@@ -1590,7 +1635,11 @@ class AwsStorage:
         key = next((it.get("content_key") for it in items if it.get("content_key")), None)
         if not is_inline(key):  # inline content is deleted (or tombstoned) with the mail item
             # no item names the key (an orphan): both places it may be (deletes are free)
-            keys = [key] if key else [self.content_key(mail_id), self._legacy_content_key(mail_id)]
+            keys = (
+                [object_key(str(key))]
+                if key
+                else [self.content_key(mail_id), self._legacy_content_key(mail_id)]
+            )
             for k in keys:
                 with translate("s3:DeleteObject"):
                     self.c.s3.delete_object(Bucket=self.s.bucket, Key=k)
@@ -1627,7 +1676,7 @@ class AwsStorage:
         item = self._mail_item(mail_id) or self._solo_of(mail_id)
         if item is not None and is_inline(item.get("content_key")):
             return _BODY in item
-        named = str(item.get("content_key") or "") if item is not None else ""
+        named = object_key(str(item.get("content_key") or "")) if item is not None else ""
         keys = [named] if named else [self.content_key(mail_id), self._legacy_content_key(mail_id)]
         for k in keys:
             with translate("s3:HeadObject"):
@@ -1661,7 +1710,7 @@ class AwsStorage:
         with translate("s3:GetObject"):
             try:
                 obj = self.c.s3.get_object(
-                    Bucket=self.s.bucket, Key=key or self.content_key(mail_id)
+                    Bucket=self.s.bucket, Key=object_key(key) or self.content_key(mail_id)
                 )
             except ClientError as e:
                 if error_code(e) in ("NoSuchKey", "404"):

@@ -11,7 +11,7 @@ from typing import Any
 from boto3.dynamodb.types import TypeDeserializer
 
 from mailqueue.backends.aws.clients import translate
-from mailqueue.backends.aws.items import INLINE_PREFIX, _plain, read_inline
+from mailqueue.backends.aws.items import INLINE_PREFIX, _plain, object_key, read_inline
 from mailqueue.core.errors import PermanentStorageError
 from mailqueue.core.events import HEADER_READ_MAX, QueueEvent, header_section, unpack_headers
 from mailqueue.services.eventlog import encode_lines, partition_of
@@ -49,8 +49,9 @@ def stored_headers(records: Iterable[Mapping[str, Any]]) -> dict[str, bytes]:
         new = (rec.get("dynamodb") or {}).get("NewImage") or {}
         pk = str((new.get("pk") or {}).get("S", ""))
         sk = str((new.get("sk") or {}).get("S", ""))
-        # a mail item, or a solo mail's group item (it holds the mail's content)
-        if not pk.startswith("M#") or not (sk == "M" or (sk.startswith("G#") and "body" in new)):
+        # a mail item, or a solo mail's group item (its content, or its header section)
+        solo = sk.startswith("G#") and ("body" in new or "hdrs" in new)
+        if not pk.startswith("M#") or not (sk == "M" or solo):
             continue
         block: bytes | None = None
         if "hdrs" in new:
@@ -151,7 +152,9 @@ class ContentHeaders:
                 return None if data is None else header_section(data)
             with translate("s3:GetObject"):
                 body: bytes = self.s3.get_object(
-                    Bucket=self.bucket, Key=content_key, Range=f"bytes=0-{HEADER_READ_MAX - 1}"
+                    Bucket=self.bucket,
+                    Key=object_key(content_key),
+                    Range=f"bytes=0-{HEADER_READ_MAX - 1}",
                 )["Body"].read()
             return body
         except PermanentStorageError:  # deleted already, or no permission: no headers

@@ -102,9 +102,28 @@ def solo_key(mail_id: str, group: str) -> str:
     return f"{INLINE_PREFIX}M#{mail_id}{_SOLO_SEP}G#{group}"
 
 
+# A one-group mail whose content is in S3 is a solo mail too (issue 25): the group item
+# carries the mail's fields (and its header section, `hdrs`, when it fits the item's
+# write unit), no mail item is written, and the content key is the object's key behind
+# this mark: "|content/3f/<id>". The item lives as an inline solo does (out of the state
+# index at its result, then expired by TTL); the object is deleted right after that
+# result, and if that delete is cut short, the orphan finder removes it later.
+S3_SOLO_MARK = _SOLO_SEP
+
+
+def is_s3_solo(content_key: str | None) -> bool:
+    """Whether a content key names a solo mail's content in S3 ("|<object key>")."""
+    return bool(content_key) and str(content_key).startswith(S3_SOLO_MARK)
+
+
+def object_key(content_key: str) -> str:
+    """The S3 object key a (non-inline) content key names: an S3 solo's mark removed."""
+    return content_key[len(S3_SOLO_MARK) :] if is_s3_solo(content_key) else content_key
+
+
 def is_solo(content_key: str | None) -> bool:
-    """Whether a content key names content kept in the group item itself (a solo mail)."""
-    return is_inline(content_key) and _SOLO_SEP in str(content_key)
+    """Whether a content key is a solo mail's (one item: inline content, or in S3)."""
+    return is_s3_solo(content_key) or (is_inline(content_key) and _SOLO_SEP in str(content_key))
 
 
 def _content_key_of(item: dict[str, Any]) -> str | None:
@@ -118,10 +137,13 @@ def _content_key_of(item: dict[str, Any]) -> str | None:
 def _mail_view(item: dict[str, Any]) -> dict[str, Any]:
     """A solo group item seen as the mail item it stands for (no content, no state)."""
     body = inline_body(item)
+    key = item.get("content_key")
     return {
         **{k: item[k] for k in _MAIL_FIELDS if k in item},
         "sk": "M",
-        "content_key": solo_key(str(item["pk"])[2:], str(item["sk"])[2:]),
+        "content_key": key
+        if is_s3_solo(key)
+        else solo_key(str(item["pk"])[2:], str(item["sk"])[2:]),
         "sha256": hashlib.sha256(body).hexdigest() if body is not None else None,
         "groups": [str(item["sk"])[2:]],
         "rcpt_count": len(item.get("rcpts") or {}),
@@ -257,13 +279,19 @@ class _TransitionPlan:
     resting: tuple[Recipient, ...]
 
 
-def _add_headers(mail_item: dict[str, Any], content: bytes) -> None:
+#: what a claim adds to a group item (`lease_ms`, `lease_token`, `started_at`, `claims`,
+#: names and values: 86 bytes measured), with a margin
+CLAIM_GROWTH = 96
+
+
+def _add_headers(mail_item: dict[str, Any], content: bytes, *, reserve: int = 0) -> None:
     """The header section on the mail item (`hdrs`), for the event writer's Send without
-    an S3 GET, when the item stays within one write unit (`events.pack_headers`)."""
+    an S3 GET, when the item stays within one write unit (`events.pack_headers`) with
+    `reserve` bytes to spare (an S3 solo item: its claim's attributes)."""
     from mailqueue.backends.aws.limits import item_size
     from mailqueue.core.events import MAIL_ITEM_WRITE_UNIT, pack_headers
 
-    room = MAIL_ITEM_WRITE_UNIT - item_size(mail_item) - len("hdrs")
+    room = MAIL_ITEM_WRITE_UNIT - reserve - item_size(mail_item) - len("hdrs")
     packed = pack_headers(content, room) if room > 0 else None
     if packed is not None:
         mail_item["hdrs"] = {"S": packed} if isinstance(packed, str) else {"B": packed}
