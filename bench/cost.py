@@ -213,6 +213,10 @@ class Template:
     # the delivery event sources' MaximumBatchingWindowInSeconds (0: none set)
     delivery_window_s: float = 0.0
     events_retention_days: int = 400  # EventsExpirationDays (0: kept forever)
+    # functions whose START/REPORT lines reach CloudWatch Logs: all but those whose
+    # LoggingConfig sets SystemLogLevel WARN (those lines are INFO: "Log-level filtering",
+    # docs.aws.amazon.com/lambda/latest/dg/monitoring-cloudwatchlogs-log-level.html)
+    platform_logs: frozenset[str] = frozenset(FUNCTIONS)
 
     @classmethod
     def load(cls, path: Path = ROOT / "template.yaml", tracing: bool | None = None) -> Template:
@@ -224,9 +228,14 @@ class Template:
         glob = t.get("Globals", {}).get("Function", {})
         mem: dict[str, int] = {}
         schedules: dict[str, float] = {}
+        platform: set[str] = set()
         for name in FUNCTIONS:
             fn = res.get(f"{name.capitalize()}Function", {}).get("Properties", {})
             mem[name] = int(fn.get("MemorySize", glob.get("MemorySize", 128)))
+            logging = fn.get("LoggingConfig") or glob.get("LoggingConfig") or {}
+            level = str(_param(logging.get("SystemLogLevel", "INFO"), params)).upper()
+            if logging.get("LogFormat") != "JSON" or level != "WARN":
+                platform.add(name)
             for ev in (fn.get("Events") or {}).values():
                 if ev.get("Type") == "Schedule":
                     schedules[name] = schedules.get(name, 0.0) + _per_month(
@@ -309,6 +318,7 @@ class Template:
                 )
             ),
             events_retention_days=int(default("EventsExpirationDays", 400)),
+            platform_logs=frozenset(platform),
             sqs_sources=sum(
                 1
                 for v in res.values()
@@ -1188,13 +1198,16 @@ def model(run: Run, volume: int, tpl: Template, egress: str | None = "relay") ->
     plat = ASSUMPTIONS["platform_log_bytes_per_invocation"]
     ovh = ASSUMPTIONS["cw_log_event_overhead_bytes"]
     log_b = 0.0
+
+    def platform(f: str) -> float:
+        """Lambda's START/END/REPORT lines of `f`, per invocation (none at WARN)."""
+        return plat + 3 * ovh if f in tpl.platform_logs else 0.0
+
     for f in ("ingress", "delivery", "bounce"):
-        log_b += (run.log_bytes[f] + run.log_events[f] * ovh) * per + inv_month[f] * (
-            plat + 3 * ovh
-        )
+        log_b += (run.log_bytes[f] + run.log_events[f] * ovh) * per + inv_month[f] * platform(f)
     log_b += (run.log_bytes["events"] + run.log_events["events"] * ovh) / ev_inv * batches
-    log_b += inv_month["events"] * (plat + 3 * ovh)
-    log_b += inv_month["sweeper"] * (plat + 3 * ovh)
+    log_b += inv_month["events"] * platform("events")
+    log_b += inv_month["sweeper"] * platform("sweeper")
     # the sweep's own lines (its EMF document every 5 minutes), measured once in the run
     log_b += (
         (run.log_bytes["sweeper"] + run.log_events["sweeper"] * ovh)
@@ -1205,7 +1218,9 @@ def model(run: Run, volume: int, tpl: Template, egress: str | None = "relay") ->
     gb = log_b / 2**30
     add(
         "CloudWatch",
-        "Logs ingestion (measured bytes + platform lines)",
+        "Logs ingestion (measured bytes + platform lines)"
+        if tpl.platform_logs
+        else "Logs ingestion (measured bytes; SystemLogLevel WARN: no platform lines)",
         gb * cw["logs_ingestion_per_gb"],
     )
     add(

@@ -373,3 +373,28 @@ def test_a_handlers_memory_floor_is_its_own_not_its_parents() -> None:
     rss = cost.handler_rss_mb("events")
     assert 20 < rss < 200, rss
     del ballast
+
+
+def test_lambdas_own_log_lines_are_priced_only_where_the_template_sends_them() -> None:
+    """START/END/REPORT are INFO-level system lines: with the JSON log format and
+    SystemLogLevel WARN (the template's default) Lambda does not send them; INFO does."""
+    from dataclasses import replace
+
+    tpl = cost.Template.load()
+    assert tpl.platform_logs == frozenset()  # every function: JSON, WARN by default
+    run = cost.Run(mails=20)
+    run.invocations.update({"ingress": 20, "delivery": 4})
+    for i in range(20):
+        keys = {"pk": {"S": f"M#{i}"}, "sk": {"S": "G#a.example"}}
+        run.records.append({"eventName": "INSERT", "dynamodb": {"Keys": keys, "NewImage": keys}})
+    name = "Logs ingestion"
+
+    def logs(t: cost.Template) -> float:
+        return sum(x.per_month for x in cost.model(run, 10_000_000, t) if x.item.startswith(name))
+
+    warn, info = logs(tpl), logs(replace(tpl, platform_logs=frozenset(cost.FUNCTIONS)))
+    line = cost.ASSUMPTIONS["platform_log_bytes_per_invocation"]
+    line += 3 * cost.ASSUMPTIONS["cw_log_event_overhead_bytes"]
+    # at least the ingress invocations' lines (one per mail: 10 M a month)
+    least = 10_000_000 * line / 2**30 * 0.50
+    assert info - warn >= least * 0.99, (info, warn, least)
