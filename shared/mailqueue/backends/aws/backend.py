@@ -1314,6 +1314,11 @@ class AwsStorage:
                 values[kind] = {"S": stored.dsn_pending}
                 conds.append(f"rcpts.#r{i}.#dp = {kind}")
                 guarded.append(rid)
+        if is_s3_solo(group.content_key):
+            # the header section served the Send (read from the INSERT's image); every
+            # later image is smaller without it: a retried S3 solo group stays within one
+            # write unit through its reschedule
+            removes.append("hdrs")
         resting_rcpts = tuple(_resting(r) for r in new_rcpts.values())
         history = list(group.history)
         if attempt is not None:
@@ -1344,7 +1349,7 @@ class AwsStorage:
                 # The content goes now too: no DSN is due (that would be state `dsn`), and
                 # without it the item stays within one write unit for this write and for
                 # the delete (each priced by the larger of its images).
-                removes += ["st", "due", _BODY, "hdrs"]
+                removes += ["st", "due", _BODY]
                 ttl = int(now.timestamp())
             else:
                 values[":st"] = {"S": state_key(state.value, group.mail_id, self.s.state_shards)}
