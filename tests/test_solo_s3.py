@@ -183,3 +183,30 @@ def test_what_is_not_an_s3_solo_keeps_its_mail_item(
     items = _items(aws, q.mail_id)
     assert "M" in items, why
     assert not any(is_solo(it["content_key"]["S"]) for it in items.values())
+
+
+def test_the_largest_group_in_s3_is_one_item_delivered_and_recorded_once(aws: AwsEnv) -> None:
+    """The edge: a group of `group_recipient_limit` recipients with long addresses and
+    content in S3 (no key) is one item of many write units, without `hdrs` (no room in
+    its first unit), delivered with one claim and one result, then out of the index."""
+    st = aws.storage()
+    n = st.group_recipient_limit
+    rcpts = tuple(f"{'r' * 60}{i:02d}@{'d' * 40}.example" for i in range(n))
+    body = f.incompressible(60 * 1024)
+    q = st.enqueue(f.envelope(*rcpts), body)
+    assert len(q.groups) == 1
+    gk = f"G#{q.groups[0]}"
+    items = _items(aws, q.mail_id)
+    assert list(items) == [gk]
+    item = items[gk]
+    assert is_s3_solo(item["content_key"]["S"]) and "hdrs" not in item
+    assert len(item["rcpts"]["M"]) == n and item_size(item) > WRITE_UNIT
+    c = st.send_start(MailRef(q.mail_id, q.groups[0]), utcnow(), lease_seconds=60)
+    assert isinstance(c, Claim)
+    assert st.read_inflight(c).content.read() == body
+    t = st.send_done(c, [r.rid for r in c.group.recipients], OK)
+    assert t.mail_finished and t.cleaned
+    done = _items(aws, q.mail_id)[gk]
+    states = {r["M"]["state"]["S"] for r in done["rcpts"]["M"].values()}
+    assert states == {"delivered"} and "st" not in done
+    assert _objects(aws) == [] and _indexed(aws, q.mail_id) == []
