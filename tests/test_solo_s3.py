@@ -17,35 +17,17 @@ from mailqueue.backends.aws.eventlog import ContentHeaders, stored_headers
 from mailqueue.backends.aws.items import CLAIM_GROWTH, is_s3_solo, is_solo, object_key
 from mailqueue.backends.aws.limits import item_size
 from mailqueue.core.events import HEADER_READ_MAX, header_section
-from mailqueue.core.model import Claim, GroupState, MailRef, Result, utcnow
+from mailqueue.core.model import Claim, GroupState, MailRef, utcnow
 
 from tests.support import factories as f
 from tests.support.aws import AwsEnv
 from tests.support.faults import InjectedCrash, short_circuit
-
-OK = Result(250, "2.0.0", "2.0.0 Ok: queued as 4XyzABCD1234", "mx.example.net")
-TEMP = Result(451, "4.7.1", "4.7.1 try again later", "mx.example.net")
-WRITE_UNIT = 1024
-
-
-def _items(aws: AwsEnv, mail_id: str) -> dict[str, dict[str, Any]]:
-    return aws.mail_items(mail_id)
-
-
-def _indexed(aws: AwsEnv, mail_id: str) -> list[str]:
-    resp = aws.clients.dynamodb.scan(TableName=aws.resources.table, IndexName="by_state")
-    return [
-        it["st"]["S"].split("#", 1)[0] for it in resp["Items"] if it["pk"]["S"] == f"M#{mail_id}"
-    ]
+from tests.test_solo import OK, TEMP, WRITE_UNIT, _indexed, _items, _units
 
 
 def _objects(aws: AwsEnv) -> list[str]:
     resp = aws.clients.s3.list_objects_v2(Bucket=aws.resources.bucket, Prefix="content/")
     return [o["Key"] for o in resp.get("Contents", [])]
-
-
-def _units(size: int) -> int:
-    return -(-size // WRITE_UNIT)
 
 
 def test_a_one_group_mail_in_s3_is_one_item_with_its_headers(aws: AwsEnv) -> None:

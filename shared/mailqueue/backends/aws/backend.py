@@ -153,6 +153,13 @@ def _expired(item: dict[str, Any], now_s: float) -> bool:
     return "st" not in item and ttl is not None and int(ttl) <= now_s
 
 
+def _folded(items: list[dict[str, Any]]) -> dict[str, Any]:
+    """A one-group mail's mail item folded into its group item (typed values): what only
+    keyed retries need, or what is derived, left out (`_SOLO_DROPS`)."""
+    mail, grp = items  # both hold the content key (`_items_for`'s common fields)
+    return {**grp, **{k: v for k, v in mail.items() if k not in _SOLO_DROPS}}
+
+
 def _seconds_until(at: datetime, now: datetime) -> int:
     """Whole seconds from `now` to `at`, rounded up (≥ 0): a trigger armed for it never
     comes back before `at` (rounded down it came up to a second early, its claim was
@@ -396,17 +403,10 @@ class AwsStorage:
                 mail_id, sha, envelope, recipients, groups, now, due, S3_SOLO_MARK + key,
                 len(content),
             )  # fmt: skip
-            solo = self._solo_item(items, mail_id, next(iter(groups)), mark=None)
-            assert solo is not None
+            # without content it is the group item plus a few fields, whatever its size
+            solo = _folded(items)
             _add_headers(solo, content, reserve=CLAIM_GROWTH)
-            with translate("dynamodb:PutItem"):
-                self.c.dynamodb.put_item(TableName=self.s.table, Item=solo)
-            self._send_triggers(
-                [MailRef(mail_id, g) for g in groups],
-                _seconds_until(due, now),
-                priority_of(envelope.tags),
-            )
-            return answer
+            return self._put_solo(solo, answer, groups, envelope, now, due)
         items = self._items_for(
             mail_id, sha, envelope, recipients, groups, now, due, key, len(content)
         )
@@ -457,17 +457,9 @@ class AwsStorage:
             mail_id, sha, envelope, recipients, groups, now, due, key, size, body=packed
         )
         if not keyed and len(groups) == 1:
-            solo = self._solo_item(items, mail_id, next(iter(groups)))
+            solo = self._solo_item(items)
             if solo is not None:
-                # one item, fresh id: nothing to race with; durable (3 AZs) when it returns
-                with translate("dynamodb:PutItem"):
-                    self.c.dynamodb.put_item(TableName=self.s.table, Item=solo)
-                self._send_triggers(
-                    [MailRef(mail_id, g) for g in groups],
-                    _seconds_until(due, now),
-                    priority_of(envelope.tags),
-                )
-                return answer
+                return self._put_solo(solo, answer, groups, envelope, now, due)
         rest = items
         if keyed:
             try:
@@ -511,30 +503,35 @@ class AwsStorage:
         )
         return answer
 
-    def _solo_item(
-        self,
-        items: list[dict[str, Any]],
-        mail_id: str,
-        group: str,
-        *,
-        mark: str | None = SOLO_MARK,
-    ) -> dict[str, Any] | None:
-        """The mail item folded into its only group item, if that stays small enough.
-
-        `mark`: the content key the item stores (SOLO_MARK: the content is in it); None
-        keeps the group's (an S3 solo's "|<object key>"), whatever the item's size: without
-        content it is the group item plus a few fields."""
+    def _solo_item(self, items: list[dict[str, Any]]) -> dict[str, Any] | None:
+        """The mail item, content included, folded into its only group item, if that
+        stays small enough; its content key is SOLO_MARK (the content is in it)."""
         from mailqueue.backends.aws.limits import item_size
 
         if self.s.solo_item_max_bytes <= 0:
             return None
-        mail, grp = items
-        solo = {**grp, **{k: v for k, v in mail.items() if k not in _SOLO_DROPS}}
-        if mark is None:
-            solo["content_key"] = grp["content_key"]
-            return solo
-        solo["content_key"] = {"S": mark}
+        solo = {**_folded(items), "content_key": {"S": SOLO_MARK}}
         return solo if item_size(solo) <= self.s.solo_item_max_bytes else None
+
+    def _put_solo(
+        self,
+        solo: dict[str, Any],
+        answer: QueuedMail,
+        groups: dict[str, list[Recipient]],
+        envelope: Envelope,
+        now: datetime,
+        due: datetime,
+    ) -> QueuedMail:
+        """A solo mail's one item, then its trigger. One item, fresh id: nothing to race
+        with; durable (3 AZs) when the PutItem returns."""
+        with translate("dynamodb:PutItem"):
+            self.c.dynamodb.put_item(TableName=self.s.table, Item=solo)
+        self._send_triggers(
+            [MailRef(answer.mail_id, g) for g in groups],
+            _seconds_until(due, now),
+            priority_of(envelope.tags),
+        )
+        return answer
 
     def _mail_item(self, mail_id: str) -> dict[str, Any] | None:
         with translate("dynamodb:GetItem"):
@@ -909,13 +906,13 @@ class AwsStorage:
             for obj in p.get("Contents", [])
             if obj["LastModified"] < older_than
         ]
+        now_s = self.clock().timestamp()
         for i in range(0, len(candidates), 100):
             chunk = candidates[i : i + 100]
             present = self._existing_mail_items(chunk)
             for mid in chunk:
                 if mid in present:
                     continue
-                now_s = self.clock().timestamp()
                 if any(not _expired(it, now_s) for it in self._query_mail(mid)):
                     continue  # groups without a mail item (a solo mail): not an orphan
                 yield PendingCleanup(mid, "orphan")
