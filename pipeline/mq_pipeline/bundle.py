@@ -14,7 +14,10 @@ import sys
 import zipfile
 from pathlib import Path
 
-JOB_MODULES = ("__init__.py", "consts.py", "schema.py", "transforms.py", "report.py", "job.py")
+JOB_MODULES = (
+    "__init__.py", "consts.py", "schema.py", "transforms.py", "report.py", "arrow_write.py",
+    "job.py",
+)
 
 
 def build(dest: Path) -> Path:

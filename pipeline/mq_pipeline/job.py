@@ -28,7 +28,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
-from . import report, transforms
+from . import arrow_write, report, transforms
 from .consts import (
     BOUNCE_BANDS,
     PERCENTILE_ACCURACY,
@@ -208,13 +208,18 @@ def _write_table(
     job (listing the output, opening its footers), which was ~1.2 s of a demo report's
     15 s (measured in docs/benchmarks.md, "Report speed").
 
-    For a `small` log, where each job is fixed cost, the table is instead collected once
-    into a local relation in the driver JVM: the Parquet write reads that, and the collect
-    to Python is answered from it without a job (two jobs a table, not three). Not for big
-    logs: their domain tables are thousands of rows, which this would turn into Java
-    objects and back, and ship to the write in one task (1m events: the tables' step
-    22.5 -> 27.3 s).
+    For a `small` log, where each job is fixed cost, the table is collected to Python once
+    and, for a local output, written from there by Arrow (`arrow_write`: one job a table,
+    not two); else it is collected once into a local relation in the driver JVM, which the
+    Parquet write reads and which answers the collect to Python without a job (two jobs a
+    table, not three). Not for big logs: their domain tables are thousands of rows, which
+    this would turn into Java objects and back, and ship to the write in one task (1m
+    events: the tables' step 22.5 -> 27.3 s).
     """
+    if small and _is_local(path) and arrow_write.supports(df.schema):
+        got = df.collect()
+        arrow_write.write(df.schema, got, _local(path))
+        return [r.asDict(recursive=True) for r in got]
     if small:
         jdf: Any = df._jdf  # py4j handles: untyped
         jspark: Any = df.sparkSession._jsparkSession
@@ -283,6 +288,9 @@ class _Steps:
 # report's CPU), and text is lower-cased without Spark 4's ICU table when it can be
 # (transforms.lower_col). Bigger inputs keep Spark's defaults.
 SMALL_INPUT_BYTES = 16 * 2**20
+# A small log's outcomes (a row per recipient) are written by Arrow from the driver up to
+# this many events; above it Spark's write job costs less than bringing the rows to Python.
+ARROW_OUTCOMES_MAX_EVENTS = 50_000
 SMALL_INPUT_PARTITIONS = 1
 SMALL_INPUT_CONF = {
     "spark.sql.codegen.wholeStage": "false",
@@ -358,18 +366,29 @@ def _run(
         log's outcomes are checkpointed instead: the tables read them from memory, without
         listing the files and opening their footers once per table."""
         per_rcpt = transforms.outcomes(events, cfg.rng)
+        path = f"{out}/parquet/outcomes"
         if small:
             per_rcpt = per_rcpt.localCheckpoint(eager=True)
+            if (
+                stats["events"] <= ARROW_OUTCOMES_MAX_EVENTS
+                and _is_local(path)
+                and arrow_write.supports(per_rcpt.schema)
+            ):
+                arrow_write.write(
+                    per_rcpt.schema, per_rcpt.collect(), _local(path),
+                    no_dictionary=("message_id", "rcpt"),
+                )
+                return per_rcpt
         (
             per_rcpt.write.mode("overwrite")
             # ids are unique: a dictionary would only be built to be thrown away
             .option("parquet.enable.dictionary#message_id", "false")
             .option("parquet.enable.dictionary#rcpt", "false")
-            .parquet(f"{out}/parquet/outcomes")
+            .parquet(path)
         )
         if small:
             return per_rcpt
-        return spark.read.schema(per_rcpt.schema).parquet(f"{out}/parquet/outcomes")
+        return spark.read.schema(per_rcpt.schema).parquet(path)
 
     at = cfg.qshape_at
     if at is None:
