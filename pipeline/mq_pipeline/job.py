@@ -203,20 +203,24 @@ def _write_table(
 ) -> list[dict[str, Any]]:
     """Write a report table as Parquet and return its rows to the driver.
 
-    The table is computed once into a local checkpoint (its aggregation stays parallel),
-    then written and collected from there: no second computation and no Parquet read-back
-    job (listing the output, opening its footers), which was ~1.2 s of a demo report's
-    15 s (measured in docs/benchmarks.md, "Report speed").
+    Without Arrow, a big log's table is computed once into a local checkpoint (its
+    aggregation stays parallel), then written and collected from there: no second
+    computation and no Parquet read-back job (listing the output, opening its footers),
+    which was ~1.2 s of a demo report's 15 s (docs/benchmarks.md, "Report speed").
 
-    For a `small` log, where each job is fixed cost, the table is collected to Python once
-    and, for a local output, written from there by Arrow (`arrow_write`: one job a table,
-    not two); else it is collected once into a local relation in the driver JVM, which the
-    Parquet write reads and which answers the collect to Python without a job (two jobs a
-    table, not three). Not for big logs: their domain tables are thousands of rows, which
-    this would turn into Java objects and back, and ship to the write in one task (1m
-    events: the tables' step 22.5 -> 27.3 s).
+    A local output (and pyarrow installed) takes one job: the table is collected to Python,
+    where its rows are wanted anyway, and written from there by Arrow (`arrow_write`; the
+    rows of a report table are a few thousand at most, domains x grains). At 1 M events
+    the tables' step went 24.9 -> 21.5 s, on the demo log 8.0 -> ~6 s.
+
+    Otherwise (s3:// on EMR, no pyarrow), for a `small` log, where each job is fixed cost,
+    the table is collected once into a local relation in the driver JVM, which the Parquet
+    write reads and which answers the collect to Python without a job (two jobs a table,
+    not three). Not for big logs: their domain tables are thousands of rows, which this
+    would turn into Java objects and back, and ship to the write in one task (1m events:
+    the tables' step 22.5 -> 27.3 s).
     """
-    if small and _is_local(path) and arrow_write.supports(df.schema):
+    if _is_local(path) and arrow_write.supports(df.schema):
         got = df.collect()
         arrow_write.write(df.schema, got, _local(path))
         return [r.asDict(recursive=True) for r in got]
@@ -292,6 +296,10 @@ SMALL_INPUT_BYTES = 16 * 2**20
 # this many events; above it Spark's write job costs less than bringing the rows to Python.
 ARROW_OUTCOMES_MAX_EVENTS = 50_000
 SMALL_INPUT_PARTITIONS = 1
+# For every input: case mapping by the JVM (what Spark 3 did; same answers on the log's
+# addresses and replies) instead of ICU, whose first use in a JVM builds a table over all
+# of Unicode while every task waits on it (~1.3 s at 1 M events, JFR).
+JOB_CONF = {"spark.sql.icu.caseMappings.enabled": "false"}
 SMALL_INPUT_CONF = {
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
@@ -323,7 +331,7 @@ def run(spark: SparkSession, cfg: JobConfig) -> dict[str, Any]:
     small = input_bytes(raw) < SMALL_INPUT_BYTES
     if small and cfg.partitions is None:
         cfg = replace(cfg, partitions=SMALL_INPUT_PARTITIONS)
-    with session_conf(spark, SMALL_INPUT_CONF if small else {}):
+    with session_conf(spark, {**JOB_CONF, **(SMALL_INPUT_CONF if small else {})}):
         return _run(spark, cfg, raw, t0, small)
 
 
@@ -712,6 +720,9 @@ def build_spark(app: str = "mq-pipeline") -> SparkSession:
         # What does not fit is spilled; Kryo (UnsafeRow supports it) is far cheaper than
         # Java serialisation for that.
         .config("spark.serializer", "org.apache.spark.serializer.KryoSerializer")
+        # ... of rows, which hold no references to one another: Kryo's reference table is
+        # cleared for every row written, for nothing (~2 % of the read step's CPU at 1 M).
+        .config("spark.kryo.referenceTracking", "false")
         # PySpark's DataFrame debugging records the Python call site of every function and
         # Column call in the JVM (a session lookup, a conf read and a set and clear of the
         # origin: ~10,000 py4j round trips in a demo report, ~1.5 s of it). Errors still
