@@ -215,7 +215,10 @@ def test_site_limit_at_or_below_the_peers_no_421_and_everything_delivered(
         ) as stack,
     ):
         submit_all(stack, [f"u{i}@peer.example" for i in range(n)])
-        wait_for(peer, n, 60)
+        # 8 s at the site's rate; a loaded machine (a fresh-clone CI run beside the crash
+        # sweeps) was seen at 16 mails in 60 s with no 421: what is asserted is that none
+        # is lost, duplicated or refused, and the rates, not how fast a starved stack is
+        wait_for(peer, n, 300)
         assert peer.throttled == 0  # not one 421
         assert len(peer.messages) == n
         assert sorted(m.rcpt_tos[0] for m in peer.messages) == sorted(

@@ -68,7 +68,11 @@ def test_concurrent_workers_never_exceed_the_shared_rate(aws: AwsEnv) -> None:
     print(f"{len(granted)} granted in {span:.2f}s: {writes} writes, {requests} requests")
     # tokens come in blocks of 4: one write per block, not one per message
     assert writes <= len(granted) / 4 + len(workers)
-    assert requests < 1.5 * len(granted)  # conflicts included (4 workers on one item)
+    # conflicts included (4 workers on one item): after a refused write a worker reads
+    # before it writes (a read is half a write's price), about one read a grant while the
+    # four contend; seen 1.0-1.55 requests a grant, more when the machine starves threads
+    # (37 for 22 grants in a fresh-clone CI run). Per-message writes would fail above.
+    assert requests <= 2 * len(granted) + len(workers)
 
 
 def test_connection_slots_hold_under_concurrency(aws: AwsEnv) -> None:
