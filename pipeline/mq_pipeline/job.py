@@ -293,7 +293,8 @@ class _Steps:
 # (transforms.lower_col). Bigger inputs keep Spark's defaults.
 SMALL_INPUT_BYTES = 16 * 2**20
 # A small log's outcomes (a row per recipient) are written by Arrow from the driver up to
-# this many events; above it Spark's write job costs less than bringing the rows to Python.
+# this many events: a bound on the rows brought to Python (where the cross-over with
+# Spark's write job lies was not measured; a demo log is a few dozen events).
 ARROW_OUTCOMES_MAX_EVENTS = 50_000
 SMALL_INPUT_PARTITIONS = 1
 # For every input: case mapping by the JVM (what Spark 3 did; same answers on the log's
