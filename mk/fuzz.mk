@@ -30,3 +30,13 @@ fuzz: fuzz-crash
 .PHONY: fuzz-crash
 fuzz-crash: $(STAMP)  ## crash and fault injection at every AWS request of each path (CRASH_POINTS=all)
 	CRASH_POINTS=all $(PY) -m pytest -q -p no:cacheprovider -s --timeout=$(FUZZ_TIMEOUT) tests/crash
+
+# `make fuzz` also runs the pipeline's cross-check on fresh random seeds (make test runs one
+# fixed seed): PIPELINE_FUZZ_RUNS data sets, each against the pure-Python reference.
+PIPELINE_FUZZ_RUNS ?= 3
+fuzz: fuzz-pipeline
+.PHONY: fuzz-pipeline
+fuzz-pipeline: $(STAMP)  ## the pipeline cross-check on PIPELINE_FUZZ_RUNS random seeds
+	for i in $$(seq $(PIPELINE_FUZZ_RUNS)); do \
+		MQ_PIPELINE_SEED=random $(PY) -m pytest -q -p no:cacheprovider tests/pipeline/test_pipeline_crosscheck.py || exit 1; \
+	done
