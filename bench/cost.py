@@ -40,6 +40,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from bench import autoscale
+
 ROOT = Path(__file__).resolve().parent.parent
 PRICES: dict[str, Any] = json.loads((Path(__file__).parent / "aws-prices.json").read_text())
 SECONDS_PER_MONTH = 730 * 3600
@@ -61,10 +63,11 @@ ASSUMPTIONS = {
     # a failed conditional write bills the larger of the item's and the write's size
     # (DynamoDB developer guide, "read/write operations"); a cancelled transaction's items
     # are counted at twice that (transactional writes bill 2x): assumed
-    # StateTableCapacity=provisioned: the share of the provisioned capacity consumed over a
-    # month. Auto scaling aims at the target (70 %) but scales in at most ~27 times a day
-    # and only after 15 min below target-20 %; a daily curve and bursts leave it lower
-    "provisioned_average_utilization": 0.5,
+    # StateTableCapacity=provisioned: the traffic over a week that auto scaling follows
+    # (bench/autoscale.py simulates its documented rules on it and gives the average use
+    # of what is provisioned, per table and index): a weekday curve 4:1, weekends at 60 %,
+    # a bulk hour a weekday (a tenth of the day's mail), three 20-minute bulk sends a day
+    "provisioned_traffic_profile": "bursty",
 }
 #: AWS's answer time per request inside a region (typical published figures), added to the
 #: handler's own CPU time to get a Lambda duration (moto's answer time is not AWS's).
@@ -208,8 +211,10 @@ class Template:
     delivery_containers: int = 30
     state_capacity: str = "on-demand"
     state_min_units: tuple[int, int] = (0, 0)
-    # provisioned only: the share of the provisioned capacity used over a month (assumed)
-    state_use: float = ASSUMPTIONS["provisioned_average_utilization"]
+    # provisioned only: the share of the provisioned capacity used over a month; None:
+    # simulated (bench/autoscale.py) at the target below on the assumed traffic profile
+    state_use: float | None = None
+    state_target: float = 0.7  # StateTableTargetUtilization / 100
     # the delivery event sources' MaximumBatchingWindowInSeconds (0: none set)
     delivery_window_s: float = 0.0
     events_retention_days: int = 400  # EventsExpirationDays (0: kept forever)
@@ -293,6 +298,7 @@ class Template:
                 int(default("StateTableWriteCapacityMin", 0)),
                 int(default("StateTableReadCapacityMin", 0)),
             ),
+            state_target=float(default("StateTableTargetUtilization", 70)) / 100.0,
             memory_mb=mem,
             architecture=(glob.get("Architectures") or ["x86_64"])[0],
             tracing=bool(tracing),
@@ -969,6 +975,20 @@ def delivery_batch(tpl: Template, records_per_s: float, record_s: float = 0.05) 
     )
 
 
+def state_write_units(run: Run, tpl: Template) -> tuple[float, float]:
+    """The run's write units on the state table and on its indexes (from the stream)."""
+    wru_table = wru_gsi = 0.0
+    for r in run.records:
+        keys = r["dynamodb"].get("Keys", {})
+        k = (keys.get("pk", {}).get("S", ""), keys.get("sk", {}).get("S", ""))
+        if _is_counter(r):
+            continue  # the counters: priced from the replay in `model`
+        w = write_units(r, tpl.indexes, transactional=k in run.transact_keys)
+        wru_table += w.get("table", 0)
+        wru_gsi += sum(v for n, v in w.items() if n != "table")
+    return wru_table, wru_gsi
+
+
 def model(run: Run, volume: int, tpl: Template, egress: str | None = "relay") -> list[Line]:
     """$ per month at `volume` mails a month, line by line."""
     p = PRICES
@@ -1038,15 +1058,7 @@ def model(run: Run, volume: int, tpl: Template, egress: str | None = "relay") ->
     )
     # DynamoDB: writes from the stream images, reads from the responses
     ddb = p["dynamodb_on_demand"]
-    wru_table = wru_gsi = 0
-    for r in run.records:
-        keys = r["dynamodb"].get("Keys", {})
-        k = (keys.get("pk", {}).get("S", ""), keys.get("sk", {}).get("S", ""))
-        if _is_counter(r):
-            continue  # the counters: priced from the replay below
-        w = write_units(r, tpl.indexes, transactional=k in run.transact_keys)
-        wru_table += w.get("table", 0)
-        wru_gsi += sum(v for n, v in w.items() if n != "table")
+    wru_table, wru_gsi = state_write_units(run, tpl)
     wru = ddb["write_request_unit_per_million"] / 1e6
     rru_price = ddb["read_request_unit_per_million"] / 1e6
     rru = sum(v for f, v in run.rru.items() if f not in ("events", "sweeper")) + _events_reads(run)
@@ -1063,28 +1075,37 @@ def model(run: Run, volume: int, tpl: Template, egress: str | None = "relay") ->
         # table and each index keep their own); a write unit per second for an hour is one
         # WCU-hour, an eventually consistent read costs half a unit as on demand
         prov = p["dynamodb_provisioned"]
-        util = tpl.state_use
         n_tables = 1 + len(tpl.indexes)
 
-        def hours(units_month: float, minimum: int, tables: int) -> float:
-            return max(units_month / SECONDS_PER_MONTH / util, minimum * tables) * 730
+        def use(units_month: float, minimum: int, tables: int) -> float:
+            """The average use auto scaling achieves (simulated unless set), per table."""
+            if tpl.state_use is not None:
+                return tpl.state_use
+            per_table = units_month / SECONDS_PER_MONTH / max(1, tables)
+            return autoscale.average_use(
+                per_table,
+                target=tpl.state_target,
+                minimum=max(1, minimum),
+                profile=ASSUMPTIONS["provisioned_traffic_profile"],
+            )
+
+        def hours(units_month: float, minimum: int, tables: int) -> tuple[float, float]:
+            u = use(units_month, minimum, tables)
+            if u <= 0:  # nothing consumed: the minimum capacity alone
+                return minimum * tables * 730, u
+            return max(units_month / SECONDS_PER_MONTH / u, minimum * tables) * 730, u
 
         w_floor, r_floor = tpl.state_min_units
         wcu_h = prov["write_capacity_unit_hour"]
+        h, u = hours(wru_table * per, w_floor, 1)
+        add("DynamoDB", f"state writes, table (provisioned WCU at {u:.0%} use)", h * wcu_h)
+        h, u = hours(wru_gsi * per, w_floor, n_tables - 1)
+        add("DynamoDB", f"state writes, by_state index (provisioned WCU at {u:.0%} use)", h * wcu_h)
+        h, u = hours(rru * per + sweep_rru, r_floor, n_tables)
         add(
             "DynamoDB",
-            f"state writes, table (provisioned WCU at {util:.0%} use)",
-            hours(wru_table * per, w_floor, 1) * wcu_h,
-        )
-        add(
-            "DynamoDB",
-            f"state writes, by_state index (provisioned WCU at {util:.0%} use)",
-            hours(wru_gsi * per, w_floor, n_tables - 1) * wcu_h,
-        )
-        add(
-            "DynamoDB",
-            f"reads (provisioned RCU at {util:.0%} use)",
-            hours(rru * per + sweep_rru, r_floor, n_tables) * prov["read_capacity_unit_hour"],
+            f"reads (provisioned RCU at {u:.0%} use)",
+            h * prov["read_capacity_unit_hour"],
         )
     else:
         add("DynamoDB", "state writes, table (WRU from item sizes)", wru_table * per * wru)
@@ -1594,13 +1615,15 @@ def report(run: Run, tpl: Template, title: str = "### Cost model") -> list[str]:
     return L
 
 
-def _crossover(run: Run, tpl: Template, prov: Template, total: Any, u: float) -> str:
-    """Where provisioned capacity (at `u`) becomes the cheaper, in whole 0.5 M steps."""
+def _crossover(run: Run, tpl: Template, prov: Template, total: Any, u: float | None) -> str:
+    """Where provisioned capacity (at `u`; None: the simulated use) becomes the cheaper,
+    in whole 0.5 M steps."""
+    at = "at the simulated use" if u is None else f"at {u:.0%} use"
     for half in range(1, 201):
         v = half * 500_000
         if total(run, prov, v, u) < total(run, tpl, v, u):
-            return f"at {u:.0%} use, provisioned is the cheaper from {v / 1e6:g} M mails a month."
-    return "provisioned is not the cheaper below 100 M mails a month at this use."
+            return f"{at}, provisioned is the cheaper from {v / 1e6:g} M mails a month."
+    return f"{at}, provisioned is not the cheaper below 100 M mails a month."
 
 
 def capacity_report(
@@ -1615,7 +1638,7 @@ def capacity_report(
     prov = replace(tpl, state_capacity="provisioned")
     saved = tpl.state_use
 
-    def total(r: Run, t: Template, v: int, u: float) -> float:
+    def total(r: Run, t: Template, v: int, u: float | None) -> float:
         return sum(x.per_month for x in model(r, v, replace(t, state_use=u))) / v * 1e6
 
     L = [
@@ -1623,11 +1646,14 @@ def capacity_report(
         "",
         "The state table and its index at provisioned capacity with auto scaling (target "
         "70 %), priced by the hour (bench/aws-prices.json `dynamodb_provisioned`: "
-        "$0.00065 per WCU-hour, $0.00013 per RCU-hour, us-east-1) at an assumed average "
-        "use of what is provisioned — auto scaling follows a daily curve with a lag and "
-        "scales in at most ~27 times a day, so the month's use stays below the target — "
-        "and never below the template's minimum (10 write, 5 read units on the table and "
-        "on the index). On demand is the default: " + _crossover(run, tpl, prov, total, saved),
+        "$0.00065 per WCU-hour, $0.00013 per RCU-hour, us-east-1) at the average use of "
+        "what is provisioned that bench/autoscale.py simulates (auto scaling's documented "
+        "rules, minute by minute, over a week of the '"
+        + str(ASSUMPTIONS["provisioned_traffic_profile"])
+        + "' traffic profile: it follows a daily curve with a lag and scales in at most 27 "
+        "times a day, so the use stays below the target), and at fixed uses for comparison; "
+        "never below the template's minimum (10 write, 5 read units on the table and on "
+        "the index). On demand is the default: " + _crossover(run, tpl, prov, total, saved),
         "",
         "| submission | capacity | "
         + " | ".join(f"$/M at {v // 1_000_000} M" for v in VOLUMES)
@@ -1641,6 +1667,11 @@ def capacity_report(
         L.append(
             f"| {name} | on demand | "
             + " | ".join(f"{total(r, tpl, v, saved):.2f}" for v in VOLUMES)
+            + " |"
+        )
+        L.append(
+            f"| {name} | provisioned, simulated use | "
+            + " | ".join(f"{total(r, prov, v, None):.2f}" for v in VOLUMES)
             + " |"
         )
         for u in utilizations:
