@@ -414,9 +414,12 @@ def waits(ns: argparse.Namespace, argv: list[str] | None) -> int:
         f"connections, all queued at once (the limit binds from the start), "
         f"{ns.concurrency} delivery invocations polling the queue, {booking}. Steady rate: "
         "(mails − burst) / (last − first MAIL FROM), what GCRA allows after its burst. "
-        "Limiter requests: UpdateItem + Query on the site item (with a connection limit "
-        "each mail also takes a connection slot and its invocation gives it back: about "
-        "one booking, one take and one give-back a mail); re-arms: ChangeMessageVisibility "
+        "Limiter requests: UpdateItem + Query on the site item, the site's first write "
+        "and each container's first read and connection slots included (the site is new, "
+        "the containers cold: in a day of binding limit these come once per busy period); "
+        "a grant's booking takes its connection slot in the same write and a container "
+        "keeps its slot between invocations where the site can spare it (until 2.92-3.10 "
+        "a mail: a take and a give-back per invocation); re-arms: ChangeMessageVisibility "
         "on the delivery queue (any reason).",
         "",
         "| burst | delivered | steady rate (vs limit) | middle 80 % | limiter requests "

@@ -6,8 +6,17 @@ import json
 import threading
 import time
 
+import pytest
 from mailqueue.backends.aws.shaping_store import DynamoShapingStore
-from mailqueue.outbound.shaping import BackoffRules, Permit, Shaper, ShapingRules, SiteState, Wait
+from mailqueue.outbound.shaping import (
+    BackoffRules,
+    Permit,
+    Shaper,
+    ShapingRules,
+    SiteState,
+    SlotTake,
+    Wait,
+)
 
 from tests.support.aws import AwsEnv
 
@@ -211,6 +220,25 @@ def test_take_and_give_back_a_connection_slot_atomically(aws: AwsEnv) -> None:
         assert store.save("s", suspended, got.version) is None  # type: ignore[attr-defined]
         ok, got = store.take("s", "c", 60.0, 2, 10.0)  # type: ignore[attr-defined]
         assert not ok and got.suspended_until == 99.0
+
+
+def test_a_booking_takes_a_connection_slot_in_the_same_write(aws: AwsEnv) -> None:
+    """`advance` and `restart` with a `SlotTake` (a grant's booking, Shaper._book_binding):
+    the TAT and the slot in one write, refused (neither written) when the site is full,
+    on both stores."""
+    for store in _stores(aws):
+        assert store.save("s", SiteState(tats={"5/1": 100.0}), 0) is None  # type: ignore[attr-defined]
+        guard = SiteState()
+        ok, got = store.advance("s", "5/1", 0.2, 100.0, guard, SlotTake("a", 500.0, 2))  # type: ignore[attr-defined]
+        assert ok and got.tats["5/1"] == pytest.approx(100.2) and got.slots == {"a": 500.0}
+        ok, got = store.restart("s", "5/1", 300.2, 300.0, guard, SlotTake("b", 600.0, 2))  # type: ignore[attr-defined]
+        assert ok and got.tats["5/1"] == pytest.approx(300.2)
+        assert got.slots == {"a": 500.0, "b": 600.0}
+        ok, got = store.advance("s", "5/1", 0.2, 300.0, guard, SlotTake("c", 700.0, 2))  # type: ignore[attr-defined]
+        assert not ok and got.tats["5/1"] == pytest.approx(300.2)  # full: nothing written
+        assert set(got.slots) == {"a", "b"}
+        ok, got = store.advance("s", "5/1", 0.2, 300.0, guard, SlotTake("a", 800.0, 2))  # type: ignore[attr-defined]
+        assert ok and got.slots["a"] == 800.0  # the holder's own: renewed with the booking
 
 
 def test_containers_taking_and_giving_back_slots_never_conflict(aws: AwsEnv) -> None:

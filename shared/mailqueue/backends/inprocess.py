@@ -28,7 +28,7 @@ from mailqueue.core.ports import (
 )
 from mailqueue.outbound.mtasts import MemoryPolicyCache
 from mailqueue.outbound.reputation import MemoryReputationStore
-from mailqueue.outbound.shaping import SiteState
+from mailqueue.outbound.shaping import SiteState, SlotTake
 from mailqueue.outbound.suppression import Entry
 from mailqueue.outbound.suspensions import Scope, Suspension
 from mailqueue.services.admin.jobs import CANCELLED, RUNNING, Job
@@ -314,9 +314,11 @@ class MemoryShapingStore:
         guard: SiteState,
         key: str,
         new_tat: Callable[[float | None], float | None],
+        slot: SlotTake | None = None,
     ) -> tuple[bool, SiteState]:
         """Set TAT `key` to `new_tat(stored TAT)` unless that is None, if the stored
-        suspension and scale are `guard`'s (ShapingStore.advance / restart)."""
+        suspension and scale are `guard`'s (ShapingStore.advance / restart); and take
+        `slot` in the same write, under `take`'s condition."""
         with self._lock:
             self.requests += 1
             current = self._items.get(site, SiteState())
@@ -326,23 +328,48 @@ class MemoryShapingStore:
                 or value is None
                 or (current.suspended_until, current.scale, current.scaled_at)
                 != (guard.suspended_until, guard.scale, guard.scaled_at)
+                or (
+                    slot is not None
+                    and slot.holder not in current.slots
+                    and len(current.slots) >= slot.max_connections
+                )
             ):
                 return False, current
-            new = replace(current, tats={**current.tats, key: value}, version=current.version + 1)
+            slots = current.slots if slot is None else {**current.slots, slot.holder: slot.until}
+            new = replace(
+                current,
+                tats={**current.tats, key: value},
+                slots=slots,
+                version=current.version + 1,
+            )
             self._items[site] = new
             return True, new
 
     def advance(
-        self, site: str, key: str, delta: float, floor: float, guard: SiteState
+        self,
+        site: str,
+        key: str,
+        delta: float,
+        floor: float,
+        guard: SiteState,
+        slot: SlotTake | None = None,
     ) -> tuple[bool, SiteState]:
         return self._guarded(
-            site, guard, key, lambda t: None if t is None or t < floor else t + delta
+            site, guard, key, lambda t: None if t is None or t < floor else t + delta, slot
         )
 
     def restart(
-        self, site: str, key: str, value: float, before: float, guard: SiteState
+        self,
+        site: str,
+        key: str,
+        value: float,
+        before: float,
+        guard: SiteState,
+        slot: SlotTake | None = None,
     ) -> tuple[bool, SiteState]:
-        return self._guarded(site, guard, key, lambda t: value if t is None or t < before else None)
+        return self._guarded(
+            site, guard, key, lambda t: value if t is None or t < before else None, slot
+        )
 
     def take(
         self, site: str, holder: str, until: float, max_connections: int, now: float

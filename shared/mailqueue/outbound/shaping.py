@@ -12,7 +12,7 @@ read-modify-write loop with conditional writes.
 Rules are data: ``data/shaping.json`` (providers, limits) and ``data/backoff.json``
 (reply rules), overridable per deployment (see docs/operations.md, "Traffic shaping").
 
-One piece (~900 lines): the rules' types (Limits, Rate) are what the pure decisions
+One piece (~1,150 lines): the rules' types (Limits, Rate) are what the pure decisions
 (GCRA, admission, booked slots, backoff actions) compute with and what the Shaper's
 read-modify-write loop applies to one shared state item; split, each part would import
 the others' internals.
@@ -616,6 +616,17 @@ def apply_action(state: SiteState, now: float, limits: Limits, rule: BackoffRule
 # ----------------------------------------------------------------------------- the port
 
 
+@dataclass(frozen=True, slots=True)
+class SlotTake:
+    """A connection slot to take in the same write as a booking (`ShapingStore.take`'s
+    arguments): `holder` until `until`, if it has one or fewer than `max_connections`
+    are stored."""
+
+    holder: str
+    until: float
+    max_connections: int
+
+
 class ShapingStore(Protocol):
     """Where site states live, shared by every worker (DynamoDB in AWS)."""
 
@@ -631,16 +642,29 @@ class ShapingStore(Protocol):
         ...
 
     def advance(
-        self, site: str, key: str, delta: float, floor: float, guard: SiteState
+        self,
+        site: str,
+        key: str,
+        delta: float,
+        floor: float,
+        guard: SiteState,
+        slot: SlotTake | None = None,
     ) -> tuple[bool, SiteState]:
         """Add `delta` to the TAT `key` in one atomic write (and bump the version) if that
         TAT is at least `floor` and the stored suspension, scale and scaled_at are
         `guard`'s; (True, the state written) or (False, the stored state). No version
-        condition: concurrent bookings of a site whose limit binds all succeed."""
+        condition: concurrent bookings of a site whose limit binds all succeed. `slot`:
+        take that connection slot in the same write, under `take`'s condition too."""
         ...
 
     def restart(
-        self, site: str, key: str, value: float, before: float, guard: SiteState
+        self,
+        site: str,
+        key: str,
+        value: float,
+        before: float,
+        guard: SiteState,
+        slot: SlotTake | None = None,
     ) -> tuple[bool, SiteState]:
         """Set the TAT `key` to `value` in one write (and bump the version) if it is
         missing or before `before` (the site is idle: GCRA restarts from now) and the
@@ -686,6 +710,11 @@ class _Block:
 
 
 _WRITE_RETRIES = 8
+# A connection slot kept by a container between invocations (see Shaper.release): kept
+# only at a site of at least this many connections, only while at most half of them are
+# held (as this container last saw), and reused only with this much lease left.
+_KEEP_MIN_CONNECTIONS = 3
+_KEEP_MIN_LEASE = 60.0
 _READ_FIRST = 10.0  # seconds after a refused write during which a write is preceded by a read
 
 
@@ -723,6 +752,7 @@ class Shaper:
         self._demand_lock = threading.Lock()
         self._demand: dict[str, int] = {}  # site -> records waiting to ask for it
         self._spare: dict[str, list[float]] = {}  # site -> slots booked for those records
+        self._kept: dict[str, list[str]] = {}  # site -> holders kept between invocations
 
     @staticmethod
     def new_holder() -> str:
@@ -852,6 +882,7 @@ class Shaper:
             return Permit(site, limits)
         messages = max(1, min(messages, limits.block_size if limits.rates else messages))
         has_slot = limits.max_connections is None or self._slots.get((site, holder), 0.0) > now + 5
+        slot_for = None if has_slot else holder  # a booking may take the slot in its write
         self._note_pace(site, now)
         block = self._blocks.get(site)
         if block is not None and block.expires <= now:
@@ -871,7 +902,7 @@ class Shaper:
         state = cached or self.store.load(site)
         if book:  # a booking whose slot is now is a grant: one atomic write either way
             for _ in range(2):  # a stale idle/binding guess costs one more, then CAS
-                fast = self._book_binding(site, limits, state, now, messages, extra)
+                fast = self._book_binding(site, limits, state, now, messages, extra, slot_for)
                 if isinstance(fast, Wait):
                     return fast
                 if fast is None:
@@ -897,7 +928,7 @@ class Shaper:
                 state, fresh = self.store.load(site), True
                 continue
             if not a.allowed and book and a.reason == "rate":
-                fast = self._book_binding(site, limits, state, now, messages, extra)
+                fast = self._book_binding(site, limits, state, now, messages, extra, slot_for)
                 if isinstance(fast, Wait):
                     return fast
                 if fast is not None:  # the atomic booking found another state: decide on it
@@ -951,7 +982,14 @@ class Shaper:
         return Wait(site, limits.connection_wait, "contention")
 
     def _book_binding(
-        self, site: str, limits: Limits, state: SiteState, now: float, messages: int, extra: int
+        self,
+        site: str,
+        limits: Limits,
+        state: SiteState,
+        now: float,
+        messages: int,
+        extra: int,
+        holder: str | None = None,
     ) -> Wait | SiteState | None:
         """Book in one write that cannot conflict with other containers' bookings.
 
@@ -966,6 +1004,12 @@ class Shaper:
         is a grant: the caller redeems it at once. Returns the Wait (booked), the stored
         state (the condition failed: the caller decides on it, no extra read), or None
         (not applicable: not one rate, or nothing known of the site, or suspended).
+
+        `holder` (one without a connection slot, at a site with a connection limit): if
+        the booking is a grant as far as `state` tells (its slot is now) and the site has
+        room, the connection slot is taken in the same write (a separate take was one
+        more request); a sender that must wait for its slot takes none (it waits without
+        one, then uses one its invocation has finished with: Invocation._held).
         """
         if len(limits.rates) != 1 or state.version == 0 or state.suspended_until > now:
             return None
@@ -975,23 +1019,93 @@ class Shaper:
         i, b = rate.interval(scale), scaled_burst(rate, scale)
         n = max(1, min(messages, b))
         count = 1 + min(extra, 9)
+        take: SlotTake | None = None
+        if (
+            holder is not None
+            and limits.max_connections is not None
+            and len(state.slots) < limits.max_connections  # room, expired ones counted
+            and tat + n * i - b * i <= now + _EPS
+        ):
+            take = SlotTake(holder, now + self.slot_lease, limits.max_connections)
         if tat >= now:
-            ok, stored = self.store.advance(site, rate.key, count * n * i, now, state)
+            ok, stored = self.store.advance(site, rate.key, count * n * i, now, state, take)
         else:
-            ok, stored = self.store.restart(site, rate.key, now + count * n * i, now, state)
+            ok, stored = self.store.restart(site, rate.key, now + count * n * i, now, state, take)
         if not ok:
             self._conflict_at[site] = now
             return stored
         self._known[site] = stored
+        if take is not None and take.holder in stored.slots:
+            self._slots[(site, take.holder)] = stored.slots[take.holder]
         old = stored.tats.get(rate.key, 0.0) - count * n * i
         slots = [max(now, old + (j + 1) * n * i - b * i) for j in range(count)]
         self._spare.setdefault(site, []).extend(slots[1:])
         return Wait(site, slots[0] - now, "rate", slots[0])
 
-    def release(self, site: str, holder: str) -> None:
-        """Give back a connection slot (end of invocation); a dead worker's slot expires."""
+    def release(self, site: str, holder: str, *, keep: bool = False) -> None:
+        """Give back a connection slot (end of invocation); a dead worker's slot expires.
+
+        `keep`: the caller would keep the slot for its next invocation if the site can
+        spare it. A binding rate re-arms every group to come back alone, so a slot taken
+        and given back per invocation was two limiter requests a mail on top of the
+        booking (issue 25 item 6: ~3 a mail at a site of 10 connections). A kept slot is
+        a real slot in the store until its lease ends (never more connections than the
+        limit), so it is kept only where that costs the others little: at a site of 3
+        connections or more, while 2 of them (a quarter of a larger limit) are free as
+        this container last saw the site; else (and at a site that refused us a slot:
+        `keep` False) it is given back.
+        """
         with self._lock:
+            if keep and self._may_keep(site, holder):
+                self._kept.setdefault(site, []).append(holder)
+                return
             self._release(site, holder)
+
+    def _may_keep(self, site: str, holder: str) -> bool:
+        limits = self.limits(site)
+        now = self.clock()
+        if (
+            limits.max_connections is None
+            or limits.max_connections < _KEEP_MIN_CONNECTIONS
+            or self._slots.get((site, holder), 0.0) <= now + _KEEP_MIN_LEASE
+            or self._suspended.get(site, 0.0) > now
+        ):
+            return False
+        state = self._known.get(site)
+        if state is None:
+            return False
+        held = sum(1 for t in state.slots.values() if t > now)
+        return limits.max_connections - held >= max(2, limits.max_connections // 4)
+
+    def reuse_kept(self, site: str, min_lease: float) -> str | None:
+        """A holder this container kept from an earlier invocation, its slot leased for
+        `min_lease` seconds more at least (the caller's time left: a connection never
+        outlives the slot it counts against); the caller uses it as its own. No request
+        while the lease is long enough, else one to renew it (the store's atomic take,
+        which never refuses a holder its own live slot). None if there is none."""
+        with self._lock:
+            now = self.clock()
+            holders = self._kept.get(site) or []
+            limits = self.limits(site)
+            while holders:
+                holder = holders.pop()
+                lease = self._slots.get((site, holder), 0.0)
+                if lease > now + max(min_lease, _KEEP_MIN_LEASE):
+                    return holder
+                if lease <= now + 5 or limits.max_connections is None:
+                    self._slots.pop((site, holder), None)  # ended: nothing to give back
+                    continue
+                ok, state = self.store.take(
+                    site, holder, now + self.slot_lease, limits.max_connections, now
+                )
+                self._known[site] = state
+                if ok:
+                    self._slots[(site, holder)] = state.slots.get(holder, 0.0)
+                    return holder
+                self._slots.pop((site, holder), None)
+                if state.suspended_until > now:
+                    self._suspended[site] = state.suspended_until
+            return None
 
     def _release(self, site: str, holder: str) -> None:
         # one atomic removal: concurrent releases and takes of the site never conflict

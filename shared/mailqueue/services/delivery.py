@@ -441,21 +441,32 @@ class Invocation:
         self._asking: set[str] = set()  # sites a record is asking a new slot of now
         self._shaping_requests = svc.shaper.store.requests if svc.shaper else 0
 
-    def _holder_for(self, site: str) -> tuple[str, bool]:
+    def _holder_for(self, site: str, *, wait: bool = True) -> tuple[str, bool]:
         """(holder, asking): an idle holder of this invocation for `site` (its connection
         slot is ours), else a new one that asks the limiter for a slot, one record at a
         time per site; once the site has refused us one, records wait for ours instead
-        (ten records refused one after another would be ten reads of the site)."""
+        (ten records refused one after another would be ten reads of the site).
+        `wait=False` (a record whose booked slot has come): no waiting, a late send
+        would bunch with the next slot's."""
         # no longer than a short wait is slept: then ask the limiter (or re-arm) anyway
-        end = time.monotonic() + min(
-            self.svc.settings.shaping_inline_wait_seconds,
-            max(0.0, self.time_left() - self.svc.settings.min_time_left_seconds),
+        end = time.monotonic() + (
+            min(
+                self.svc.settings.shaping_inline_wait_seconds,
+                max(0.0, self.time_left() - self.svc.settings.min_time_left_seconds),
+            )
+            if wait
+            else 0.0
         )
         with self._free:
             while True:
                 idle = self._idle.get(site)
                 if idle:
                     return idle.pop(), False
+                shaper = self.svc.shaper
+                kept = shaper.reuse_kept(site, self.time_left() + 5) if shaper else None
+                if kept is not None:  # a slot this container kept from an earlier invocation
+                    self._note_slot_locked(site, kept)
+                    return kept, False
                 left = end - time.monotonic()
                 mine = self._held_slots.get(site, 0) > 0
                 if left <= 0 or not (site in self._asking or (site in self._full and mine)):
@@ -478,9 +489,12 @@ class Invocation:
 
     def _note_slot(self, site: str, holder: str) -> None:
         with self._lock:
-            if (site, holder) not in self._sites:
-                self._sites.add((site, holder))
-                self._held_slots[site] = self._held_slots.get(site, 0) + 1
+            self._note_slot_locked(site, holder)
+
+    def _note_slot_locked(self, site: str, holder: str) -> None:
+        if (site, holder) not in self._sites:
+            self._sites.add((site, holder))
+            self._held_slots[site] = self._held_slots.get(site, 0) + 1
 
     def _give_back_holder(self) -> None:
         """The record is done with its connection slot: another record may use it."""
@@ -685,6 +699,17 @@ class Invocation:
                 self.time_left() - got.seconds < self.svc.settings.min_time_left_seconds
             ):
                 break
+            if (
+                booked is not None
+                and shaper.limits(site).max_connections is not None
+                and not shaper.holds_slot(site, holder)
+            ):
+                # wait for the booked slot without a holder: when it comes, use a holder
+                # of this invocation that another record has finished with (one connection
+                # slot for records whose slots follow one another), else ask for one
+                time.sleep(got.seconds)
+                holder, asking = self._holder_for(site, wait=False)
+                continue
             time.sleep(got.seconds)
         self.stats.add("throttled")
         self.stats.add("groups", -1)  # claimed, but not an attempt
@@ -762,7 +787,9 @@ class Invocation:
             return
         for site, holder in self._sites:
             try:
-                shaper.release(site, holder)
+                # kept for the next invocation where the site can spare it (Shaper.release);
+                # never at a site that refused this invocation a slot
+                shaper.release(site, holder, keep=site not in self._full)
             except MailqueueError:  # the slot's lease expires by itself
                 log.warning("slot release failed", extra={"site": site})
         self.stats.add_extra("ShapingRequests", shaper.store.requests - self._shaping_requests)

@@ -21,7 +21,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from mailqueue.backends.aws.clients import error_code, translate
-from mailqueue.outbound.shaping import SiteState
+from mailqueue.outbound.shaping import SiteState, SlotTake
 
 _IDLE_TTL = 7 * 86400
 
@@ -165,31 +165,67 @@ class DynamoShapingStore:
 
     _GUARDED = "susp = :susp AND #scale = :scale AND scaled_at = :scaled_at"
 
+    @staticmethod
+    def _with_slot(
+        update: str,
+        condition: str,
+        names: dict[str, str],
+        values: dict[str, Any],
+        slot: SlotTake | None,
+    ) -> tuple[str, str, dict[str, str], dict[str, Any]]:
+        """A booking's write that also takes a connection slot (`take`'s condition)."""
+        if slot is None:
+            return update, condition, names, values
+        return (
+            f"{update}, slots.#h = :until",
+            f"{condition} AND (attribute_exists(slots.#h) OR size(slots) < :max)",
+            {**names, "#h": slot.holder},
+            {**values, ":until": _n(slot.until), ":max": {"N": str(slot.max_connections)}},
+        )
+
     def advance(
-        self, site: str, key: str, delta: float, floor: float, guard: SiteState
+        self,
+        site: str,
+        key: str,
+        delta: float,
+        floor: float,
+        guard: SiteState,
+        slot: SlotTake | None = None,
     ) -> tuple[bool, SiteState]:
         """`tats.<key> += delta` if it is at least `floor`, under the guard (additions
-        commute: no version condition)."""
+        commute: no version condition); with `slot`, that slot taken too."""
         return self._atomic(
             site,
-            "SET tats.#k = tats.#k + :d",
-            f"tats.#k >= :floor AND {self._GUARDED}",
-            {"#k": key, "#scale": "scale"},
-            {":d": _n(delta), ":floor": _n(floor), **self._guard(guard)},
+            *self._with_slot(
+                "SET tats.#k = tats.#k + :d",
+                f"tats.#k >= :floor AND {self._GUARDED}",
+                {"#k": key, "#scale": "scale"},
+                {":d": _n(delta), ":floor": _n(floor), **self._guard(guard)},
+                slot,
+            ),
         )
 
     def restart(
-        self, site: str, key: str, value: float, before: float, guard: SiteState
+        self,
+        site: str,
+        key: str,
+        value: float,
+        before: float,
+        guard: SiteState,
+        slot: SlotTake | None = None,
     ) -> tuple[bool, SiteState]:
         """`tats.<key> = value` if it is missing or before `before`, under the guard (an
-        idle site's booking: GCRA starts again from now)."""
+        idle site's booking: GCRA starts again from now); with `slot`, that slot too."""
         return self._atomic(
             site,
-            "SET tats.#k = :v",
-            "attribute_exists(ver) AND (attribute_not_exists(tats.#k) OR tats.#k < :before) "
-            f"AND {self._GUARDED}",
-            {"#k": key, "#scale": "scale"},
-            {":v": _n(value), ":before": _n(before), **self._guard(guard)},
+            *self._with_slot(
+                "SET tats.#k = :v",
+                "attribute_exists(ver) AND (attribute_not_exists(tats.#k) OR tats.#k < :before) "
+                f"AND {self._GUARDED}",
+                {"#k": key, "#scale": "scale"},
+                {":v": _n(value), ":before": _n(before), **self._guard(guard)},
+                slot,
+            ),
         )
 
     def take(
