@@ -54,7 +54,9 @@ class Stack:
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(self.ready["api_url"] + path, data, headers, method=method)
         try:
-            with urllib.request.urlopen(req, timeout=30) as resp:
+            # a client timeout, not what is tested: a loaded CI machine (crash sweeps beside
+            # it) once took over 30 s to answer GET /v1/queue/size
+            with urllib.request.urlopen(req, timeout=120) as resp:
                 return resp.status, json.loads(resp.read())
         except urllib.error.HTTPError as e:
             return e.code, json.loads(e.read())
