@@ -218,6 +218,7 @@ class Template:
     # the delivery event sources' MaximumBatchingWindowInSeconds (0: none set)
     delivery_window_s: float = 0.0
     events_retention_days: int = 400  # EventsExpirationDays (0: kept forever)
+    events_transition_days: int = 30  # EventsTransitionDays: events/ to STANDARD_IA
     # functions whose START/REPORT lines reach CloudWatch Logs: all but those whose
     # LoggingConfig sets SystemLogLevel WARN (those lines are INFO: "Log-level filtering",
     # docs.aws.amazon.com/lambda/latest/dg/monitoring-cloudwatchlogs-log-level.html)
@@ -324,6 +325,7 @@ class Template:
                 )
             ),
             events_retention_days=int(default("EventsExpirationDays", 400)),
+            events_transition_days=int(default("EventsTransitionDays", 30)),
             platform_logs=frozenset(platform),
             sqs_sources=sum(
                 1
@@ -989,6 +991,54 @@ def state_write_units(run: Run, tpl: Template) -> tuple[float, float]:
     return wru_table, wru_gsi
 
 
+def event_log_storage(
+    bytes_month: float, objects_month: float, tpl: Template
+) -> list[tuple[str, float]]:
+    """The event log's storage in the steady state (EventsExpirationDays of it kept: 400
+    by default), and its lifecycle transitions: the `events-tiering` rule moves objects to
+    STANDARD_IA after EventsTransitionDays, but S3 Lifecycle does not transition objects
+    under 128 KB by default ("Transitioning objects using Amazon S3 Lifecycle",
+    docs.aws.amazon.com/AmazonS3/latest/userguide/lifecycle-transition-general-
+    considerations.html): one stream batch is one object, so at low volume the log stays
+    in Standard, at high volume (full batches) most of it is in Standard-IA, each object
+    paying one transition request (aws.amazon.com/s3/pricing; bench/aws-prices.json
+    `s3_standard_ia`). Reads of the old log by reports (IA retrieval, $/GB) are not
+    counted: a daily report reads the last day, still in Standard."""
+    s3, ia = PRICES["s3_standard"], PRICES["s3_standard_ia"]
+    day_months = 1 / (SECONDS_PER_MONTH / 86400)
+    kept_days = tpl.events_retention_days or 3650
+    gb = bytes_month / 2**30
+    object_bytes = bytes_month / max(objects_month, 1.0)
+    tiered = object_bytes >= ia["min_transition_object_bytes"] and kept_days > (
+        tpl.events_transition_days
+    )
+    if not tiered:
+        return [
+            (
+                f"event-log storage (steady state, {tpl.events_retention_days or 'forever'} d "
+                f"kept; {object_bytes / 1024:.0f} KB objects stay in Standard)",
+                gb * s3["storage_per_gb_month"] * kept_days * day_months,
+            )
+        ]
+    std_days = tpl.events_transition_days
+    return [
+        (
+            f"event-log storage (steady state, {kept_days} d kept: {std_days} d Standard, "
+            f"then Standard-IA; {object_bytes / 1024:.0f} KB objects)",
+            gb
+            * day_months
+            * (
+                std_days * s3["storage_per_gb_month"]
+                + (kept_days - std_days) * ia["storage_per_gb_month"]
+            ),
+        ),
+        (
+            "event-log lifecycle transitions to Standard-IA (one per object)",
+            objects_month * ia["transition_per_1000"] / 1000,
+        ),
+    ]
+
+
 def model(run: Run, volume: int, tpl: Template, egress: str | None = "relay") -> list[Line]:
     """$ per month at `volume` mails a month, line by line."""
     p = PRICES
@@ -1047,15 +1097,8 @@ def model(run: Run, volume: int, tpl: Template, egress: str | None = "relay") ->
         "event-log PUTs (one per stream batch)",
         batches * s3["put_copy_post_list_per_1000"] / 1000,
     )
-    # kept EventsExpirationDays (400 by default): the steady state holds that many days of
-    # the log; priced at S3 Standard (lifecycle does not move objects under 128 KB to
-    # Standard-IA by default, and one stream batch's object is smaller)
-    kept_months = (tpl.events_retention_days or 3650) / (SECONDS_PER_MONTH / 86400)
-    add(
-        "S3",
-        f"event-log storage (steady state, {tpl.events_retention_days or 'forever'} d kept)",
-        run.event_bytes * per / 2**30 * s3["storage_per_gb_month"] * kept_months,
-    )
+    for item, usd in event_log_storage(run.event_bytes * per, batches, tpl):
+        add("S3", item, usd)
     # DynamoDB: writes from the stream images, reads from the responses
     ddb = p["dynamodb_on_demand"]
     wru_table, wru_gsi = state_write_units(run, tpl)

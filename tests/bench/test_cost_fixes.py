@@ -49,6 +49,37 @@ def test_event_log_is_stored_for_its_retention() -> None:
     )
 
 
+def test_event_log_objects_of_128_kb_or_more_tier_to_standard_ia() -> None:
+    """Lifecycle moves an object to Standard-IA only from 128 KB (S3's default minimum):
+    one stream batch is one object, so small volumes stay in Standard, large ones tier and
+    pay one transition request per object."""
+    std = cost.PRICES["s3_standard"]["storage_per_gb_month"]
+    ia = cost.PRICES["s3_standard_ia"]
+    day = 1 / (cost.SECONDS_PER_MONTH / 86400)
+    gb = 2**30
+    small = cost.event_log_storage(gb, gb / (100 * 1024), TPL)  # 100 KB objects
+    assert len(small) == 1 and small[0][1] == pytest.approx(std * 400 * day)
+    big_objects = gb / (300 * 1024)
+    big = dict(cost.event_log_storage(gb, big_objects, TPL))
+    stored = next(v for k, v in big.items() if k.startswith("event-log storage"))
+    assert stored == pytest.approx(day * (30 * std + 370 * ia["storage_per_gb_month"]))
+    assert stored < small[0][1] / 1.5
+    moved = next(v for k, v in big.items() if "transitions" in k)
+    assert moved == pytest.approx(big_objects * ia["transition_per_1000"] / 1000)
+    # kept no longer than the transition: nothing moves
+    short = replace(TPL, events_retention_days=30)
+    assert len(cost.event_log_storage(gb, big_objects, short)) == 1
+
+
+def test_the_templates_delivery_batching_window_reaches_the_model() -> None:
+    """Both delivery event sources gather triggers for DeliveryBatchingWindowSeconds (1 s):
+    at 100 M mails a month a batch fills, and a receive serves several mails."""
+    tpl = cost.Template.load()
+    assert tpl.delivery_window_s == 1.0
+    assert cost.delivery_batch(tpl, 100e6 / cost.SECONDS_PER_MONTH) > 5
+    assert cost.delivery_batch(tpl, 1e6 / cost.SECONDS_PER_MONTH) < 1.2
+
+
 def test_smtp_time_depends_on_egress_and_overlap() -> None:
     run = _run()
     assert cost.smtp_seconds(run, "relay", 1) == pytest.approx(10 * 0.030)
