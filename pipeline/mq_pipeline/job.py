@@ -24,7 +24,7 @@ from typing import Any
 
 from pyspark import StorageLevel
 from pyspark.errors import AnalysisException
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
@@ -198,6 +198,14 @@ def to_csv(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
     return buf.getvalue()
 
 
+def _local_relation(df: DataFrame) -> DataFrame:
+    """`df` computed (one job) into a local relation in the driver JVM: later collects of
+    it, to the JVM or to Python, take no job. Only for a few rows: they are Java objects."""
+    jdf: Any = df._jdf  # py4j handles: untyped
+    jspark: Any = df.sparkSession._jsparkSession
+    return DataFrame(jspark.createDataFrame(jdf.collectAsList(), jdf.schema()), df.sparkSession)
+
+
 def _write_table(
     df: DataFrame, path: str, files: int = 1, small: bool = False
 ) -> list[dict[str, Any]]:
@@ -225,10 +233,7 @@ def _write_table(
         arrow_write.write(df.schema, got, _local(path))
         return [r.asDict(recursive=True) for r in got]
     if small:
-        jdf: Any = df._jdf  # py4j handles: untyped
-        jspark: Any = df.sparkSession._jsparkSession
-        rows = jspark.createDataFrame(jdf.collectAsList(), jdf.schema())
-        table = DataFrame(rows, df.sparkSession)
+        table = _local_relation(df)
     else:
         table = df.localCheckpoint(eager=True)
     table.coalesce(files).write.mode("overwrite").parquet(path)
@@ -305,6 +310,9 @@ SMALL_INPUT_CONF = {
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
     "spark.sql.adaptive.enabled": "false",
+    # No broadcast joins (report.feedback leaves out its hint too): a broadcast is a Spark
+    # job of its own (four a demo report), a sort-merge join of a few rows a stage of one.
+    "spark.sql.autoBroadcastJoinThreshold": "-1",
 }
 
 
@@ -358,36 +366,45 @@ def _run(
     finally:
         spark.conf.set("spark.sql.adaptive.enabled", aqe)
     steps.done("read+normalise+dedupe (checkpointed)")
-    base = report.event_base(events).localCheckpoint(eager=True)
-    stats = report.input_stats(base).collect()[0].asDict()
+    # the input statistics are gathered while the base is checkpointed: no job of their own
+    observed = Observation()
+    base = report.event_base(events).observe(observed, *report.input_stats()).localCheckpoint(
+        eager=True
+    )
+    stats = dict(observed.get)
     for k in ("first", "last"):
         us = stats[k]
         stats[k] = None if us is None else datetime.fromtimestamp(us / 1e6, UTC)
     steps.done("event base")
     if cfg.write_events:
         events.write.mode("overwrite").parquet(f"{out}/parquet/events")
-    lag_hist = report.lag_histogram(events).localCheckpoint(eager=True)
+    # not checkpointed: only the sched_lag table reads it, so that is one job, not two
+    lag_hist = report.lag_histogram(events)
 
     def write_outcomes() -> DataFrame:
         """Outcomes go straight to Parquet and the reports read them back (column-pruned
         and vectorised): holding 20 M+ outcome rows in memory next to the events evicted
         the events to disk and made 50 M events 14x slower than 10 M in this step. A small
-        log's outcomes are checkpointed instead: the tables read them from memory, without
-        listing the files and opening their footers once per table."""
+        log's outcomes are kept in memory instead: the tables read them without listing the
+        files and opening their footers once per table. Up to ARROW_OUTCOMES_MAX_EVENTS
+        (and a local output) they are collected once into a local relation in the driver
+        JVM, which answers the collect for Arrow's write without a job of its own (one job,
+        where a checkpoint and a collect are two)."""
         per_rcpt = transforms.outcomes(events, cfg.rng)
         path = f"{out}/parquet/outcomes"
         if small:
-            per_rcpt = per_rcpt.localCheckpoint(eager=True)
             if (
                 stats["events"] <= ARROW_OUTCOMES_MAX_EVENTS
                 and _is_local(path)
                 and arrow_write.supports(per_rcpt.schema)
             ):
+                per_rcpt = _local_relation(per_rcpt)
                 arrow_write.write(
                     per_rcpt.schema, per_rcpt.collect(), _local(path),
                     no_dictionary=("message_id", "rcpt"),
                 )
                 return per_rcpt
+            per_rcpt = per_rcpt.localCheckpoint(eager=True)
         (
             per_rcpt.write.mode("overwrite")
             # ids are unique: a dictionary would only be built to be thrown away
@@ -414,7 +431,7 @@ def _run(
         "senders": lambda: report.senders(base, cfg.top_reasons),
         "rejects": lambda: report.rejects(base, cfg.top_reasons),
         # complaints, late bounces (services/feedback), unsubscribes (services/unsubscribe)
-        "feedback": lambda: report.feedback(events),
+        "feedback": lambda: report.feedback(events, broadcast=not small),
         "timeline": lambda: report.timeline(base, events, bucket_s),
     }
 

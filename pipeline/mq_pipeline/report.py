@@ -143,17 +143,19 @@ def event_base(events: DataFrame) -> DataFrame:
     )
 
 
-def input_stats(base: DataFrame) -> DataFrame:
-    """One row: events, rows read (duplicates included), late events, first and last
-    event time in epoch micros (micros, not timestamps: collected timestamps would be
-    converted to the driver's local zone)."""
-    return base.agg(
+def input_stats() -> list[Column]:
+    """Aggregates of `event_base` for the run's input statistics: events, rows read
+    (duplicates included), late events, first and last event time in epoch micros (micros,
+    not timestamps: collected timestamps would be converted to the driver's local zone).
+    Columns, not a DataFrame: the job observes them while it checkpoints the base
+    (`DataFrame.observe`), so they cost no Spark job of their own."""
+    return [
         F.coalesce(F.sum("events"), F.lit(0)).alias("events"),
         F.coalesce(F.sum("rows"), F.lit(0)).alias("rows"),
         F.coalesce(F.sum("late"), F.lit(0)).alias("late"),
         F.min("first_us").alias("first"),
         F.max("last_us").alias("last"),
-    )
+    ]
 
 
 def volumes(base: DataFrame) -> DataFrame:
@@ -478,7 +480,7 @@ def senders(base: DataFrame, top_n: int = 10) -> DataFrame:
 FEEDBACK_COUNTS = ("complaints", "unsubscribes", "late_bounces", "late_hard_bounces")
 
 
-def feedback(events: DataFrame) -> DataFrame:
+def feedback(events: DataFrame, broadcast: bool = True) -> DataFrame:
     """What receivers and recipients reported after accepting mail: complaints (ARF
     feedback loops), late bounces and the hard ones among them (services/feedback), and
     one-click unsubscribes (Subscription events that opt out: services/unsubscribe), per
@@ -488,14 +490,17 @@ def feedback(events: DataFrame) -> DataFrame:
     An unsubscribe's event does not name the sender (the link's token carries the mail id,
     not the address; SES's would), so it is counted under the sender of its mail's Send
     when the events read hold that Send, and under a null sender otherwise. The lookup
-    joins the few report rows' mail ids (broadcast) to the Send rows."""
+    joins the few report rows' mail ids (broadcast, unless `broadcast` is False: for a
+    small log, where a broadcast is a Spark job of its own) to the Send rows."""
     et = F.col("event_type")
     fb = events.where(F.col("feedback"))
     unsub = (et == "Subscription") & (F.col("action") == UNSUBSCRIBED)
-    ids = fb.where((et == "Subscription") & F.col("sender").isNull()).select("message_id")
+    ids = (
+        fb.where((et == "Subscription") & F.col("sender").isNull()).select("message_id").distinct()
+    )
     send_sender = (
         events.where((et == "Send") & F.col("sender").isNotNull())
-        .join(F.broadcast(ids.distinct()), "message_id", "left_semi")
+        .join(F.broadcast(ids) if broadcast else ids, "message_id", "left_semi")
         .groupBy("message_id")
         .agg(F.min("sender").alias("_send_sender"))
     )
