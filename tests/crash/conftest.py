@@ -44,5 +44,22 @@ def peers() -> Iterator[Peers]:
 
 
 @pytest.fixture(scope="module")
-def clients(moto_endpoint: str) -> Clients:
+def clients(moto_endpoint: str, moto_modules_listed_once: None) -> Clients:
     return Clients.create(moto_endpoint)
+
+
+@pytest.fixture(scope="module")
+def moto_modules_listed_once() -> Iterator[None]:
+    """moto's server finds the service of a request to 127.0.0.1 by first asking whether
+    the host is one of its modules: a listdir and ~120 stats of its package per request
+    (a fifth of the server's time per request here, thousands per sweep). The package
+    does not change while the tests run: listed once while this module's tests run."""
+    import moto.backends
+
+    original = moto.backends.list_of_moto_modules
+    listed = tuple(original())
+    moto.backends.list_of_moto_modules = lambda: listed
+    try:
+        yield
+    finally:
+        moto.backends.list_of_moto_modules = original

@@ -11,6 +11,7 @@ their visibility timeout), SQS redelivers, the sweeper runs.
 
 from __future__ import annotations
 
+import copy
 import email
 import email.policy
 import json
@@ -24,7 +25,7 @@ from typing import Any
 from mailqueue.backends.aws.accounting import RequestCounter
 from mailqueue.backends.aws.backend import AwsStorage
 from mailqueue.backends.aws.clients import AwsClients, make_clients
-from mailqueue.backends.aws.resources import create_resources
+from mailqueue.backends.aws.resources import CreatedResources, create_resources
 from mailqueue.compose.aws import delivery_service, sweeper
 from mailqueue.core.config import StorageSettings
 from mailqueue.core.errors import StorageError
@@ -154,12 +155,16 @@ class Slot:
 
 @dataclass
 class Clients:
-    """Client sets reused across worlds (creating boto3 clients is the slow part)."""
+    """Client sets reused across worlds (creating boto3 clients is the slow part), and the
+    resources of the last world, emptied in place for the next one (`fresh_resources`)."""
 
     endpoint: str
     side: AwsClients  # the AWS side: event source mappings, inspection
     svc: AwsClients  # what the handlers use: crash and fault points
     slot: Slot
+    resources: CreatedResources | None = None
+    _moto: _MotoState | None = None
+    _storage: AwsStorage | None = None
 
     @classmethod
     def create(cls, endpoint: str) -> Clients:
@@ -171,6 +176,112 @@ class Clients:
             c.meta.events.register("after-call.*.*", slot.after_call)
         return cls(endpoint, side, svc, slot)
 
+    def fresh_resources(self) -> CreatedResources:
+        """The queue's resources, empty: those of the last world emptied in place when the
+        moto server is this process's and holds exactly them (what a reset and
+        `create_resources` would give, without their 12 requests); else reset and create."""
+        if self.resources is not None and self._moto is not None and self._moto.empty():
+            return self.resources
+        reset_moto(self.endpoint)
+        self.resources = create_resources(self.side)
+        self._moto = _MotoState.find(self.resources)
+        return self.resources
+
+    @property
+    def moto(self) -> _MotoState | None:
+        return self._moto
+
+    def storage(self, settings: StorageSettings, clock: FakeClock) -> AwsStorage:
+        """An `AwsStorage` on the service clients. Its constructor checks the group size
+        against DynamoDB's limits (a pure function of the settings, ~10 ms of CPU): done
+        once per settings, the next worlds' storages are copies with their own clock."""
+        if self._storage is None or self._storage.s != settings:
+            self._storage = AwsStorage(settings, self.svc, clock=clock)
+            return self._storage
+        storage = copy.copy(self._storage)
+        storage.clock = clock
+        return storage
+
+
+@dataclass
+class _MotoState:
+    """The moto models behind `CreatedResources`, when the server runs in this process
+    (`tests.support.aws.moto_server`: a thread of it), to empty them between worlds."""
+
+    resources: CreatedResources
+    table: Any
+    bucket: Any
+    queues: dict[str, Any]
+    backends: tuple[Any, Any, Any]  # dynamodb, s3, sqs of the account and region
+
+    @classmethod
+    def find(cls, res: CreatedResources) -> _MotoState | None:
+        try:
+            import moto
+            from moto.dynamodb.models import dynamodb_backends
+            from moto.s3.models import s3_backends
+            from moto.sqs.models import sqs_backends
+        except ImportError:
+            return None
+        if not str(getattr(moto, "__version__", "")).startswith("5.2."):
+            return None  # the internals below are 5.2's
+        account = res.delivery_queue_url.rstrip("/").split("/")[-2]
+        try:
+            ddb = dynamodb_backends[account][REGION]
+            s3 = s3_backends[account]["aws"]
+            sqs = sqs_backends[account][REGION]
+            table = ddb.tables[res.table]
+            bucket = s3.buckets[res.bucket]
+            queues = dict(sqs.queues)
+        except KeyError:
+            return None  # another process's server: the resources are not here
+        names = {u.rstrip("/").split("/")[-1] for u in _queue_urls(res)}
+        if set(queues) != names or set(ddb.tables) != {res.table}:
+            return None
+        return cls(res, table, bucket, queues, (ddb, s3, sqs))
+
+    def empty(self) -> bool:
+        """Empty the table, the bucket and the queues; False (nothing touched) when the
+        server no longer holds exactly these models (a reset, or something created)."""
+        ddb, s3, sqs = self.backends
+        if (
+            set(ddb.tables) != {self.resources.table}
+            or ddb.tables[self.resources.table] is not self.table
+            or set(s3.buckets) != {self.resources.bucket}
+            or s3.buckets[self.resources.bucket] is not self.bucket
+            or self.bucket.multiparts
+            or dict(sqs.queues) != self.queues
+        ):
+            return False
+        self.table.items.clear()
+        if self.table.stream_shard is not None:
+            self.table.stream_shard.items = []
+        for versions in dict.values(self.bucket.keys):
+            for key in versions:
+                key.dispose()
+        dict.clear(self.bucket.keys)
+        for q in self.queues.values():
+            with q._messages_lock:
+                q._messages = []
+                q._pending_messages = set()
+                q.deleted_messages = set()
+        return (
+            not self.table.items
+            and not self.bucket.keys
+            and all(not q._messages and not q._pending_messages for q in self.queues.values())
+        )
+
+
+def _queue_urls(res: CreatedResources) -> list[str]:
+    return [
+        res.delivery_queue_url,
+        res.bounce_queue_url,
+        res.delivery_dlq_url,
+        res.bounce_dlq_url,
+        res.bulk_delivery_queue_url,
+        res.bulk_delivery_dlq_url,
+    ]
+
 
 class World:
     def __init__(
@@ -181,8 +292,7 @@ class World:
         *,
         failing_port: int | None = None,
     ) -> None:
-        reset_moto(clients.endpoint)
-        res = create_resources(clients.side)
+        res = clients.fresh_resources()
         self.env = AwsEnv(
             clients.endpoint,
             clients.side,
@@ -209,7 +319,7 @@ class World:
         clients.slot.injector = injector
         self.clients = clients.svc
         self.settings = self.env.settings
-        self.storage = AwsStorage(self.settings, self.clients, clock=self.clock)
+        self.storage = clients.storage(self.settings, self.clock)
         ds = DeliverySettings(
             hostname="mq.test",
             routes=json.dumps({"default": {"next_hop": f"[127.0.0.1]:{sink_port}", "tls": "none"}}),
@@ -245,6 +355,8 @@ class World:
             clock=self.clock,
         )
         self.inflight: dict[str, dict[str, str]] = {"delivery": {}, "bounce": {}}
+        self._polled = 0  # messages the last `poll` received
+        self._moto = clients.moto  # the server's models, when in this process
         self.crashes = 0
 
     # routing: temporarily failing peers recover by switching the route
@@ -268,6 +380,7 @@ class World:
             QueueUrl=url, MaxNumberOfMessages=10, AttributeNames=["All"]
         )
         msgs = resp.get("Messages", [])
+        self._polled = len(msgs)
         if not msgs:
             return 0
         for m in msgs:
@@ -305,19 +418,23 @@ class World:
         self.sweeper.run(lambda: 300.0, orphans=True)
 
     def queues_empty(self) -> bool:
-        for name in ("delivery", "bounce"):
-            a = self.env.clients.sqs.get_queue_attributes(
-                QueueUrl=self._queue(name),
-                AttributeNames=[
-                    "ApproximateNumberOfMessages",
-                    "ApproximateNumberOfMessagesNotVisible",
-                ],
-            )["Attributes"]
-            if int(a["ApproximateNumberOfMessages"]) or int(
-                a["ApproximateNumberOfMessagesNotVisible"]
-            ):
-                return False
-        return True
+        return all(not any(self._queue_counts(name)) for name in ("delivery", "bounce"))
+
+    def _queue_counts(self, name: str) -> tuple[int, int]:
+        """(ApproximateNumberOfMessages, ...NotVisible): the harness deciding what to do
+        next, not a crash point; read off moto's queue when its server is this process's
+        (the same properties its GetQueueAttributes answers with), else asked over HTTP."""
+        moto = self._moto
+        if moto is not None:
+            q = moto.queues[self._queue(name).rstrip("/").split("/")[-1]]
+            return q.approximate_number_of_messages, q.approximate_number_of_messages_not_visible
+        a = self.env.clients.sqs.get_queue_attributes(
+            QueueUrl=self._queue(name),
+            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+        )["Attributes"]
+        return int(a["ApproximateNumberOfMessages"]), int(
+            a["ApproximateNumberOfMessagesNotVisible"]
+        )
 
     def items(self) -> list[dict[str, Any]]:
         resp = self.env.clients.dynamodb.scan(TableName=self.env.resources.table)
@@ -364,7 +481,13 @@ class World:
         """Deliver, bounce, let time pass, sweep; until nothing is left to do."""
         for i in range(rounds):
             for name in ("delivery", "bounce", "delivery"):
-                while self.step(lambda n=name: self.poll(n)) and self._last_polled(name):
+                # an empty receive ends the round at once (no message was visible: the
+                # queue's count would say 0, so asking it is a request for nothing)
+                while (
+                    self.step(lambda n=name: self.poll(n))
+                    and self._polled
+                    and self._last_polled(name)
+                ):
                     pass
             if i == 0 and self.failing_port is not None:
                 self.route_to(self.sink_port)  # the failing peer recovers
@@ -379,12 +502,18 @@ class World:
         raise AssertionError("the queue did not settle")
 
     def _last_polled(self, name: str) -> bool:
-        a = self.env.clients.sqs.get_queue_attributes(
-            QueueUrl=self._queue(name), AttributeNames=["ApproximateNumberOfMessages"]
-        )["Attributes"]
-        return int(a["ApproximateNumberOfMessages"]) > 0
+        return self._queue_counts(name)[0] > 0
 
     def _pending_state(self) -> bool:
+        """A group or recipient item not yet final. Read off moto's table when its server is
+        this process's (every item, as a Scan's pages would give them), else scanned."""
+        if self._moto is not None:
+            return any(
+                it.attrs["sk"].value != "M"
+                and "st" in it.attrs
+                and not it.attrs["st"].value.startswith("done")
+                for it in self._moto.table.all_items()
+            )
         return any(
             it["sk"]["S"] != "M" and "st" in it and not it["st"]["S"].startswith("done")
             for it in self.items()
