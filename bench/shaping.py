@@ -106,10 +106,9 @@ class Result:
     peak_running: int = 0
     rearms: int = 0  # delivery triggers re-armed (ChangeMessageVisibility), any reason
     rate_steady: float = 0.0  # (n - burst) / (last - first): GCRA's own expectation
-    # a second wave of `warm` mails, queued at once after the first has all been sent (the
-    # containers warm, the site known, the limit binding from its start): its limiter
-    # requests and re-arms per mail
-    warm: int = 0
+    # a second wave (`measure(warm=...)`), queued at once after the first has all been
+    # sent (the containers warm, the site known, the limit binding from its start): its
+    # limiter requests and re-arms per mail of it
     warm_limiter_per_mail: float = 0.0
     warm_rearms_per_mail: float = 0.0
 
@@ -308,7 +307,6 @@ def measure(
                     # what reached the peer after the first wave
                     sent = max(1, len(peer.messages) - mails)
                     limiter1, rearms1 = site.counts()
-                    res.warm = len(peer.messages) - mails
                     res.warm_limiter_per_mail = (limiter1 - limiter0) / sent
                     res.warm_rearms_per_mail = (rearms1 - rearms0) / sent
                 res.peak_running = fn.peak_running
