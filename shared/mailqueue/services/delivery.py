@@ -659,24 +659,13 @@ class Invocation:
             and now <= booked.at + RESERVATION_GRACE_SECONDS
         ):
             booked = None  # another site, a later attempt, or missed: book afresh
-        # a record about to book announces itself before it waits for a holder: the
-        # record asking first books for it in the same write (Shaper.announce)
-        announced = book and booked is None
-        if announced:
-            shaper.announce(site)
-        try:
-            holder, asking = self._holder_for(site)
-        except BaseException:
-            if announced:
-                shaper.withdraw(site)
-            raise
+        holder, asking = self._holder_for(site)
         while True:
             got = (
                 shaper.redeem(site, holder, booked.at)
                 if booked is not None
-                else shaper.admit(site, holder, 1, reserve=book, announced=announced)
+                else shaper.admit(site, holder, 1, reserve=book)
             )
-            announced = False  # an admit after a wait announces itself
             if asking:
                 asking = False
                 with self._free:
