@@ -794,15 +794,34 @@ class Shaper:
         return max(messages, min(limits.block_size, usable))
 
     # -- admission
+    def announce(self, site: str) -> None:
+        """A record of this container will ask `admit(reserve=True, announced=True)` for
+        `site` soon (it is waiting for a connection holder first): the record that asks
+        before it books its slot too, in the same write (`extra`). Every announce is
+        followed by that admit, or by `withdraw`."""
+        with self._demand_lock:
+            self._demand[site] = self._demand.get(site, 0) + 1
+
+    def withdraw(self, site: str) -> None:
+        """An announced record will not ask after all."""
+        with self._demand_lock:
+            self._demand[site] = max(0, self._demand.get(site, 0) - 1)
+
     def admit(
-        self, site: str, holder: str, messages: int, *, reserve: bool = False
+        self,
+        site: str,
+        holder: str,
+        messages: int,
+        *,
+        reserve: bool = False,
+        announced: bool = False,
     ) -> Permit | Wait:
         """Permit, or how long to wait. `reserve`: a refusal for the rate books the
         earliest slot instead (`Wait.slot`, in the same conditional write a grant would
-        be), and the caller sends then with `redeem`, no further request."""
-        if reserve:
-            with self._demand_lock:  # records of this container about to ask for the site
-                self._demand[site] = self._demand.get(site, 0) + 1
+        be), and the caller sends then with `redeem`, no further request. `announced`:
+        the caller announced itself (`announce`) while it waited to ask."""
+        if reserve and not announced:
+            self.announce(site)  # records of this container about to ask for the site
         with self._lock:
             extra = 0
             if reserve:

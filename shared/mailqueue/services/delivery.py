@@ -659,13 +659,24 @@ class Invocation:
             and now <= booked.at + RESERVATION_GRACE_SECONDS
         ):
             booked = None  # another site, a later attempt, or missed: book afresh
-        holder, asking = self._holder_for(site)
+        # a record about to book announces itself before it waits for a holder: the
+        # record asking first books for it in the same write (Shaper.announce)
+        announced = book and booked is None
+        if announced:
+            shaper.announce(site)
+        try:
+            holder, asking = self._holder_for(site)
+        except BaseException:
+            if announced:
+                shaper.withdraw(site)
+            raise
         while True:
             got = (
                 shaper.redeem(site, holder, booked.at)
                 if booked is not None
-                else shaper.admit(site, holder, 1, reserve=book)
+                else shaper.admit(site, holder, 1, reserve=book, announced=announced)
             )
+            announced = False  # an admit after a wait announces itself
             if asking:
                 asking = False
                 with self._free:
