@@ -226,28 +226,31 @@ def delivery(
     base = keyed.groupBy("_d", "_h", "domain").agg(*[c.alias(k) for k, c in counts.items()])
     g = _grouped(base, tuple(_SETS), [F.sum(k).alias(k) for k in counts])
     ttd = _grouped(
-        keyed.where(delivered).select("_d", "_h", "domain", "time_to_final_s"),
+        keyed.where(delivered),
         ("hour", "day", "domain") if one_day else tuple(_SETS),
         [
             F.percentile_approx("time_to_final_s", list(PERCENTILES), accuracy).alias("pct"),
             F.max("time_to_final_s").alias("ttd_max_s"),
         ],
     )
+    pcts = [F.col("pct")[i].alias(f"ttd_p{round(p * 100)}_s") for i, p in enumerate(PERCENTILES)]
+    keys = _right_keys()
     if one_day:
-        overall = ttd.where(F.col("grain") == "day").withColumns(
-            {"grain": F.lit("overall"), "day": F.lit(None).cast("string")}
-        )
-        ttd = ttd.unionByName(overall)
-    pcts = {f"ttd_p{round(p * 100)}_s": F.col("pct")[i] for i, p in enumerate(PERCENTILES)}
-    ttd = ttd.select(*[c for c in ttd.columns if c != "pct"],
-                     *[c.alias(k) for k, c in pcts.items()])
-    g = _grain_join(g, ttd)
+        # the day's row also stands for the overall one: a second (grain, day) key for it
+        key = F.struct(F.col("grain").alias("_r_grain"), F.col("day").alias("_r_day"))
+        overall = F.struct(F.lit("overall").alias("_r_grain"),
+                           F.lit(None).cast("string").alias("_r_day"))
+        both = F.when(F.col("grain") == "day", F.array(key, overall)).otherwise(F.array(key))
+        keys = [F.inline(both), *keys[2:]]
+    # one select for the right side and one for the result (each DataFrame call analyses
+    # the plan again: see _grouped)
+    g = _grain_join(g, ttd.select(*keys, "ttd_max_s", *pcts))
     finalised = F.col("delivered") + F.col("bounced") + F.col("deleted")
     hard_rate = _ratio("hard_bounced", "recipients")
-    cols = [c for c in g.columns if c != "ttd_sum"]
-    # one select (see _grouped): the columns in the order the withColumn chain made them
     return g.select(
-        *cols,
+        *[c for c in (*GRAIN_COLS, *counts) if c != "ttd_sum"],
+        "ttd_max_s",
+        *[f"ttd_p{round(p * 100)}_s" for p in PERCENTILES],
         finalised.alias("finalised"),
         _ratio("ttd_sum", "delivered").alias("ttd_mean_s"),
         F.when(finalised > 0, F.col("delivered") / finalised).alias("delivery_rate"),
@@ -338,16 +341,21 @@ def lag_histogram(events: DataFrame) -> DataFrame:
     )
 
 
+def _right_keys() -> list[Column]:
+    """The grain columns of a table about to be `_grain_join`ed, renamed out of the way."""
+    return [F.col(c).alias(f"_r_{c}") for c in GRAIN_COLS]
+
+
 def _grain_join(left: DataFrame, right: DataFrame) -> DataFrame:
-    """Left-join two per-grain tables on (grain, day, hour, domain), nulls matching."""
-    r = right.select(*[F.col(c).alias(f"_r_{c}") if c in GRAIN_COLS else F.col(c)
-                       for c in right.columns])
+    """Left-join two per-grain tables on (grain, day, hour, domain), nulls matching.
+
+    `right` has its grain columns renamed by `_right_keys` (in the caller's select, so no
+    DataFrame call of its own); the caller's next select leaves the `_r_` columns out."""
     cond = None
     for c in GRAIN_COLS:
-        e = left[c].eqNullSafe(r[f"_r_{c}"])
+        e = F.col(c).eqNullSafe(F.col(f"_r_{c}"))
         cond = e if cond is None else cond & e
-    out = left.join(r, cond, "left")
-    return out.drop(*[f"_r_{c}" for c in GRAIN_COLS])
+    return left.join(right, cond, "left")
 
 
 def sched_lag(base: DataFrame, histogram: DataFrame) -> DataFrame:
@@ -386,9 +394,11 @@ def sched_lag(base: DataFrame, histogram: DataFrame) -> DataFrame:
     for p in LAG_PERCENTILES:
         rank = F.greatest(F.lit(1), F.ceil(F.lit(p) * F.col("total")))
         picks.append(F.min(F.when(F.col("cum") >= rank, F.col("bin"))).alias(_pname(p)))
-    q = ranked.groupBy(*key).agg(*picks)
-    q = q.withColumns({_pname(p): lag_bin_value(F.col(_pname(p))) for p in LAG_PERCENTILES})
-    return _grain_join(exact, q)
+    q = ranked.groupBy(*key).agg(*picks).select(
+        *_right_keys(), *[lag_bin_value(F.col(_pname(p))).alias(_pname(p)) for p in LAG_PERCENTILES]
+    )
+    out = _grain_join(exact, q)
+    return out.select(*exact.columns, *[_pname(p) for p in LAG_PERCENTILES])
 
 
 def _pname(p: float) -> str:
