@@ -88,7 +88,11 @@ def test_within_the_peers_limits_no_421_and_everything_delivered(
         for i in range(n):
             st.enqueue(f.envelope(f"u{i}@peer.example"), f.content())
         run_workers(rigs, peer, n)
-        assert peer.throttled == 0
+        assert peer.throttled == 0, (
+            f"{peer.throttled} x 421 ({peer.throttled_connections} for connections, peak "
+            f"{peer.peak_connections}); most MAIL FROMs in a second "
+            f"{max_in_window(peer.accepted_at, 1.0)}"
+        )
         assert len(peer.messages) == n
         assert peer.peak_connections <= 2
         assert max_in_window(peer.accepted_at, 1.0) <= 7

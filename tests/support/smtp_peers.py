@@ -454,11 +454,13 @@ class SmtpPeer:
         self._in_data = 0
         self.peak_transactions = 0  # most final dots awaiting their reply at once (data_delay)
         self.throttled = 0  # throttle replies sent (rate_limit / max_connections)
+        self.throttled_connections = 0  # of which for max_connections
         self.accepted_at: list[float] = []  # monotonic times of the MAIL FROMs accepted
 
     def _throttle(self) -> None:
         with self._lock:
             self.throttled += 1
+            self.throttled_connections += 1
 
     def _take_rate(self, limit: int, seconds: float) -> bool:
         """Sliding window: at most `limit` MAIL FROMs let through in any `seconds`."""

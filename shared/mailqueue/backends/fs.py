@@ -547,15 +547,26 @@ class FsStorage:
         return t.group
 
     def postpone(
-        self, claim: Claim, delay_seconds: int, *, reservation: str | None = None
+        self,
+        claim: Claim,
+        delay_seconds: int,
+        *,
+        reservation: str | None = None,
+        back_by: datetime | None = None,
     ) -> Group:
-        until = self.clock() + timedelta(seconds=delay_seconds)
+        until = (
+            self.clock() + timedelta(seconds=delay_seconds)
+            if back_by is None
+            else back_by - timedelta(seconds=1)  # where the re-arm below can land first
+        )
         t = self._transition(
             claim,
             {r.rid: r.with_(state=RecipientState.QUEUED) for r in claim.unresolved()},
             next_attempt_at=max(claim.group.next_attempt_at, until),
             reservation=reservation or "",
         )
+        if back_by is not None:  # counted now, after the write: see Storage.postpone
+            delay_seconds = max(0, math.floor((back_by - self.clock()).total_seconds()))
         self._rearm(claim, delay_seconds)
         return t.group
 

@@ -1476,7 +1476,12 @@ class AwsStorage:
         return t.group
 
     def postpone(
-        self, claim: Claim, delay_seconds: int, *, reservation: str | None = None
+        self,
+        claim: Claim,
+        delay_seconds: int,
+        *,
+        reservation: str | None = None,
+        back_by: datetime | None = None,
     ) -> Group:
         """Give a claimed group back untried for `delay_seconds` (traffic shaping: its
         site is out of budget). Like send_cancel: no attempt, no event; the trigger is
@@ -1484,13 +1489,19 @@ class AwsStorage:
         if claim.released:
             raise LeaseLost("this claim was already released")
         group = claim.group
-        until = self.clock() + timedelta(seconds=delay_seconds)
+        until = (
+            self.clock() + timedelta(seconds=delay_seconds)
+            if back_by is None
+            else back_by - timedelta(seconds=1)  # where the re-arm below can land first
+        )
         t = self._transition(
             claim,
             {r.rid: r.with_(state=RecipientState.QUEUED) for r in claim.unresolved()},
             next_attempt_at=max(group.next_attempt_at, until),
             reservation=reservation or "",
         )
+        if back_by is not None:  # counted now, after the write: see Storage.postpone
+            delay_seconds = max(0, math.floor((back_by - self.clock()).total_seconds()))
         self._rearm(claim, delay_seconds)
         return t.group
 
