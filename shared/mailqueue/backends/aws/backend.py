@@ -1489,11 +1489,7 @@ class AwsStorage:
         if claim.released:
             raise LeaseLost("this claim was already released")
         group = claim.group
-        until = (
-            self.clock() + timedelta(seconds=delay_seconds)
-            if back_by is None
-            else back_by - timedelta(seconds=1)  # where the re-arm below can land first
-        )
+        until = transitions.postponed_due(self.clock(), delay_seconds, back_by)
         t = self._transition(
             claim,
             {r.rid: r.with_(state=RecipientState.QUEUED) for r in claim.unresolved()},
@@ -1501,7 +1497,7 @@ class AwsStorage:
             reservation=reservation or "",
         )
         if back_by is not None:  # counted now, after the write: see Storage.postpone
-            delay_seconds = max(0, math.floor((back_by - self.clock()).total_seconds()))
+            delay_seconds = transitions.rearm_seconds(back_by, self.clock())
         self._rearm(claim, delay_seconds)
         return t.group
 
