@@ -547,22 +547,15 @@ class FsStorage:
         return t.group
 
     def postpone(
-        self,
-        claim: Claim,
-        delay_seconds: int,
-        *,
-        reservation: str | None = None,
-        back_by: datetime | None = None,
+        self, claim: Claim, delay_seconds: int, *, reservation: str | None = None
     ) -> Group:
-        until = transitions.postponed_due(self.clock(), delay_seconds, back_by)
+        until = self.clock() + timedelta(seconds=delay_seconds)
         t = self._transition(
             claim,
             {r.rid: r.with_(state=RecipientState.QUEUED) for r in claim.unresolved()},
             next_attempt_at=max(claim.group.next_attempt_at, until),
             reservation=reservation or "",
         )
-        if back_by is not None:  # counted now, after the write: see Storage.postpone
-            delay_seconds = transitions.rearm_seconds(back_by, self.clock())
         self._rearm(claim, delay_seconds)
         return t.group
 

@@ -222,22 +222,12 @@ class QueueStorage(Storage, Protocol):
         ...
 
     def postpone(
-        self,
-        claim: Claim,
-        delay_seconds: int,
-        *,
-        reservation: str | None = None,
-        back_by: datetime | None = None,
+        self, claim: Claim, delay_seconds: int, *, reservation: str | None = None
     ) -> Group:
         """Give a claimed group back untried for `delay_seconds`: no attempt, no event;
         its trigger comes back after the delay (traffic shaping, suspensions).
         `reservation`: kept with the group (its `reservation` on the next claim),
-        replacing any earlier one; None clears it. Same request as without.
-
-        `back_by` (a booked slot): the trigger comes back within the second before it
-        instead, counted when the trigger is re-armed, after the group's write (counted
-        before it, a slow write made the group late for its slot: the peer saw late sends
-        bunch with on-time ones); the group is due from one second before `back_by`."""
+        replacing any earlier one; None clears it. Same request as without."""
         ...
 
     def dsn_sent(self, ref: MailRef, rids: Sequence[str], kind: str) -> Transition | None:

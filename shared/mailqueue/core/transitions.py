@@ -9,11 +9,10 @@ same result recorded, whichever backend holds the queue.
 from __future__ import annotations
 
 import hashlib
-import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from mailqueue.core.address import AddressError
 from mailqueue.core.address import key as mailbox_key
@@ -285,18 +284,3 @@ def with_attempt(history: Sequence[Attempt], attempt: Attempt, limit: int) -> li
 def _rank(result: Result) -> int:
     """Deferred above bounced above delivered: what the attempt's summary shows."""
     return 0 if result.success else (2 if not result.permanent else 1)
-
-
-def postponed_due(now: datetime, delay_seconds: int, back_by: datetime | None) -> datetime:
-    """When a postponed group is due (`Storage.postpone`): after the delay, or, for a
-    booked slot, one second before `back_by`, where `rearm_seconds` can land first (so
-    its claim is never refused as not due)."""
-    if back_by is None:
-        return now + timedelta(seconds=delay_seconds)
-    return back_by - timedelta(seconds=1)
-
-
-def rearm_seconds(back_by: datetime, now: datetime) -> int:
-    """Whole seconds for a trigger re-armed `now` to come back within the second before
-    `back_by` (SQS counts whole seconds from the call): rounded down, >= 0."""
-    return max(0, math.floor((back_by - now).total_seconds()))

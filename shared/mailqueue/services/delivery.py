@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 from mailqueue.core.config import ConfigError, settings_from_env
@@ -726,20 +726,14 @@ class Invocation:
         self.stats.add("groups", -1)  # claimed, but not an attempt
         key = f"Throttled_{got.reason}"
         self.stats.add_extra(key)
-        back_by = None
         if booked is not None:
-            # back within the second before its own slot (SQS counts whole seconds),
-            # counted when the trigger is re-armed; the rest is slept: the group is
-            # re-armed once and sends on its slot
+            # back a little before its own slot (SQS counts whole seconds), then the
+            # rest is slept: the group is re-armed once and sends on its slot
             wait = max(1, math.floor(got.seconds))
-            back_by = datetime.fromtimestamp(booked.at, UTC)
         else:
             wait = max(1, math.ceil(got.seconds + self.svc.rng.uniform(0, 1)))
         self.svc.storage.postpone(
-            claim,
-            wait,
-            reservation=booked.encode() if booked is not None else None,
-            back_by=back_by,
+            claim, wait, reservation=booked.encode() if booked is not None else None
         )
         log.info("site out of budget", extra={"site": site, "reason": got.reason, "wait": wait})
         if claim.receipt_handle:

@@ -1476,12 +1476,7 @@ class AwsStorage:
         return t.group
 
     def postpone(
-        self,
-        claim: Claim,
-        delay_seconds: int,
-        *,
-        reservation: str | None = None,
-        back_by: datetime | None = None,
+        self, claim: Claim, delay_seconds: int, *, reservation: str | None = None
     ) -> Group:
         """Give a claimed group back untried for `delay_seconds` (traffic shaping: its
         site is out of budget). Like send_cancel: no attempt, no event; the trigger is
@@ -1489,15 +1484,13 @@ class AwsStorage:
         if claim.released:
             raise LeaseLost("this claim was already released")
         group = claim.group
-        until = transitions.postponed_due(self.clock(), delay_seconds, back_by)
+        until = self.clock() + timedelta(seconds=delay_seconds)
         t = self._transition(
             claim,
             {r.rid: r.with_(state=RecipientState.QUEUED) for r in claim.unresolved()},
             next_attempt_at=max(group.next_attempt_at, until),
             reservation=reservation or "",
         )
-        if back_by is not None:  # counted now, after the write: see Storage.postpone
-            delay_seconds = transitions.rearm_seconds(back_by, self.clock())
         self._rearm(claim, delay_seconds)
         return t.group
 
