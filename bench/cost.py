@@ -37,6 +37,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -872,6 +873,47 @@ def state_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [r for r in records if not _is_counter(r)]
 
 
+#: what the lag of a kept index entry is priced at (issue 25, retry floor): the storage's
+#: default `index_due_slack_seconds`, the policy's first retry (Postfix's
+#: minimal_backoff_time) and the sweeper's schedule (template: every 5 minutes)
+INDEX_SLACK_S = 900.0
+FIRST_RETRY_S = 300.0
+SWEEP_PERIOD_S = 300.0
+
+
+def lagging_entry_reads(records: list[dict[str, Any]]) -> float:
+    """Read units the sweeper spends on index entries that lag their group's schedule.
+
+    A reschedule (or a shaping re-arm) within `index_due_slack_seconds` of the entry's
+    `due` leaves the entry where it was (no index write); until the group's `next_at`
+    comes, each sweep's lease recovery (`find_inflight`: queued entries with `due` before
+    now) reads the item back and drops it: one strongly consistent read unit per 4 KB per
+    sweep. Each kept entry is priced at min(lag, slack) / sweep period sweeps, its lag the
+    run's own or, for a retry, the policy's first retry (a run uses fast retries)."""
+    units = 0.0
+    for rec in records:
+        if rec.get("eventName") != "MODIFY":
+            continue
+        d = rec.get("dynamodb", {})
+        old, new = d.get("OldImage") or {}, d.get("NewImage") or {}
+        st, due = new.get("st"), new.get("due")
+        if not st or not due or st != old.get("st") or due != old.get("due"):
+            continue
+        if not str(st.get("S", "")).startswith("queued") or "lease_ms" in new:
+            continue
+        nxt, prev = new.get("next_at", {}).get("S"), old.get("next_at", {}).get("S")
+        if not nxt or nxt == prev:
+            continue
+        lag = datetime.fromisoformat(nxt.replace("Z", "+00:00")).timestamp() - int(due["N"]) / 1000
+        if len((new.get("history") or {}).get("L", [])) > len(
+            (old.get("history") or {}).get("L", [])
+        ):
+            lag = max(lag, FIRST_RETRY_S)  # a retry: the real backoff, not the run's
+        sweeps = min(max(lag, 0.0), INDEX_SLACK_S) / SWEEP_PERIOD_S
+        units += sweeps * max(1, -(-item_size(new) // 4096))
+    return units
+
+
 def records_per_batch(tpl: Template, records_per_s: float) -> float:
     """Records in one stream batch at a rate: full, or what arrives within the window."""
     per_shard = records_per_s / ASSUMPTIONS["stream_shards"]
@@ -1112,6 +1154,7 @@ def model(run: Run, volume: int, tpl: Template, egress: str | None = "relay") ->
         / max(1, run.sweeps or run.invocations["sweeper"])
         * sum(tpl.schedules.values())
     )
+    lag_rru = lagging_entry_reads(state_records(run.records))
     if tpl.state_capacity == "provisioned":
         # capacity units by the hour: the month's units spread over its seconds, divided by
         # the utilization auto scaling achieves, never below the configured minimum (the
@@ -1144,7 +1187,7 @@ def model(run: Run, volume: int, tpl: Template, egress: str | None = "relay") ->
         add("DynamoDB", f"state writes, table (provisioned WCU at {u:.0%} use)", h * wcu_h)
         h, u = hours(wru_gsi * per, w_floor, n_tables - 1)
         add("DynamoDB", f"state writes, by_state index (provisioned WCU at {u:.0%} use)", h * wcu_h)
-        h, u = hours(rru * per + sweep_rru, r_floor, n_tables)
+        h, u = hours((rru + lag_rru) * per + sweep_rru, r_floor, n_tables)
         add(
             "DynamoDB",
             f"reads (provisioned RCU at {u:.0%} use)",
@@ -1155,6 +1198,11 @@ def model(run: Run, volume: int, tpl: Template, egress: str | None = "relay") ->
         add("DynamoDB", "state writes, by_state index", wru_gsi * per * wru)
         add("DynamoDB", "reads (RRU from items returned)", rru * per * rru_price)
         add("DynamoDB", "reads by the sweeper (per sweep, on its schedule)", sweep_rru * rru_price)
+        add(
+            "DynamoDB",
+            "reads of lagging index entries by the sweeper (kept reschedules)",
+            lag_rru * per * rru_price,
+        )
         failed_n, failed_u = failed_writes(run)
         add(
             "DynamoDB",

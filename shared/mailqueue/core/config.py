@@ -109,6 +109,13 @@ class StorageSettings:
     # (docs/deploy.md, "Upgrading"): one more Query per state read. False once no such
     # item is left (a week after the upgrade: finished items expire by then).
     state_unsharded_reads: bool = True
+    # A queued group's index entry (`due`, the sort key) may lag its schedule (`next_at`)
+    # by up to this many seconds: a reschedule or a shaping re-arm to a time within it of
+    # the entry's `due` leaves the index alone (a changed sort key is a delete and a put:
+    # 2 index write units, $1.25 per million on demand), and readers apply the group's own
+    # `next_at`. The cost: each sweep reads such an entry back (one read unit) while it
+    # lags, at most slack / 300 s times. 0: the entry always follows `next_at`.
+    index_due_slack_seconds: int = 900
 
     def __post_init__(self) -> None:
         for name in ("table", "bucket", "delivery_queue_url", "bounce_queue_url"):
@@ -126,6 +133,8 @@ class StorageSettings:
             raise ConfigError("inline_content_max_bytes must be within 0..65536")
         if not 0 <= self.solo_item_max_bytes <= 65536:
             raise ConfigError("solo_item_max_bytes must be within 0..65536")
+        if not 0 <= self.index_due_slack_seconds <= 12 * 3600:
+            raise ConfigError("index_due_slack_seconds must be within 0..43200")
         if not 1 <= self.state_shards <= 100:
             raise ConfigError("state_shards must be within 1..100")
         if not self.content_prefix.endswith("/"):

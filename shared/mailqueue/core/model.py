@@ -392,6 +392,9 @@ class Group:
     # a traffic-shaping slot booked for this group when it was postponed (opaque to
     # storage; outbound.shaping.Reservation reads it): it comes back and sends, no poll
     reservation: str | None = None
+    # where the backend's index orders this group, when that may lag `next_attempt_at`
+    # (AwsStorage: the `by_state` entry's `due`; opaque to the core, not compared)
+    index_due: datetime | None = field(default=None, compare=False)
 
     @property
     def ref(self) -> MailRef:

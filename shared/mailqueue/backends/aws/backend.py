@@ -146,6 +146,20 @@ def _lease_end(item: dict[str, Any]) -> datetime | None:
     return from_iso(item.get("lease_until"))
 
 
+#: a queued group is due by its own schedule (`next_at`, ISO 8601 UTC to the millisecond:
+#: ordered as text), not by its index entry's `due`, which may lag it (needs :now, :now_ms)
+_DUE_NOW = "(next_at <= :now OR (attribute_not_exists(next_at) AND due <= :now_ms))"
+
+
+def _index_due(item: dict[str, Any]) -> datetime | None:
+    """A queued item's position in `by_state` (its `due`), which may lag its `next_at` by
+    up to `index_due_slack_seconds`; None for other states (their entries always move)."""
+    due = item.get("due")
+    if due is None or state_of(item.get("st")) != GroupState.QUEUED.value:
+        return None
+    return datetime.fromtimestamp(int(due) / 1000, tz=UTC)
+
+
 def _expired(item: dict[str, Any], now_s: float) -> bool:
     """A finished item out of the state index whose TTL has passed: gone for every reader
     but the table, which deletes it within days (DynamoDB's TTL; moto never does)."""
@@ -240,6 +254,14 @@ class AwsStorage:
             principal=principal_of(d.get("tags")),
             tags=tuple((str(k), str(v)) for k, v in (d.get("tags") or {}).items()),
             reservation=d.get("rsv"),
+            # only an entry under its own shard's key may stay (an unsharded or legacy
+            # `inflight#` one moves at its next release)
+            index_due=(
+                _index_due(d)
+                if d.get("st")
+                == state_key(GroupState.QUEUED.value, d["pk"][2:], self.s.state_shards)
+                else None
+            ),
         )
 
     def _batch_write(self, requests: list[dict[str, Any]]) -> int:
@@ -761,6 +783,14 @@ class AwsStorage:
             with translate("dynamodb:Query"):
                 resp = self.c.dynamodb.query(**kw)
             got = self._hydrate(resp.get("Items", []), state)
+            if state == GroupState.QUEUED.value and due_op and due is not None:
+                # an entry may lag its group's schedule (index_due_slack_seconds): the
+                # group's own `next_at` decides
+                got = [
+                    g
+                    for g in got
+                    if (g.next_attempt_at <= due if due_op == "<=" else g.next_attempt_at < due)
+                ]
             if lease_before is not None:
                 got = [g for g in got if g.lease_until is not None and g.lease_until < lease_before]
             out.extend(got)
@@ -954,7 +984,7 @@ class AwsStorage:
             ref,
             now,
             lease_seconds or self.s.lease_seconds,
-            "((begins_with(st, :queued) AND due <= :now_ms) OR "
+            "((begins_with(st, :queued) AND " + _DUE_NOW + ") OR "
             "(begins_with(st, :inflight) AND due < :now_ms)) AND "
             + LEASE_FREE
             + " AND "
@@ -1253,6 +1283,7 @@ class AwsStorage:
             reservation=(reservation or None) if reservation is not None else group.reservation,
             lease_token=None if release else group.lease_token,
             lease_until=None if release else group.lease_until,
+            index_due=plan.index_due,
         )
         claim.group = new_group
         if release:
@@ -1331,9 +1362,18 @@ class AwsStorage:
         sets.append("claims = :zero")  # something was recorded: see _UNRECORDED_OK
         next_at = next_attempt_at or group.next_attempt_at
         state = GroupState.INFLIGHT
+        index_due = group.index_due  # not released: the index is not written
         if release:
             state = derive_group_state(resting_rcpts)
             due = next_at if state == GroupState.QUEUED else now
+            lag = self.s.index_due_slack_seconds
+            kept = group.index_due  # the entry's `due` when the item is queued (None: not)
+            keep_due = (
+                state == GroupState.QUEUED
+                and kept is not None
+                and kept <= next_at <= kept + timedelta(seconds=lag)
+            )
+            index_due = kept if keep_due else (due if state == GroupState.QUEUED else None)
             values[":next"] = {"S": to_iso(next_at)}
             sets.append("next_at = :next")
             removes += list(LEASE_ATTRS)
@@ -1348,6 +1388,16 @@ class AwsStorage:
                 # the delete (each priced by the larger of its images).
                 removes += ["st", "due", _BODY]
                 ttl = int(now.timestamp())
+                if attempt is not None and len(history) > 1:
+                    # and only its last attempt: the earlier ones are in the event log
+                    # (their DeliveryDelay events), and a retried mail's final write then
+                    # stays within the write unit its claim used (1 KB for most mail)
+                    history = history[-1:]
+                    values[":hist"] = _ser.serialize([_bounded_attempt(a) for a in history])
+            elif keep_due:
+                # the same `st` and `due`: the index entry is not written (next_at is not
+                # projected); readers and the claim go by `next_at`
+                pass
             else:
                 values[":st"] = {"S": state_key(state.value, group.mail_id, self.s.state_shards)}
                 values[":due"] = {"N": str(_ms(due))}
@@ -1382,6 +1432,7 @@ class AwsStorage:
             next_at=next_at,
             history=tuple(history),
             resting=resting_rcpts,
+            index_due=index_due,
         )
 
     def _after_group_done(

@@ -277,6 +277,7 @@ class _TransitionPlan:
     next_at: datetime
     history: tuple[Attempt, ...]
     resting: tuple[Recipient, ...]
+    index_due: datetime | None = None  # the by_state entry's `due` after it (queued only)
 
 
 #: what a claim adds to a group item (`lease_ms`, `lease_token`, `started_at`, `claims`,
