@@ -188,3 +188,24 @@ def test_a_retried_solo_mail_costs_one_unit_a_write_and_two_index_writes(
     final = images[-1]
     assert [a["M"]["number"]["N"] for a in final["history"]["L"]] == ["2"]
     assert final["rcpts"]["M"]["r0"]["M"]["attempts"]["N"] == "2"
+
+
+def test_a_finished_group_of_a_larger_mail_keeps_its_last_attempt_only(aws: AwsEnv) -> None:
+    """A group of a two-group mail, retried once, then delivered: its `done` image (and
+    the delete that cleans it later, priced on the same image) keeps only the last
+    attempt, so the result costs the write unit its claim used."""
+    st = aws.storage()
+    q = st.enqueue(f.envelope("bob@example.net", "carol@example.com"), f.content(3000))
+    g0 = sorted(q.groups)[0]
+    ref = MailRef(q.mail_id, g0)
+    c = _claimed(st, ref, utcnow())
+    st.reschedule(c, {r.rid: TEMP for r in c.group.pending()}, utcnow() + timedelta(seconds=300))
+    claim_at = st.get_group(ref).next_attempt_at + timedelta(seconds=1)
+    c = _claimed(st, ref, claim_at)
+    claimed = aws.mail_items(q.mail_id)[f"G#{g0}"]
+    assert len(claimed["history"]["L"]) == 1
+    t = st.send_done(c, [r.rid for r in c.group.pending()], OK)
+    assert not t.mail_finished
+    done = aws.mail_items(q.mail_id)[f"G#{g0}"]
+    assert [a["M"]["number"]["N"] for a in done["history"]["L"]] == ["2"]
+    assert _units(max(item_size(claimed), item_size(done))) == _units(item_size(claimed))

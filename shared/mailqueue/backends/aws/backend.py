@@ -1388,12 +1388,6 @@ class AwsStorage:
                 # the delete (each priced by the larger of its images).
                 removes += ["st", "due", _BODY]
                 ttl = int(now.timestamp())
-                if attempt is not None and len(history) > 1:
-                    # and only its last attempt: the earlier ones are in the event log
-                    # (their DeliveryDelay events), and a retried mail's final write then
-                    # stays within the write unit its claim used (1 KB for most mail)
-                    history = history[-1:]
-                    values[":hist"] = _ser.serialize([_bounded_attempt(a) for a in history])
             elif keep_due:
                 # the same `st` and `due`: the index entry is not written (next_at is not
                 # projected); readers and the claim go by `next_at`
@@ -1405,6 +1399,13 @@ class AwsStorage:
             if state == GroupState.DONE:
                 values[":ttl"] = {"N": str(ttl)}
                 sets.append("expires_at = :ttl")
+                if attempt is not None and len(history) > 1:
+                    # A finished group keeps its last attempt only: the earlier ones are in
+                    # the event log (their DeliveryDelay events), the item is deleted or
+                    # expires next, and a retried group's result (and its delete, priced on
+                    # the same image) stays within the write unit its claim used
+                    history = history[-1:]
+                    values[":hist"] = _ser.serialize([_bounded_attempt(a) for a in history])
         elif next_attempt_at is not None:
             values[":next"] = {"S": to_iso(next_at)}
             sets.append("next_at = :next")
