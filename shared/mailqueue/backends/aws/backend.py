@@ -151,11 +151,14 @@ def _lease_end(item: dict[str, Any]) -> datetime | None:
 _DUE_NOW = "(next_at <= :now OR (attribute_not_exists(next_at) AND due <= :now_ms))"
 
 
-def _index_due(item: dict[str, Any]) -> datetime | None:
+def _index_due(item: dict[str, Any], shards: int) -> datetime | None:
     """A queued item's position in `by_state` (its `due`), which may lag its `next_at` by
-    up to `index_due_slack_seconds`; None for other states (their entries always move)."""
+    up to `index_due_slack_seconds`; None for other states and for an entry not under its
+    own shard's key (unsharded, legacy `inflight#`): those move at their next release."""
     due = item.get("due")
-    if due is None or state_of(item.get("st")) != GroupState.QUEUED.value:
+    if due is None or item.get("st") != state_key(
+        GroupState.QUEUED.value, str(item["pk"])[2:], shards
+    ):
         return None
     return datetime.fromtimestamp(int(due) / 1000, tz=UTC)
 
@@ -254,14 +257,7 @@ class AwsStorage:
             principal=principal_of(d.get("tags")),
             tags=tuple((str(k), str(v)) for k, v in (d.get("tags") or {}).items()),
             reservation=d.get("rsv"),
-            # only an entry under its own shard's key may stay (an unsharded or legacy
-            # `inflight#` one moves at its next release)
-            index_due=(
-                _index_due(d)
-                if d.get("st")
-                == state_key(GroupState.QUEUED.value, d["pk"][2:], self.s.state_shards)
-                else None
-            ),
+            index_due=_index_due(d, self.s.state_shards),
         )
 
     def _batch_write(self, requests: list[dict[str, Any]]) -> int:
