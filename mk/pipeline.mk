@@ -3,12 +3,16 @@
 # PY, VENV and the $(STAMP) that bootstraps the venv.
 #
 #   make report                         # var/events -> var/report (+ report.html)
+#   make report EVENTS=var/demo/events  # -> var/demo/report
 #   make report EVENTS=s3a://... ARGS='--date 2026-05-04'
 #   make bench-pipeline                 # 1 M / 10 M / 50 M events, see docs/benchmarks.md
 #   make pipeline-zip                   # build/pipeline/{main.py,mq_pipeline.zip} for EMR
 
 EVENTS ?= var/events
-REPORT_OUT ?= var/report
+# The report goes beside its log: var/events -> var/report, the demo's var/demo/events ->
+# var/demo/report (issue 44: a demo's report no longer overwrites make run's); any other
+# log (S3, a folder not named events) -> var/report.
+REPORT_OUT ?= $(if $(findstring ://,$(EVENTS)),var/report,$(if $(filter %/events,$(EVENTS)),$(patsubst %/events,%/report,$(EVENTS)),var/report))
 ARGS ?=
 BENCH_ARGS ?=
 PIPELINE_DRIVER_MEMORY ?= 4g

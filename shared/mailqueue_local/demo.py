@@ -314,7 +314,8 @@ def run(var: Path, timeout: float, out: Any = sys.stdout) -> int:
         out.write(
             f"\nAll four finished in {time.monotonic() - t0:.1f} s; the DSN and the "
             f"delivered mails are in {stack.mail_dir}. Stopping the stack.\n"
-            f"Its event log is {var / 'events'}: make report EVENTS={var / 'events'}\n"
+            f"Its event log is {var / 'events'}: make report EVENTS={var / 'events'}"
+            f" (the report goes to {var / 'report'})\n"
         )
     return 0
 

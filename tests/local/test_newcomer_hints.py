@@ -89,3 +89,21 @@ def test_a_remote_log_gets_no_note(capsys: pytest.CaptureFixture[str]) -> None:
 
     assert main(["s3a://bucket/events"]) == 0
     assert capsys.readouterr().out == ""
+
+
+@pytest.mark.parametrize(
+    ("events", "out"),
+    [
+        ("var/events", "var/report"),
+        ("var/demo/events", "var/demo/report"),
+        ("s3a://bucket/events", "var/report"),
+        ("/tmp/some-log", "var/report"),
+    ],
+)
+def test_demo_report_gets_its_own_folder(events: str, out: str) -> None:
+    """Issue 44, friction 2: `make report EVENTS=var/demo/events` leaves make run's report."""
+    text = subprocess.run(
+        ["make", "-n", "report", f"EVENTS={events}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    ).stdout
+    assert f"--out {out} " in text or text.rstrip().endswith(f"--out {out}"), text[-400:]

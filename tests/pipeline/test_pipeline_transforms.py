@@ -113,6 +113,12 @@ REASON_CASES = [
     ("  SMTP;   554   Service unavailable; Client host [198.51.100.3] blocked",
      "service unavailable; client host <ip> blocked"),
     ("rate limit exceeded", "rate limit exceeded"),
+    # issue 44: a 12-character hex id is one reason whatever its digits (Gmail's trailer)
+    ("smtp; 550 5.1.1 The email account that you tried to reach does not exist. "
+     "123456789012 - gsmtp", "the email account that you tried to reach does not exist. <id> - gsmtp"),
+    ("smtp; 550 5.1.1 The email account that you tried to reach does not exist. "
+     "1234567890ab - gsmtp", "the email account that you tried to reach does not exist. <id> - gsmtp"),
+    ("smtp; 452 4.2.2 size 10485760 over quota", "size # over quota"),
 ]
 
 
