@@ -210,6 +210,7 @@ def run(var: Path, timeout: float, out: Any = sys.stdout) -> int:
         sweep_interval=15.0,
         sink_rules=SinkRules.demo(2),
         on_sink_event=sink_events.put,
+        progress=lambda step: (out.write(f"  starting the stack {step}\n"), out.flush()),
     )
     with LocalStack(options) as stack:
         t0 = time.monotonic()
