@@ -27,7 +27,10 @@ run: $(STAMP)  ## the whole queue on this machine (RUN_ARGS="--port 0 --fast-ret
 	$(PY) -m mailqueue_local.run $(RUN_ARGS)
 
 lint: $(STAMP)  ## ruff and mypy
+	@echo "lint [1/2] ruff over shared functions tests pipeline"
 	$(VENV)/bin/ruff check shared functions tests pipeline
+	@echo "lint [2/2] mypy, strict, over the files pyproject.toml names: a minute on a quiet machine," \
+		"several on a loaded one or without .mypy_cache (it prints nothing until it is done)"
 	$(VENV)/bin/mypy
 
 BENCH_MIX_MAILS ?= 20

@@ -79,10 +79,15 @@ report: $(STAMP)  ## Spark report over var/events (EVENTS=var/demo/events after 
 		fi; \
 	fi; \
 	echo "spark-submit pipeline/main.py --events $(EVENTS) --out $(REPORT_OUT) $(ARGS)"; \
+	tick=; if [ -n "$$tmp" ]; then \
+		( n=0; while sleep 20; do n=$$((n + 20)); \
+			echo "note: still running after $$n s (the first report records the JVM's classes; a few minutes at most)"; \
+		done ) & tick=$$!; fi; \
 	$(PIPELINE_ENV) $(VENV)/bin/spark-submit --master 'local[*]' $(PIPELINE_CONF) \
 		--driver-memory $(PIPELINE_DRIVER_MEMORY) --driver-java-options "$$opts $$cds $$log" \
 		pipeline/main.py --events $(EVENTS) --out $(REPORT_OUT) $(ARGS); \
 	rc=$$?; \
+	if [ -n "$$tick" ]; then kill $$tick 2>/dev/null; fi; \
 	if [ -n "$$tmp" ]; then if [ $$rc = 0 ] && [ -s "$$tmp" ]; then mv -f "$$tmp" "$$arch"; \
 		else rm -f "$$tmp"; fi; fi; \
 	exit $$rc
