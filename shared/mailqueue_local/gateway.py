@@ -340,6 +340,16 @@ def http_response(result: Any) -> tuple[int, list[tuple[str, str]], bytes]:
 # ----------------------------------------------------------------------------- server
 Invoke = Callable[[dict[str, Any]], Any]
 
+#: the listen backlog: API Gateway takes bursts of thousands of connections (its account
+#: burst quota, "Amazon API Gateway quotas": 5,000 requests); http.server's default of 5
+#: overflowed the accept queue under a burst of 20 clients (issue 43 item 16). Linux caps
+#: it at net.core.somaxconn (4096 on current kernels).
+LISTEN_BACKLOG = 1024
+
+
+class _Server(ThreadingHTTPServer):
+    request_queue_size = LISTEN_BACKLOG
+
 
 class ApiGateway:
     """The HTTP API on 127.0.0.1: routes → functions, IAM auth → `LocalAuth`."""
@@ -364,7 +374,7 @@ class ApiGateway:
         class Handler(_RequestHandler):
             gw = gateway
 
-        self.server = ThreadingHTTPServer((host, port), Handler)
+        self.server = _Server((host, port), Handler)
         # join in-flight requests on close: a stop never cuts a submission in half
         self.server.daemon_threads = False
         self.server.block_on_close = True

@@ -331,3 +331,50 @@ def test_unknown_methods_get_a_4xx_not_501(
         conn.close()
     assert 400 <= status < 500, status
     assert seen == []
+
+
+def test_a_burst_of_250_connections_is_answered_without_a_reset(
+    gateway: tuple[ApiGateway, list[dict[str, Any]]],
+) -> None:
+    """Issue 43 item 16: http.server's listen backlog is 5, so a burst of connections
+    overflowed the accept queue while the serving thread was busy spawning handlers, and
+    the kernel reset some (20 clients with 4 connections each: 18 of 80 reset). All of
+    them connect at once (a barrier), then each sends one request and reads the answer."""
+    import socket
+    import threading
+
+    gw, _ = gateway
+    n = 250
+    barrier = threading.Barrier(n)
+    outcomes: list[str] = []
+    lock = threading.Lock()
+    request = (
+        f"POST /v1/messages HTTP/1.1\r\nHost: {gw.host}:{gw.port}\r\n"
+        f"Authorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\n"
+        "Content-Length: 2\r\nConnection: close\r\n\r\n{}"
+    ).encode()
+
+    def one() -> None:
+        barrier.wait(30)
+        try:
+            with socket.create_connection((gw.host, gw.port), timeout=30) as s:
+                s.sendall(request)
+                data = b""
+                while chunk := s.recv(65536):
+                    data += chunk
+            result = data.split(b"\r\n", 1)[0].decode()
+        except OSError as e:
+            result = type(e).__name__
+        with lock:
+            outcomes.append(result)
+
+    threads = [threading.Thread(target=one) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len(outcomes) == n
+    bad = [o for o in outcomes if o != "HTTP/1.0 200 OK"]
+    from collections import Counter
+
+    assert bad == [], f"{len(bad)} of {n}: {Counter(bad)}"
