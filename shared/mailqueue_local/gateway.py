@@ -365,7 +365,11 @@ class ApiGateway:
         access_log: TextIO | None = None,
     ) -> None:
         self.routes = [r for r in routes if r.function in functions]
-        self.functions = dict(functions)
+        # each request in an execution environment of its own, as Lambda scales a function
+        # out for concurrent synchronous invocations ("Lambda function scaling"): through
+        # container 0's lock, one slow admin request (a job slice runs up to 20 s inline)
+        # held every other admin request behind it until clients gave up (issue 43 item 18)
+        self.functions = {name: getattr(fn, "invoke_pooled", fn) for name, fn in functions.items()}
         self.auth = auth
         self.access_log = access_log
         self._log_lock = threading.Lock()
