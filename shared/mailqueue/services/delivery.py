@@ -33,7 +33,13 @@ from mailqueue.core.model import Claim, Group, MailRef, Result, utcnow
 from mailqueue.core.policy import RetryPolicy, backoff, delay_warning_due, expired
 from mailqueue.core.ports import DeliveryPorts
 from mailqueue.core.storage import QueueStorage
-from mailqueue.core.trace import HOPCOUNT_LIMIT, HeaderPeek, count_received, peek_header
+from mailqueue.core.trace import (
+    HEADER_SCAN_LIMIT,
+    HOPCOUNT_LIMIT,
+    HeaderPeek,
+    count_received,
+    peek_header,
+)
 from mailqueue.core.verp import ReturnPathPolicy
 from mailqueue.outbound import unsubscribe as unsub
 from mailqueue.outbound.dkim import (
@@ -43,6 +49,7 @@ from mailqueue.outbound.dkim import (
     KeySource,
     KeyUnavailable,
     Unsignable,
+    header_section,
     wire_form,
 )
 from mailqueue.outbound.dkim import header_from_domain as dkim_from_domain
@@ -611,7 +618,7 @@ class Invocation:
         if isinstance(loop, Result):
             return self._record(claim, {r.rid: loop for r in group.pending()}, None)
         loop, added = self._list_unsubscribe(loop, group)  # before DKIM: the fields are signed
-        signed = self._sign(loop, group.sender)
+        signed = self._sign(loop, group.sender, added)
         if isinstance(signed, Result):
             return self._record(claim, {r.rid: signed for r in group.pending()}, None)
         body, size = signed if signed is not None else (loop, mail.size + added)
@@ -879,15 +886,18 @@ class Invocation:
         log.warning("routing loop", extra={"hops": hops, "limit": limit})
         return Result(0, "5.4.6", f"routing loop detected: {hops} Received: fields (limit {limit})")
 
-    def _sign(self, content: HeaderPeek, sender: str) -> tuple[io.BytesIO, int] | Result | None:
+    def _sign(
+        self, content: HeaderPeek, sender: str, added: int = 0
+    ) -> tuple[io.BytesIO, int] | Result | None:
         """DKIM-sign this attempt's bytes (dkim.py says why here): the signed wire form
         and its size, None when the mail is not signed, or a temporary failure when a
         configured key cannot be had (the mail waits for the operator, never goes out
-        unsigned by accident)."""
+        unsigned by accident). The From field is looked for as ingress looked for it:
+        the one header limit over the stored bytes (`added`: the fields put in front)."""
         signer = self.svc.signer
         if signer is None:
             return None
-        from_domain = dkim_from_domain(content.head)
+        from_domain = dkim_from_domain(header_section(content.head, HEADER_SCAN_LIMIT + added))
         if signer.config.signing_domain(from_domain, not sender) is None:
             return None
         try:
