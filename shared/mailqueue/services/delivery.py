@@ -574,6 +574,14 @@ class Invocation:
                 return "not_due"
             self.stats.add("lost_claims")
             log.info("claim skipped", extra={"mail_id": ref.mail_id, "reason": claim.reason})
+            if claim.reason == "claimed" and receipt_handle:
+                # A copy of a live trigger (SQS delivers at least once): its message is
+                # the holder's, which re-arms it by ChangeMessageVisibility on its own
+                # receipt. Deleting it (a success) after that re-arm left the group
+                # without a trigger until the sweeper (issue 43 item 14): leave it as it
+                # is instead; the holder's visibility stands, and if the holder dies it
+                # comes back and claims once the lease is over.
+                raise KeepMessage("claimed by another invocation: trigger left in place")
             return f"skipped:{claim.reason}"
         claim.receipt_queue = queue
         self.stats.add("groups")

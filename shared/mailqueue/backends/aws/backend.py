@@ -37,6 +37,7 @@ from typing import Any, BinaryIO
 
 from botocore.exceptions import ClientError
 
+from mailqueue.backends.aws import index_walk
 from mailqueue.backends.aws.clients import (
     AwsClients,
     ContentStream,
@@ -186,6 +187,9 @@ def _seconds_until(at: datetime, now: datetime) -> int:
 
 class AwsStorage:
     """`Storage` on S3 + DynamoDB + SQS. Holds no mutable module state; clients are injected."""
+
+    #: index entries one Scan may read to serve a walk whole (index_walk); 0: always Query
+    index_snapshot_limit: int = index_walk.SNAPSHOT_LIMIT
 
     def __init__(
         self,
@@ -762,23 +766,69 @@ class AwsStorage:
         shard = int(pos.get("s", 0))
         start: dict[str, Any] | None = pos.get("k") or None
         want = max(1, min(limit, 1000))
+        due_ms = _ms(due) if due_op and due is not None else None
         out: list[Group] = []
-        while shard < len(keys) and len(out) < want:
+        # a small index is read whole in one Scan; a large one by concurrent shard
+        # Queries (index_walk says how, and what each costs)
+        snap = self._index_snapshot()
+
+        def request(st: str, limit_: int, esk: dict[str, Any] | None) -> dict[str, Any]:
             kw: dict[str, Any] = {
                 "TableName": self.s.table,
                 "IndexName": GSI_STATE,
                 "KeyConditionExpression": "st = :st",
-                "ExpressionAttributeValues": {":st": {"S": keys[shard]}},
-                "Limit": want - len(out),
+                "ExpressionAttributeValues": {":st": {"S": st}},
+                "Limit": limit_,
             }
-            if due_op and due is not None:
+            if due_ms is not None:
                 kw["KeyConditionExpression"] += f" AND due {due_op} :due"
-                kw["ExpressionAttributeValues"][":due"] = {"N": str(_ms(due))}
-            if start:
-                kw["ExclusiveStartKey"] = start
-            with translate("dynamodb:Query"):
-                resp = self.c.dynamodb.query(**kw)
-            got = self._hydrate(resp.get("Items", []), state)
+                kw["ExpressionAttributeValues"][":due"] = {"N": str(due_ms)}
+            if esk:
+                kw["ExclusiveStartKey"] = esk
+            return kw
+
+        while shard < len(keys) and len(out) < want:
+            remaining = want - len(out)
+            answers: list[tuple[int, list[dict[str, Any]], dict[str, Any] | None]] = []
+            if snap is not None:  # the shards from here until the page's entries are in
+                i, esk, need = shard, start, remaining
+                while i < len(keys) and need > 0:
+                    rows, lek = snap.page(
+                        keys[i], due_op=due_op, due_ms=due_ms, start=esk, limit=need
+                    )
+                    answers.append((i, rows, lek))
+                    need -= len(rows)
+                    if lek:
+                        break
+                    i, esk = i + 1, None
+            else:
+                window = (
+                    [shard]
+                    if start
+                    else list(range(shard, min(len(keys), shard + index_walk.WALK_CONCURRENCY)))
+                )
+                resps = index_walk.query_pages(
+                    self.c.dynamodb,
+                    [request(keys[i], remaining, start if i == shard else None) for i in window],
+                )
+                answers = [
+                    (i, r.get("Items", []), r.get("LastEvaluatedKey") or None)
+                    for i, r in zip(window, resps, strict=True)
+                ]
+            # the answers in shard order, up to the page: where the walk stands after them
+            taken: list[dict[str, Any]] = []
+            for i, rows, lek in answers:
+                room = remaining - len(taken)
+                if room <= 0:
+                    break  # `shard` is already i: the page filled on the shards before it
+                if len(rows) > room:  # a window's Query asked for the whole page
+                    rows = rows[:room]
+                    lek = index_walk.entry_key(rows[-1])
+                taken.extend(rows)
+                shard, start = (i, lek) if lek else (i + 1, None)
+                if lek:
+                    break  # this shard goes on first: the next shards' answers are dropped
+            got = self._hydrate(taken, state)  # one BatchGetItem per 100 entries
             if state == GroupState.QUEUED.value and due_op and due is not None:
                 # an entry may lag its group's schedule (index_due_slack_seconds): the
                 # group's own `next_at` decides
@@ -790,12 +840,14 @@ class AwsStorage:
             if lease_before is not None:
                 got = [g for g in got if g.lease_until is not None and g.lease_until < lease_before]
             out.extend(got)
-            start = resp.get("LastEvaluatedKey") or None
-            if not start:
-                shard += 1
         more = shard < len(keys)
         nxt = _enc_cursor({"s": shard, "k": start}) if more else None
         return Page(items=tuple(out), cursor=nxt)
+
+    def _index_snapshot(self) -> index_walk.Snapshot | None:
+        if self.index_snapshot_limit <= 0:
+            return None
+        return index_walk.snapshot(self.c.dynamodb, self.s.table, self.index_snapshot_limit)
 
     def _hydrate(self, entries: list[dict[str, Any]], state: str) -> list[Group]:
         """The groups behind index entries, read whole from the table in the index's order.
@@ -854,27 +906,34 @@ class AwsStorage:
         A claimed group keeps its `queued` entry (the lease is not in the index), so it
         is counted as queued; `inflight` counts only entries written before that change.
         A sum over the pending states, what the admin jobs estimate, is exact."""
-        n = 0
-        for key in state_keys(
+        keys = state_keys(
             GroupState(state).value,
             self.s.state_shards,
             unsharded=self.s.state_unsharded_reads,
-        ):
-            kw: dict[str, Any] = {
-                "TableName": self.s.table,
-                "IndexName": GSI_STATE,
-                "KeyConditionExpression": "st = :st",
-                "ExpressionAttributeValues": {":st": {"S": key}},
-                "Select": "COUNT",
-            }
-            while True:
-                with translate("dynamodb:Query"):
-                    resp = self.c.dynamodb.query(**kw)
-                n += int(resp.get("Count", 0))
-                lek = resp.get("LastEvaluatedKey")
-                if not lek:
-                    break
-                kw["ExclusiveStartKey"] = lek
+        )
+        snap = self._index_snapshot()
+        if snap is not None:  # the whole index in one Scan page (index_walk)
+            return sum(snap.count(k) for k in keys)
+        n = 0
+        for i in range(0, len(keys), index_walk.WALK_CONCURRENCY):
+            pending = [
+                {
+                    "TableName": self.s.table,
+                    "IndexName": GSI_STATE,
+                    "KeyConditionExpression": "st = :st",
+                    "ExpressionAttributeValues": {":st": {"S": key}},
+                    "Select": "COUNT",
+                }
+                for key in keys[i : i + index_walk.WALK_CONCURRENCY]
+            ]
+            while pending:  # each shard paged until it has no LastEvaluatedKey
+                resps = index_walk.query_pages(self.c.dynamodb, pending)
+                n += sum(int(r.get("Count", 0)) for r in resps)
+                pending = [
+                    {**kw, "ExclusiveStartKey": r["LastEvaluatedKey"]}
+                    for kw, r in zip(pending, resps, strict=True)
+                    if r.get("LastEvaluatedKey")
+                ]
         return n
 
     def find_inflight(self, now: datetime, *, limit: int = 100, cursor: str | None = None) -> Page:
