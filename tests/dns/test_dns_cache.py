@@ -11,18 +11,19 @@ from __future__ import annotations
 import random
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import dns.flags
 import dns.resolver
 import pytest
-from functions.delivery import app as delivery_app
 from mailqueue.core.config import ConfigError
 from mailqueue.outbound import dane
 from mailqueue.outbound.dnscache import DnsCache
 from mailqueue.outbound.routing import NextHopError, resolve_next_hops
 from mailqueue.services.delivery import DeliverySettings
 
+from functions.delivery import app as delivery_app
 from tests.support import factories as f
 from tests.support.dns_peer import DnsPeer, dns_server
 from tests.support.dnssec_peer import missing as dnssec_missing
@@ -70,7 +71,9 @@ def test_dns_cache_answers_from_memory_within_ttl(server: DnsPeer) -> None:
     r = cache.bind(server.resolver())
     assert hops(r) == ["127.0.0.1"]
     first = server.queries
-    assert sorted(first) == [("mx.x.example.", "A"), ("mx.x.example.", "AAAA"), ("x.example.", "MX")]
+    assert sorted(first) == [
+        ("mx.x.example.", "A"), ("mx.x.example.", "AAAA"), ("x.example.", "MX")
+    ]  # fmt: skip
     clock.now += 119  # inside every TTL (the AAAA NODATA's is the SOA minimum, 120 s)
     assert hops(r) == ["127.0.0.1"]
     assert server.queries == first  # the server saw no second query
@@ -254,23 +257,15 @@ def test_dns_cache_shared_by_threads(server: DnsPeer) -> None:
     hops(r)
     cache.take_counts()
     n = len(server.queries)
-    errors: list[BaseException] = []
     start = threading.Barrier(8)
 
-    def lane() -> None:
-        try:
-            start.wait()
-            for _ in range(50):
-                assert hops(r) == ["127.0.0.1"]
-        except BaseException as e:  # reported below: a failed lane fails the test
-            errors.append(e)
+    def lane(_: int) -> list[list[str]]:
+        start.wait(30)
+        return [hops(r) for _ in range(50)]
 
-    threads = [threading.Thread(target=lane) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(30)
-    assert not errors
+    with ThreadPoolExecutor(8) as lanes:  # a lane's exception is raised here
+        results = [x for one in lanes.map(lane, range(8)) for x in one]
+    assert results == [["127.0.0.1"]] * 400
     assert since(server, n) == []
     counts = cache.take_counts()
     assert (counts.hits, counts.misses) == (8 * 50 * 3, 0)
@@ -278,11 +273,12 @@ def test_dns_cache_shared_by_threads(server: DnsPeer) -> None:
 
 
 def test_dns_cache_settings_are_validated() -> None:
-    for bad in (
+    cases: list[dict[str, Any]] = [
         {"dns_cache_max_entries": -1},
         {"dns_cache_min_ttl_seconds": 700, "dns_cache_max_ttl_seconds": 600},
         {"dns_cache_max_ttl_seconds": 0},
-    ):
+    ]
+    for bad in cases:
         with pytest.raises(ConfigError):
             DeliverySettings(**bad)
     off = DeliverySettings(dns_cache_max_entries=0).dns_cache()
@@ -312,3 +308,27 @@ def test_dns_cache_in_delivery_across_invocations(rig: RigFactory) -> None:
     assert sorted(set(asked)) == sorted(asked)  # no name asked twice
     assert ("x.example.", "MX") in asked and ("_mta-sts.x.example.", "TXT") in asked
     assert misses == len(asked) and hits == 2 * len(asked)
+
+
+def test_dns_cache_bench_slice_cold_and_warm() -> None:
+    """bench/dns.py in small (derandomised: its seed): the real delivery service, the
+    sink and the loopback server; every mail delivered, the warm phase answered from the
+    cache, the cold one not."""
+    from bench import dns as bench_dns
+
+    r = bench_dns.measure(domains=30, mails=40, seed=7)
+    assert (r.cold.delivered, r.warm.delivered) == (40, 40)
+    assert r.cold.per_mail >= 4 * r.cold.new_domains / 40 * 0.9  # each new domain: 4 names
+    assert r.warm.per_mail <= 0.1
+    assert r.misses == r.server_queries  # the cache's own count is the server's
+
+
+def test_dns_cache_steady_state_follows_the_renewal_model() -> None:
+    """Past the first TTL, the real cache on a simulated clock asks what the bench's
+    model says (per name λ/(1+λT)): the DNS row of the scale model stands on it."""
+    from bench import dns as bench_dns
+
+    measured, mails = bench_dns.simulate_steady(2.0, seconds=1200, skip=600, domains=50)
+    model = bench_dns.steady_queries_per_mail(2.0, domains=50)
+    assert mails > 1000
+    assert abs(measured - model) <= 0.15 * model, (measured, model)

@@ -130,8 +130,8 @@ class DnsCache:
         self.clock = clock
         self._entries: OrderedDict[Hashable, _Entry] = OrderedDict()
         self._lock = threading.Lock()
-        self._hits = 0
-        self._misses = 0
+        self._hits = self._misses = 0  # since the last take_counts
+        self._total = [0, 0]  # hits, misses since the start
         self._evictions = 0
 
     @property
@@ -155,8 +155,9 @@ class DnsCache:
             return self._evictions
 
     def counts(self) -> CacheCounts:
+        """Hits and misses since the cache was made."""
         with self._lock:
-            return CacheCounts(self._hits, self._misses)
+            return CacheCounts(*self._total)
 
     def take_counts(self) -> CacheCounts:
         """Hits and misses since the last call (each lookup counted once, by one caller)."""
@@ -182,9 +183,11 @@ class DnsCache:
             if entry is not None:
                 self._entries.move_to_end(key)
                 self._hits += 1
+                self._total[0] += 1
                 return entry.answer
             if count:
                 self._misses += 1
+                self._total[1] += 1
             return None
 
     def _put(self, key: Hashable, answer: Any) -> None:
