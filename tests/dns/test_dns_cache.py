@@ -31,6 +31,9 @@ from tests.support.dnssec_peer import signed_dns
 from tests.support.rigs import RigFactory
 from tests.support.smtp_peers import smtp_sink
 
+# a loaded machine must not make a slow reply a retransmission (a second query counted)
+PATIENT = {"timeout": 5.0, "lifetime": 15.0}
+
 
 class Clock:
     def __init__(self) -> None:
@@ -68,7 +71,7 @@ def hops(resolver: dns.resolver.Resolver, domain: str = "x.example") -> list[str
 def test_dns_cache_answers_from_memory_within_ttl(server: DnsPeer) -> None:
     clock = Clock()
     cache = DnsCache(clock=clock)
-    r = cache.bind(server.resolver())
+    r = cache.bind(server.resolver(**PATIENT))
     assert hops(r) == ["127.0.0.1"]
     first = server.queries
     assert sorted(first) == [
@@ -80,7 +83,7 @@ def test_dns_cache_answers_from_memory_within_ttl(server: DnsPeer) -> None:
     counts = cache.counts()
     assert (counts.hits, counts.misses) == (3, 3)
     # the original resolver was not changed: it still asks the server every time
-    plain = server.resolver()
+    plain = server.resolver(**PATIENT)
     assert plain.cache is None
     hops(plain)
     assert len(server.queries) == 6
@@ -88,7 +91,7 @@ def test_dns_cache_answers_from_memory_within_ttl(server: DnsPeer) -> None:
 
 def test_dns_cache_expires_after_ttl(server: DnsPeer) -> None:
     clock = Clock()
-    r = DnsCache(clock=clock).bind(server.resolver())
+    r = DnsCache(clock=clock).bind(server.resolver(**PATIENT))
     hops(r)
     n = len(server.queries)
     clock.now += 299  # MX (300 s) still fresh; the AAAA NODATA (120 s) is not
@@ -107,7 +110,7 @@ def test_dns_cache_expires_after_ttl(server: DnsPeer) -> None:
 def test_dns_cache_floor_and_ceiling(server: DnsPeer) -> None:
     clock = Clock()
     server.ttls = {"MX": 1, "A": 86400, "*": 60}
-    r = DnsCache(min_ttl=30, max_ttl=600, clock=clock).bind(server.resolver())
+    r = DnsCache(min_ttl=30, max_ttl=600, clock=clock).bind(server.resolver(**PATIENT))
     hops(r, "short.example")
     n = len(server.queries)
     clock.now += 29  # the MX's TTL is 1 s, held for the 30 s floor
@@ -129,7 +132,7 @@ def test_dns_cache_caches_nxdomain(server: DnsPeer) -> None:
     """RFC 2308: NXDOMAIN for min(SOA TTL, SOA MINIMUM), for every type of the name."""
     clock = Clock()
     cache = DnsCache(clock=clock)
-    r = cache.bind(server.resolver())
+    r = cache.bind(server.resolver(**PATIENT))
     for _ in range(2):
         with pytest.raises(NextHopError) as e:
             hops(r, "nosuch.example")
@@ -150,7 +153,7 @@ def test_dns_cache_caches_nxdomain(server: DnsPeer) -> None:
 
 def test_dns_cache_caches_nodata(server: DnsPeer) -> None:
     clock = Clock()
-    r = DnsCache(clock=clock).bind(server.resolver())
+    r = DnsCache(clock=clock).bind(server.resolver(**PATIENT))
     assert r.resolve("mx.x.example.", "AAAA", raise_on_no_answer=False).rrset is None
     with pytest.raises(dns.resolver.NoAnswer):  # from the cache, as dnspython raises it
         r.resolve("mx.x.example.", "AAAA")
@@ -163,7 +166,7 @@ def test_dns_cache_caches_nodata(server: DnsPeer) -> None:
 def test_dns_cache_keeps_no_negative_answer_without_soa() -> None:
     """RFC 2308 §5: a negative answer without an SOA SHOULD NOT be cached."""
     with dns_server(ZONE) as peer:  # no SOA in its negative answers
-        r = DnsCache(clock=Clock()).bind(peer.resolver())
+        r = DnsCache(clock=Clock()).bind(peer.resolver(**PATIENT))
         for _ in range(2):
             with pytest.raises(dns.resolver.NXDOMAIN):
                 r.resolve("nosuch.example.", "MX")
@@ -186,8 +189,8 @@ def test_dns_cache_never_marks_an_insecure_answer_secure() -> None:
     with dns_server(zone, secure=secure) as peer:
         clock = Clock()
         cache = DnsCache(clock=clock)
-        plain = cache.bind(peer.resolver())
-        validating = cache.bind(dane.validating(peer.resolver()))
+        plain = cache.bind(peer.resolver(**PATIENT))
+        validating = cache.bind(dane.validating(peer.resolver(**PATIENT)))
         # the insecure TLSA, twice: the second from the cache, still insecure
         assert dane.lookup(validating, "mx.unsigned.example") is None
         assert dane.lookup(validating, "mx.unsigned.example") is None
@@ -235,7 +238,7 @@ def test_dns_cache_is_bounded_lru(server: DnsPeer) -> None:
     for i in range(4):
         server.set(f"h{i}.x.example", "A", [f"127.0.0.{i + 1}"])
     cache = DnsCache(max_entries=3, clock=Clock())
-    r = cache.bind(server.resolver())
+    r = cache.bind(server.resolver(**PATIENT))
     for i in range(3):
         r.resolve(f"h{i}.x.example.", "A")
     r.resolve("h0.x.example.", "A")  # h0 used last: h1 is now the least recently used
@@ -253,7 +256,7 @@ def test_dns_cache_shared_by_threads(server: DnsPeer) -> None:
     """The lanes of an invocation share one cache: each name is asked once, then every
     thread's lookups are hits, counted exactly."""
     cache = DnsCache(clock=Clock())
-    r = cache.bind(server.resolver())
+    r = cache.bind(server.resolver(**PATIENT))
     hops(r)
     cache.take_counts()
     n = len(server.queries)
@@ -296,7 +299,7 @@ def test_dns_cache_in_delivery_across_invocations(rig: RigFactory) -> None:
     the invocations publish DnsCacheHits / DnsCacheMisses."""
     with smtp_sink() as peer:
         with dns_server(ZONE, ttl=TTLS, soa=SOAS) as dnsx:
-            r = rig(resolver=dnsx.resolver(), mx_port=peer.port, mta_sts=True)
+            r = rig(resolver=dnsx.resolver(**PATIENT), mx_port=peer.port, mta_sts=True)
             delivery_app.metrics.clear_metrics()
             for n in range(3):
                 r.storage().enqueue(f.envelope(f"m{n}@x.example"), f.content())

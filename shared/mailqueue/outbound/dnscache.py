@@ -1,11 +1,13 @@
 """A DNS answer cache for delivery: one per container, shared by the invocation's lanes.
 
 Why: dnspython caches nothing unless told, so without this every mail cost its MX, A,
-AAAA and ``_mta-sts`` TXT lookups (and DANE's MX and TLSA), and the VPC resolver answers
-1,024 packets per second per network interface ("DNS quotas", Amazon VPC User Guide,
-https://docs.aws.amazon.com/vpc/latest/userguide/AmazonDNS-concepts.html#vpc-dns-limits):
-at 2-3 interfaces that capped direct delivery near 700-1,000 mails/s. docs/benchmarks.md
-("DNS cache (issue 40)") has the measure.
+AAAA and ``_mta-sts`` TXT lookups (and DANE's MX and TLSA), and the VPC resolver takes
+at most 1,024 packets per second from each network interface, a hard limit ("Understanding
+Amazon DNS", section "DNS quotas", Amazon VPC User Guide,
+https://docs.aws.amazon.com/vpc/latest/userguide/AmazonDNS-concepts.html#vpc-dns-limits;
+the whitepaper "Hybrid Cloud DNS Options for Amazon VPC", "Constraints", names Lambda
+functions): at 2-3 interfaces that capped direct delivery near 500-800 mails/s.
+docs/benchmarks.md ("DNS cache (issue 40)") has the measure.
 
 How: dnspython's own hook (``Resolver.cache``: ``get``/``put`` of
 :class:`dns.resolver.Answer` under ``(qname, rdtype, rdclass)``, NXDOMAIN under the ANY
@@ -170,6 +172,10 @@ class DnsCache:
         with self._lock:
             self._entries.clear()
 
+    def _drop(self, key: Hashable) -> None:
+        with self._lock:
+            self._entries.pop(key, None)
+
     # -------------------------------------------------------------- dnspython's hook
     def _get(self, key: Hashable, count: bool | None) -> Any:
         """The live answer under ``key`` or None. ``count``: True counts a hit or a
@@ -235,5 +241,9 @@ class _View:
     def put(self, key: tuple[Any, Any, Any], answer: Any) -> None:
         self._cache._put((self._shape(), *key), answer)
 
-    def flush(self, key: Any = None) -> None:  # dnspython's cache interface
-        self._cache.flush()
+    def flush(self, key: tuple[Any, Any, Any] | None = None) -> None:
+        """dnspython's cache interface: one entry of this view, or the whole cache."""
+        if key is None:
+            self._cache.flush()
+        else:
+            self._cache._drop((self._shape(), *key))
