@@ -197,7 +197,8 @@ class EgressGuard:
 
 def make_resolver(nameservers: str = "") -> dns.resolver.Resolver:
     """The system resolver, or one for ``"10.0.0.2,10.0.0.3:5353"`` (one port for all):
-    the one reading of the `dns_nameservers` setting, for delivery and doctor alike."""
+    the one reading of the `dns_nameservers` setting, for delivery and doctor alike.
+    Uncached as made: delivery and the doctor bind it to a `DnsCache` (dnscache.py)."""
     import dns.resolver  # here, not at import: ~40 ms of cold start
 
     if not nameservers:

@@ -53,6 +53,11 @@ from mailqueue.outbound.dkim import (
     wire_form,
 )
 from mailqueue.outbound.dkim import header_from_domain as dkim_from_domain
+from mailqueue.outbound.dnscache import DEFAULT_MAX_ENTRIES as DNS_CACHE_MAX_ENTRIES
+from mailqueue.outbound.dnscache import DEFAULT_MAX_TTL as DNS_CACHE_MAX_TTL
+from mailqueue.outbound.dnscache import DEFAULT_MIN_TTL as DNS_CACHE_MIN_TTL
+from mailqueue.outbound.dnscache import DnsCache
+from mailqueue.outbound.dnscache import check_limits as check_dns_cache
 from mailqueue.outbound.mtasts import Mode, MtaSts, explain
 from mailqueue.outbound.reputation import ReputationGuard, Thresholds, counts_of
 from mailqueue.outbound.returnpath import KeysUnavailable, ReturnPaths, SecretSource
@@ -118,6 +123,11 @@ class DeliverySettings:
     delay_warning_seconds: int = 4 * 3600  # 0 turns delay warnings off
     dns_nameservers: str = ""  # "127.0.0.1:5353,..." for local runs; empty: system resolver
     dns_timeout_seconds: float = 5.0
+    # the container's DNS cache (outbound/dnscache.py): answers kept for their TTL within
+    # [min, max] seconds, negative ones per RFC 2308, at most max_entries (0: no cache)
+    dns_cache_max_entries: int = DNS_CACHE_MAX_ENTRIES
+    dns_cache_min_ttl_seconds: int = DNS_CACHE_MIN_TTL
+    dns_cache_max_ttl_seconds: int = DNS_CACHE_MAX_TTL
     mx_port: int = 25  # tests and the local stack use unprivileged ports
     smtp_max_sessions: int = 2
     # records of one SQS batch delivered at once (threads sharing the invocation's
@@ -195,6 +205,11 @@ class DeliverySettings:
             raise ConfigError("batch_concurrency must be within 1..100")
         if self.egress_mode not in ("relay", "direct"):
             raise ConfigError("egress_mode must be 'relay' or 'direct'")
+        check_dns_cache(
+            self.dns_cache_max_entries,
+            self.dns_cache_min_ttl_seconds,
+            self.dns_cache_max_ttl_seconds,
+        )
         try:
             check_receiving_routes(self.routing_table(), self.receiving_domains)
             self.retry_policy()
@@ -250,6 +265,14 @@ class DeliverySettings:
         r.lifetime = self.dns_timeout_seconds
         return r
 
+    def dns_cache(self) -> DnsCache:
+        """A new cache as these settings say: one per container (the composition root)."""
+        return DnsCache(
+            self.dns_cache_max_entries,
+            self.dns_cache_min_ttl_seconds,
+            self.dns_cache_max_ttl_seconds,
+        )
+
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **explicit: Any) -> DeliverySettings:
         return settings_from_env(cls, env=env, **explicit)
@@ -283,7 +306,7 @@ class Stats:
 
 
 class DeliveryService:
-    """Built once per container: settings, storage, routing table, resolver.
+    """Built once per container: settings, storage, routing table, resolver, DNS cache.
 
     Stands on the storage protocol and `ports` (triggers and the stores below); the
     composition roots choose the adapters (`mailqueue.compose.aws` on AWS,
@@ -302,6 +325,7 @@ class DeliveryService:
         rng: random.Random | None = None,
         timeouts: Timeouts | None = None,
         return_path_keys: SecretSource | None = None,
+        dns_cache: DnsCache | None = None,
     ) -> None:
         self.settings = settings
         self.return_paths = ReturnPaths.from_settings(
@@ -322,7 +346,10 @@ class DeliveryService:
         self.triggers = ports.triggers
         self.routes = settings.routing_table()
         self.policy = settings.retry_policy()
-        self.resolver = resolver or settings.resolver()
+        # every lookup of delivery (MX, A, AAAA, MTA-STS, DANE) through the container's
+        # cache, shared by the lanes (dnscache.py); the composition root passes it
+        self.dns_cache = dns_cache if dns_cache is not None else settings.dns_cache()
+        self.resolver = self.dns_cache.bind(resolver or settings.resolver())
         self.guard = settings.egress_guard()
         self.credentials = credentials
         self.clock = clock
@@ -344,8 +371,12 @@ class DeliveryService:
             )
         self.dane_resolver: dns.resolver.Resolver | None = None
         if settings.dane:
-            self.dane_resolver = make_resolver(settings.dane_nameservers)
-            self.dane_resolver.lifetime = settings.dns_timeout_seconds
+            from mailqueue.outbound.dane import validating
+
+            dane = make_resolver(settings.dane_nameservers)
+            dane.lifetime = settings.dns_timeout_seconds
+            # its queries ask for validation (DO, AD): cached apart from the plain ones
+            self.dane_resolver = self.dns_cache.bind(validating(dane))
         self.suppress_statuses = parse_statuses(settings.suppression_statuses)
         self.suppression: SuppressionStore | None = None
         if self.suppress_statuses:
@@ -415,6 +446,10 @@ class DeliveryService:
             lanes.shutdown(wait=True)  # no record outlives its invocation
             pool.close()
             inv.release_sites()
+            dns = self.dns_cache.take_counts()  # the container's, since the last invocation
+            for name, n in (("DnsCacheHits", dns.hits), ("DnsCacheMisses", dns.misses)):
+                if n:
+                    inv.stats.add_extra(name, n)
 
 
 class Invocation:
