@@ -21,6 +21,8 @@ from dataclasses import dataclass, field, replace
 from email.message import Message
 from email.utils import getaddresses, parseaddr
 
+from mailqueue.services.feedback.addresses import clean_address, message_ids, own_text
+
 # ------------------------------------------------------------------ the results
 
 
@@ -49,7 +51,7 @@ class Complaint:
 
 @dataclass(frozen=True, slots=True)
 class Report:
-    kind: str  # "bounce" | "complaint" | "autoreply" | "unknown"
+    kind: str  # "bounce" | "delay" | "complaint" | "autoreply" | "unknown"
     failures: tuple[Failure, ...] = ()
     complaint: Complaint | None = None
     # the returned message's header fields (for its Return-Path/To when the envelope
@@ -310,6 +312,10 @@ _BOUNCE_SUBJECT = re.compile(
     re.I,
 )
 _HELP_DESK = re.compile(r"contact|write to|send (?:an )?e-?mail to", re.I)
+# a transcript's MAIL FROM, or a field naming the sender: not a recipient
+_SENDER_CONTEXT = re.compile(
+    r"(?:mail\s+from|envelope[- ]from|return-path|sender)\s*[:=]?\s*<?\s*$", re.I
+)
 # Hotmail's pre-ARF complaint: the message attached, "complaint about message from <ip>"
 _COMPLAINT_SUBJECT = re.compile(r"complaint about message from", re.I)
 _BOUNCE_BODY = re.compile(
@@ -360,6 +366,12 @@ def parse(raw: bytes) -> Report:
     if ds:
         for p in ds:
             failures += _delivery_status(p, text)
+    if failures and all(f.action == "delayed" for f in failures):
+        return Report("delay", tuple(failures), original=original)
+    if not any(f.action == "failed" for f in failures) and is_delay_warning(msg, text):
+        # a delay warning not in DSN form (Sendmail's, Exim's, Exchange's, Gmail's...)
+        named = failures or _prose(msg, text, original)
+        return Report("delay", tuple(replace(f, action="delayed") for f in named), original)
     if not failures:
         failures = _prose(msg, text, original)
     if failures:
@@ -367,6 +379,41 @@ def parse(raw: bytes) -> Report:
     if ct == "multipart/report" or _looks_like_bounce(msg):
         return Report("unknown", original=original)
     return Report("unknown", original=original)
+
+
+# a warning that delivery is still being tried (RFC 3464's "delayed", in prose)
+_DELAY_SUBJECT = re.compile(
+    r"delayed mail|\(delay\)|delivery (?:has been )?delayed|delay(?:ed)? (?:notification|notice)|"
+    r"^warning: (?:could not send message for past|message \S+ delayed)|"
+    r"message delayed|delivery (?:status notification|notification): delay|"
+    r"^delayed:|still being retried|not yet (?:been )?delivered|delivery incomplete",
+    re.I,
+)
+_DELAY_BODY = re.compile(
+    r"warning message only|do not need to resend|has not (?:yet )?been delivered|"
+    r"not (?:been )?delivered yet|(?:delivery|message) (?:has been|was|is) delayed|"
+    r"has been delayed|still being retried|will (?:be )?retr(?:y|ied)|"
+    r"will (?:continue|keep) (?:trying|to try|retrying)|will try (?:again|to deliver)|"
+    r"retry for \d+ more|delivery attempts will continue|is still trying",
+    re.I,
+)
+# what a final failure says, which a warning does not
+_FINAL = re.compile(
+    r"permanent(?:ly)? (?:fatal )?(?:error|failure|failed)|gave up|giving up|have given up|"
+    r"could not be delivered|couldn't be delivered|undeliverable|cannot send message for \d+ days?|"
+    r"delivery (?:has )?failed|failed permanently|was not delivered|deleted from (?:the )?queue",
+    re.I,
+)
+
+
+def is_delay_warning(msg: Message, text: str) -> bool:
+    """A report that delivery is delayed, not failed, in any form: the subject or the
+    prose says it, and nothing says the mail was given up."""
+    subject = str(msg.get("Subject", "")).strip()
+    own = _cut_copy(text)[:5000]
+    if _FINAL.search(subject) or _FINAL.search(own):
+        return False
+    return bool(_DELAY_SUBJECT.search(subject) or _DELAY_BODY.search(own))
 
 
 def _ctype(p: Message) -> str:
@@ -522,10 +569,14 @@ def _fields(block: str) -> list[dict[str, str]]:
 
 
 def _typed_address(value: str) -> str:
-    """`rfc822; a@b` → a@b (angle brackets, quotes and comments dropped)."""
+    """`rfc822; a@b` → a@b (angle brackets, quotes, `SMTP=` and trailing junk dropped;
+    "" unless what is left is a valid address: addresses.clean_address)."""
     _, _, addr = value.rpartition(";")
+    got = clean_address(addr)
+    if got:
+        return got
     m = ADDR_RE.search(addr) or ADDR_RE.search(value)
-    return m.group(0).strip(".").lower() if m else ""
+    return clean_address(m.group(0)) if m else ""
 
 
 def _delivery_status(p: Message, text: str) -> list[Failure]:
@@ -631,7 +682,8 @@ def _prose(msg: Message, text: str, original: tuple[tuple[str, str], ...]) -> li
     X-Failed-Recipients header), each with the reply text that follows it."""
     if not _looks_like_bounce(msg, text) and not msg.get("X-Failed-Recipients"):
         return []
-    own = _cut_copy(text)
+    own = own_text(_cut_copy(text))
+    ids = message_ids(text)
     senders = {
         a.lower() for _, a in getaddresses([str(msg.get("From", "")), str(msg.get("To", ""))])
     }
@@ -642,24 +694,27 @@ def _prose(msg: Message, text: str, original: tuple[tuple[str, str], ...]) -> li
         for _, a in getaddresses([v])
     }
     named = [
-        a.strip().lower()
-        for a in str(msg.get("X-Failed-Recipients", "")).split(",")
-        if ADDR_RE.fullmatch(a.strip())
+        a
+        for a in (clean_address(x) for x in str(msg.get("X-Failed-Recipients", "")).split(","))
+        if a
     ]
     spans: dict[str, None] = {}
+    not_rcpt: set[str] = set(ids)
     for m in ADDR_RE.finditer(own):
-        a = m.group(0).strip(".").lower()
+        a = clean_address(m.group(0))
+        if not a:
+            continue
+        before = own[max(0, m.start() - 40) : m.start()]
+        if _HELP_DESK.search(before) or _SENDER_CONTEXT.search(before):
+            not_rcpt.add(a)  # the receiver's help desk, or the envelope sender
+            continue
         if re.match(r"(?:mailer-daemon|postmaster)$", a.split("@")[0]):
             continue
-        if _HELP_DESK.search(own[max(0, m.start() - 40) : m.start()]):
-            continue  # the receiver's help desk, not a recipient
         spans.setdefault(a, None)
+    for a in not_rcpt:
+        spans.pop(a, None)
     if not named:
         named = [a for a in spans if a not in senders] or list(spans)[:1]
-    if not named:
-        named = [
-            a.lower() for n, v in original if n.lower() == "to" for _, a in getaddresses([v]) if a
-        ][:1]
     out = []
     for a in named:
         reason = _span_for(own, a)

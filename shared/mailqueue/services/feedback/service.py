@@ -174,6 +174,9 @@ class FeedbackService:
                 )
                 self._suppress(out, address, f"complaint: {c.feedback_type}", "", d.mail_id, now)
             return
+        if report.kind == "delay":  # delayed, not failed: counted, no event (operations.md)
+            out.counts["delayed"] += 1
+            return
         if report.kind != "bounce":
             out.counts["unparsed"] += 1
             return
