@@ -71,7 +71,7 @@ _QUOTED_FIELD = re.compile(
     r"subject|date|thread-[a-z-]+|precedence|feedback-id)[ \t]*:",
     re.I,
 )
-_QUOTED_LINE = re.compile(r"^[ \t]*>")
+_QUOTED_LINE = re.compile(r"^[ \t]*>(?!>>)")  # ">>> RCPT TO": a transcript, not a quote
 
 
 def own_text(text: str) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import email
 import email.policy
+import ipaddress
 import json
 import re
 from dataclasses import dataclass, field, replace
@@ -37,6 +38,11 @@ class Failure:
     action: str = "failed"  # RFC 3464 Action: failed | delayed | ...
     reply_code: int = 0
     remote_mta: str = ""
+    # the DSN's own fields as the receiver sent them (SES's event takes them verbatim):
+    # "" when the report has none (a prose bounce)
+    diagnostic_code: str = ""  # Diagnostic-Code, e.g. "smtp; 550 5.1.1 <a@b>: unknown"
+    reporting_mta: str = ""  # Reporting-MTA, e.g. "dns; mx.example.net"
+    remote_mta_ip: str = ""  # Remote-MTA when it names an IP address
 
 
 @dataclass(frozen=True, slots=True)
@@ -614,6 +620,7 @@ def _delivery_status(p: Message, text: str) -> list[Failure]:
         verdict_text = diag if _says_something(diag) or not prose else prose
         if action == "delayed" and not status:
             status = "4.0.0"
+        raw_diag = _one_line(g.get("diagnostic-code", ""), 1000)
         out.append(
             Failure(
                 address=address,
@@ -628,9 +635,27 @@ def _delivery_status(p: Message, text: str) -> list[Failure]:
                 action=action,
                 reply_code=find_reply(diag),
                 remote_mta=g.get("remote-mta", "").rpartition(";")[2].strip()[:255],
+                diagnostic_code=raw_diag if raw_diag.rstrip(";").strip() else "",
+                reporting_mta=_one_line(per_msg.get("reporting-mta", ""), 255),
+                remote_mta_ip=ip_of(g.get("remote-mta", "")),
             )
         )
     return out
+
+
+def ip_of(remote_mta: str) -> str:
+    """The IP address a Remote-MTA field names (`dns; 192.0.2.1`, `dns; [2001:db8::1]`,
+    `dns; mx.example.net [192.0.2.1]`), "" when it names a host only."""
+    value = remote_mta.rpartition(";")[2].strip()
+    for cand in [value, *re.findall(r"\[([0-9A-Fa-f:.]+)\]", value)]:
+        cand = cand.strip("[]")
+        if cand.lower().startswith("ipv6:"):
+            cand = cand[5:]
+        try:
+            return str(ipaddress.ip_address(cand))
+        except ValueError:
+            continue
+    return ""
 
 
 def _says_something(text: str) -> bool:
@@ -725,13 +750,17 @@ def _prose(msg: Message, text: str, original: tuple[tuple[str, str], ...]) -> li
         if _says_something(line):
             reason = line
         status = find_status(reason)
+        diag_line = _diagnostic_line(reason)
+        reply = re.search(r"(?<![\d.])[245]\d\d(?:[ -].*|$)", diag_line)
         out.append(
             Failure(
                 address=a,
                 status=status,
-                diagnostic=_one_line(_diagnostic_line(reason) or reason),
+                diagnostic=_one_line(diag_line or reason),
                 hard=is_hard(status, reason, command),
                 reply_code=find_reply(reason),
+                # the remote reply the prose quotes, from its code on, as SES would type it
+                diagnostic_code=f"smtp; {_one_line(reply.group(0))}" if reply else "",
             )
         )
     return out

@@ -15,6 +15,7 @@ the receipt's message id), so downstream de-duplication holds.
 from __future__ import annotations
 
 import logging
+import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -61,6 +62,25 @@ def bounce_class(f: Failure) -> tuple[str, str]:
     if f.status.startswith(("5.7.", "5.6.")) or "spam" in text or "content" in text:
         return ("Transient", "ContentRejected")
     return ("Transient", "General")
+
+
+def reply_text(code: int, diagnostic: str) -> str:
+    """The reply's text without its code (`550 5.1.1 unknown` -> `5.1.1 unknown`): the
+    event writes code and text together, so a code left in the text would repeat."""
+    if code:
+        return re.sub(rf"^{code}[ -]", "", diagnostic.strip(), count=1)
+    return diagnostic
+
+
+def dsn_fields(f: Failure) -> dict[str, str]:
+    """SES's bounce fields from the receiver's DSN as sent (core/events.py writes them in
+    place of the queue's own): Diagnostic-Code, Reporting-MTA, Remote-MTA's IP."""
+    out = {
+        "diagnosticCode": f.diagnostic_code,
+        "reportingMTA": f.reporting_mta,
+        "remoteMtaIp": f.remote_mta_ip,
+    }
+    return {k: v for k, v in out.items() if v}
 
 
 @dataclass
@@ -190,10 +210,11 @@ class FeedbackService:
                 continue
             btype, bsub = bounce_class(f)
             out.counts["bounce_hard" if f.hard else "bounce_soft"] += 1
+            code = f.reply_code if 200 <= f.reply_code <= 599 else 0
             result = Result(
-                f.reply_code if 200 <= f.reply_code <= 599 else 0,
+                code,
                 f.status if f.status[:1] in ("4", "5") else ("5.0.0" if f.hard else "4.0.0"),
-                f.diagnostic[:500],
+                reply_text(code, f.diagnostic)[:500],
                 f.remote_mta[:255] or None,
             )
             out.events.append(
@@ -207,6 +228,7 @@ class FeedbackService:
                     extra={
                         "bounce_class": (btype, bsub),
                         "reporting_mta": self.s.hostname,
+                        "dsn": dsn_fields(f),
                         "feedback": {**feedback, "diagnostic": f.diagnostic[:500]},
                     },
                 )
