@@ -23,6 +23,7 @@ from email.message import Message
 from email.utils import getaddresses, parseaddr
 
 from mailqueue.services.feedback.addresses import clean_address, message_ids, own_text
+from mailqueue.services.feedback.rules import load_bounce_rules
 
 # ------------------------------------------------------------------ the results
 
@@ -75,83 +76,14 @@ ADDR_RE = re.compile(_ADDR)
 STATUS_RE = re.compile(r"(?<![\d.])([245])\.(\d{1,3})\.(\d{1,3})(?![\d.])")
 REPLY_RE = re.compile(r"(?<![\d.])([245]\d\d)(?:[ ,;:-]|$)")
 
-# the address is dead: Sisimai's userunknown / hostunknown / hasmoved / notaccept
-_HARD_TEXT = re.compile(
-    "|".join(
-        [
-            r"user(?:name)? (?:is )?unknown",
-            r"unknown (?:user|recipient|local[- ]?part|address|mailbox|alias|account)",
-            r"no such (?:user|mailbox|recipient|address|person|local user|account|domain)",
-            r"(?:user|mailbox|recipient|address|account)(?: name)? "
-            r"(?:does not|doesn't|doesnt) exist",
-            r"(?:user|mailbox|recipient|address|account) not (?:found|known|exist)",
-            r"(?:mailbox|recipient|user|address|account) (?:is )?(?:unavailable|invalid|not valid)",
-            r"invalid (?:recipient|mailbox|address|user)",
-            r"not (?:a )?(?:valid|known) (?:user|recipient|mailbox)",
-            r"recipient (?:address )?rejected: "
-            r"(?:user unknown|undeliverable|unknown|access denied)",
-            r"(?:is|was) not (?:a )?valid",
-            r"no mailbox here",
-            r"unknown or illegal alias",
-            r"address unknown",
-            r"doesn't have a .* account",
-            r"does not have an account",
-            r"email account that you tried to reach does not exist",
-            r"this user doesn't have",
-            r"the email address you entered couldn't be found",
-            r"recipient not found",
-            r"recipient name is not recognized",
-            r"unknown recipient or mailbox unavailable",
-            r"mailbox unavailable",
-            r"user not exist",
-            r"no mailbox",
-            r"mailbox not found",
-            r"user not found",
-            r"no such user",
-            r"not our customer",
-            r"no valid recipients",
-            r"undeliverable address",
-            r"sorry, no mailbox",
-            r"no account by that name",
-            r"address rejected",
-            r"550 5\.1\.1",
-            r"has moved",
-            r"not listed in (?:the )?(?:domino|public name|directory)",
-            r"invalid final delivery userid",
-            r"address couldn't be found|wasn't found at the destination",
-            r"unable to deliver message to <",
-            r"invalid recipient|destinataire invalide",
-            r"recipient address rejected: access denied",
-            r"address (?:has )?changed",
-            r"no longer (?:valid|available|in use|here|with)",
-        ]
-    ),
-    re.I,
-)
-# dead-address phrases a receiver answers at RCPT time, whichever command is named
-_USER_STRONG = re.compile(
-    "|".join(
-        [
-            r"recipient name is not recognized",
-            r"not listed in (?:the )?(?:domino|public name|directory)",
-            r"invalid final delivery userid",
-            r"unknown recipient or mailbox unavailable",
-            r"unable to deliver message to <",
-            r"did not reach the following recipient",
-            r"address couldn't be found|wasn't found at the destination",
-            r"address rejected\.",
-            r"invalid recipient|destinataire invalide",
-            r"requested action not taken: mailbox unavailable",
-            r"no valid recipients",
-            r"unknown user: ",
-            r"no such user here",
-            r"ディレクトリ(?:のリスト)?に(?:は)?(?:ありません|見つかりません)",
-        ]
-    ),
-    re.I,
-)
-# phrases that name a dead address before listing other possible causes
-_DEAD_FIRST = re.compile(r"the account or domain may not exist", re.I)
+# the phrase rules (data/bounce-rules.json, each group with its source)
+RULES = load_bounce_rules()
+_DEAD_FIRST = RULES.patterns["dead_first"]
+_SOFT_TEXT = RULES.patterns["soft_text"]
+_HOST_TEXT = RULES.patterns["host_text"]
+_USER_STRONG = RULES.patterns["user_strong"]
+_HARD_TEXT = RULES.patterns["hard_text"]
+_HARD_STATUS = RULES.hard_status
 _NAMES_ADDRESS = re.compile(
     r"[245]\d\d[ :-]+(?:\d\.\d\.\d+ )?(?:<"
     + _ADDR
@@ -160,75 +92,6 @@ _NAMES_ADDRESS = re.compile(
     + ")",
     re.I,
 )
-# the domain is dead (Sisimai's hostunknown / notaccept): whatever the command
-_HOST_TEXT = re.compile(
-    "|".join(
-        [
-            r"host (?:or domain name )?not found",
-            r"unknown host",
-            r"domain (?:name )?not found",
-            r"name or service not known",
-            r"host unknown",
-            r"unrouteable mail domain",
-            r"domain does not exist",
-            r"no mx (?:record|host)",
-            r"mx (?:record )?(?:lookup )?(?:fails|failed)",
-            r"(?:all )?relevant mx records point to non-existent hosts",
-            r"domain .* does not accept mail",
-            r"null mx",
-            r"no such domain",
-            r"(?:host|domain) (?:is )?(?:not reachable|does not exist)|\S+\.\w+ does not exist",
-            r"no mx record found",
-            r"mx or srv record indicated no smtp service",
-            r"host does not accept mail",
-            r"unrouteable address",
-        ]
-    ),
-    re.I,
-)
-# not about the address, even when a dead-address phrase also appears: checked first
-_SOFT_TEXT = re.compile(
-    "|".join(
-        [
-            r"mailbox (?:is )?full",
-            r"over ?quota",
-            r"quota exceeded",
-            r"exceeded (?:storage|the )?(?:allocation|quota)",
-            r"insufficient (?:disk )?space",
-            r"mailbox (?:size )?limit",
-            r"too (?:large|big)",
-            r"message size exceeds",
-            r"spam",
-            r"blacklist|blocklist|block ?list|black ?list|\bdnsbl\b|\brbl\b|spamhaus|spamcop",
-            r"blocked",
-            r"policy",
-            r"rate limit|too many",
-            r"relay(?:ing)? (?:access )?denied|relay not permitted|not permitted to relay",
-            r"timed? ?out|timeout",
-            r"connection (?:refused|reset)",
-            r"virus",
-            r"(?:account|mailbox|user) (?:is )?(?:disabled|suspended|inactive|locked|expired)",
-            r"temporar(?:y|ily) (?:failure|error|unavailable|rejected|deferred)",
-            r"retry time",
-            r"delivery expired|message expired|could not be delivered within|retry timeout",
-            r"reverse dns|ptr record|helo",
-            r"authentication|dkim|spf|dmarc",
-            r"content (?:rejected|filter)|rejected by (?:content )?filter|message filter",
-            r"domain of sender|sender (?:address )?(?:rejected|denied|verify)|sender rejected",
-            r"\bmail ?from\b.*rejected",
-            r"not (?:a )?member",
-            r"\blocked\b",
-            r"procmail|couldn't create",  # the local delivery agent failed (Sisimai: mailererror)
-            # Sisimai's "filtered": the recipient's own rules refused the sender
-            r"recipient preferences|user reject|is not accepting any mail|"
-            r"you have been blocked by the recipient|this account is protected by|"
-            r"message rejected due to user rules|bounced address|"
-            r"only accepting mail from specific",
-        ]
-    ),
-    re.I,
-)
-_HARD_STATUS = frozenset({"5.1.1", "5.1.2", "5.1.6", "5.1.10", "5.4.4", "5.7.27", "5.1.3"})
 _CMD_RCPT = re.compile(
     r"rcpt to\b|rcpt command|in reply to rcpt|after rcpt|>>> ?rcpt|rcpt to response|"
     r"does not like recipient|recipient address rejected|rejected recipient",
