@@ -147,7 +147,7 @@ def measure_bounceparser() -> Figures:
             else:
                 fig.misses.append(
                     f"{name}: verdict {e.get('std_reason') or e.get('std_reaons')}, ours "
-                    f"{ {a: ('hard' if h else 'soft') for a, h in mine.items()} or rep.kind}"
+                    f"{ {a: ('hard' if h else 'soft') for a, h in mine.items()} or rep.kind }"
                 )
     return fig
 
@@ -194,9 +194,7 @@ def measure_sisimai() -> Figures | None:
             fig.misses.append(f"{p.name}: dropped as a delay (sisimai: {vs[0]['reason']})")
             continue
         undecided = {
-            v["recipient"].lower().replace('"', "")
-            for v in vs
-            if v["reason"] in SISIMAI_UNDECIDED
+            v["recipient"].lower().replace('"', "") for v in vs if v["reason"] in SISIMAI_UNDECIDED
         }
         mine = {a: h for a, h in failed(rep).items() if a not in undecided}
         want = {

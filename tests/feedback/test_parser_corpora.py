@@ -8,9 +8,10 @@ import json
 from pathlib import Path
 
 import pytest
-from bench.bounce_corpora import BP, measure_bounceparser
 from mailqueue.services.feedback.addresses import clean_address, own_text
 from mailqueue.services.feedback.rules import BounceRules, BounceRulesError, load_bounce_rules
+
+from bench.bounce_corpora import BP, measure_bounceparser
 
 # issue 42's floors on the held-out corpus
 FLOOR_PRECISION, FLOOR_RECALL, FLOOR_AGREEMENT = 0.98, 0.93, 0.95

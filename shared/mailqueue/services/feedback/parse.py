@@ -240,7 +240,9 @@ def parse(raw: bytes) -> Report:
     if not any(f.action == "failed" for f in failures) and is_delay_warning(msg, text):
         # a delay warning not in DSN form (Sendmail's, Exim's, Exchange's, Gmail's...)
         named = failures or _prose(msg, text, original)
-        return Report("delay", tuple(replace(f, action="delayed") for f in named), original)
+        return Report(
+            "delay", tuple(replace(f, action="delayed") for f in named), original=original
+        )
     if not failures:
         failures = _prose(msg, text, original)
     if failures:

@@ -70,7 +70,9 @@ class BounceRules:
                 try:
                     re.compile(pat)
                 except re.error as e:
-                    raise bad(f"groups.{g}.patterns[{i}]", f"not a regular expression ({e})") from None
+                    raise bad(
+                        f"groups.{g}.patterns[{i}]", f"not a regular expression ({e})"
+                    ) from None
             compiled[g] = re.compile("|".join(f"(?:{p})" for p in pats), re.I)
         return cls(frozenset(hs["codes"]), compiled)
 
