@@ -110,3 +110,39 @@ def test_remote_mta_ip_forms() -> None:
     assert ip_of("dns; mx.example.net [192.0.2.7]") == "192.0.2.7"
     assert ip_of("dns; [IPv6:2001:db8::1]") == "2001:db8::1"
     assert ip_of("dns; mx.example.net") == ""
+
+
+def test_an_address_the_queue_cannot_check_is_not_suppressed(aws: AwsEnv) -> None:
+    """The mail's record is gone (its TTL passed; here: never written): the VERP verifies,
+    the report names one address, a Bounce is written, but nothing says the queue sent to
+    that address, so it is not put on the suppression list (counted instead)."""
+    ing = feedback_ingress(aws)
+    gone_mail = "01jd5x8k3q4r7s9t0v2w4y6z8a"
+    to = encode(RING, gone_mail, "x", BOUNCES)
+    raw = dsn(to, "someone@x.example", "5.1.1", "550 5.1.1 user unknown")
+    out = receive(ing, to, raw, "late-gone-1")
+    assert out["disposition"] == "STOP_RULE"
+    (doc,) = [e.to_json() for e in ing.events.of_type("Bounce")]
+    assert doc["bounce"]["bounceType"] == "Permanent"
+    assert suppressed(aws, "someone@x.example") is None
+
+
+def test_an_address_the_mail_was_not_sent_to_is_not_reported(aws: AwsEnv) -> None:
+    """A multi-recipient group (rid x): the report names a recipient of the mail and a
+    mailing-list address of the returned message; only the mail's own is a Bounce."""
+    ing = feedback_ingress(aws)
+    mail_id = finished_mail(aws, "one@x.example", "two@x.example")
+    to = encode(RING, mail_id, "x", BOUNCES)
+    raw = dsn(to, "two@x.example", "5.1.1", "550 5.1.1 unknown").replace(
+        b"Final-Recipient: rfc822; two@x.example",
+        b"Final-Recipient: rfc822; list@lists.example\r\nAction: failed\r\nStatus: 5.1.1"
+        b"\r\n\r\nFinal-Recipient: rfc822; two@x.example",
+    )
+    receive(ing, to, raw, "late-multi-1")
+    got = [
+        e.to_json()["bounce"]["bouncedRecipients"][0]["emailAddress"]
+        for e in ing.events.of_type("Bounce")
+    ]
+    assert got == ["two@x.example"]
+    assert suppressed(aws, "list@lists.example") is None
+    assert suppressed(aws, "two@x.example") is not None

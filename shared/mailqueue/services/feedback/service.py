@@ -233,7 +233,11 @@ class FeedbackService:
                     },
                 )
             )
-            if f.hard:
+            if f.hard and not known:
+                # the mail's record is gone (its TTL): the address cannot be checked against
+                # whom the queue sent to, so it is not suppressed on the report's word
+                out.counts["suppression_unverified"] += 1
+            elif f.hard:
                 self._suppress(
                     out, address, f.diagnostic or "late hard bounce", result.status, d.mail_id, now
                 )
