@@ -71,6 +71,13 @@ _QUOTED_FIELD = re.compile(
     r"subject|date|thread-[a-z-]+|precedence|feedback-id)[ \t]*:",
     re.I,
 )
+# the returned message summarised, indented ("  From: a@b", "  Subject: ..."): one line
+# each (an indented line is not folded into the next: transcripts indent their lines too)
+_SUMMARY_FIELD = re.compile(
+    r"^[ \t]+(?:from|to|cc|bcc|reply-to|sender|return-path|message-id|subject|date|sent)"
+    r"[ \t]*:[ \t]",
+    re.I,
+)
 _QUOTED_LINE = re.compile(r"^[ \t]*>(?!>>)")  # ">>> RCPT TO": a transcript, not a quote
 
 
@@ -86,6 +93,10 @@ def own_text(text: str) -> str:
     out: list[str] = []
     in_field = False
     for line in lines:
+        if _SUMMARY_FIELD.match(line):
+            in_field = False
+            out.append("")
+            continue
         if _QUOTED_FIELD.match(line) or _QUOTED_LINE.match(line):
             in_field = not _QUOTED_LINE.match(line)
             out.append("")
