@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from mailqueue.services.feedback.addresses import clean_address, own_text
+from mailqueue.services.feedback.parse import MAX_FAILURES, parse
 from mailqueue.services.feedback.rules import BounceRules, BounceRulesError, load_bounce_rules
 
 from bench.bounce_corpora import BP, measure_bounceparser
@@ -132,3 +133,24 @@ def test_a_bad_rules_file_is_refused_with_file_place_and_reason(
     assert f"bounce rules test.json: {place}: " in str(e.value)
     with pytest.raises(BounceRulesError, match="not JSON"):
         BounceRules.from_json("{", "test.json")
+
+
+def _prose_bounce(body: bytes) -> bytes:
+    return b"From: MAILER-DAEMON@x.example\r\nSubject: Undelivered Mail\r\n\r\n" + body
+
+
+def test_a_local_part_past_64_octets_is_no_address_not_its_tail() -> None:
+    """The address pattern is bounded (linear time on a long run of address characters);
+    a match that starts inside a longer local part would be a made-up address."""
+    (f,) = parse(
+        _prose_bounce(
+            b"<" + b"a" * 100 + b"@x.example>: user unknown\r\n<ok@x.example>: user unknown\r\n"
+        )
+    ).failures
+    assert f.address == "ok@x.example"
+
+
+def test_one_report_yields_at_most_max_failures() -> None:
+    body = b"".join(b"<u%d@x.example>: user unknown\r\n" % i for i in range(MAX_FAILURES + 50))
+    rep = parse(_prose_bounce(body))
+    assert len(rep.failures) == MAX_FAILURES and rep.failures[0].address == "u0@x.example"

@@ -71,8 +71,18 @@ class Report:
 
 # ------------------------------------------------------------------ classification
 
-_ADDR = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~.-]+@[A-Za-z0-9][A-Za-z0-9.-]*\.[A-Za-z]{2,}"
+# bounded (RFC 5321's 64-octet local part, 255-octet domain) so that a long run of
+# address characters costs linear time, not quadratic (tests/feedback/test_parser_corpora)
+_LOCAL_CHARS = "A-Za-z0-9!#$%&'*+/=?^_`{|}~.-"
+_ADDR = rf"[{_LOCAL_CHARS}]{{1,64}}@[A-Za-z0-9][A-Za-z0-9.-]{{0,252}}\.[A-Za-z]{{2,63}}"
 ADDR_RE = re.compile(_ADDR)
+# the report's prose read at most (a bounce's own text is a few KB; one listing many
+# recipients some tens): a bound on the work an oversized or hostile report can cause
+MAX_PROSE = 128 * 1024
+# failed recipients read from one report: a report is about one SMTP transaction, which
+# the queue makes of at most 200 recipients (core/config group_recipient_limit)
+MAX_FAILURES = 500
+_LOCAL_CHAR_RE = re.compile(rf"[{_LOCAL_CHARS}]")
 STATUS_RE = re.compile(r"(?<![\d.])([245])\.(\d{1,3})\.(\d{1,3})(?![\d.])")
 REPLY_RE = re.compile(r"(?<![\d.])([245]\d\d)(?:[ ,;:-]|$)")
 
@@ -231,7 +241,7 @@ def parse(raw: bytes) -> Report:
         for p in parts
         if _ctype(p) in ("message/delivery-status", "message/global-delivery-status")
     ]
-    text = _text_body(msg, parts)
+    text = _text_body(msg, parts)[:MAX_PROSE]
     if ds:
         for p in ds:
             failures += _delivery_status(p, text)
@@ -460,7 +470,10 @@ def _delivery_status(p: Message, text: str) -> list[Failure]:
         block = _payload_text(p)
     out: list[Failure] = []
     per_msg: dict[str, str] = {}
+    low = text.lower()
     for g in _fields(block):
+        if len(out) >= MAX_FAILURES:
+            break
         if "final-recipient" not in g and "original-recipient" not in g:
             per_msg.update(g)
             continue
@@ -475,7 +488,7 @@ def _delivery_status(p: Message, text: str) -> list[Failure]:
         diag = g.get("diagnostic-code", "")
         diag = diag.split(";", 1)[1].strip() if ";" in diag[:12] else diag
         status = find_status(g.get("status", ""))
-        span = _span_for(text, address)
+        span = _span_for(text, address, low)
         prose = _one_line(_diagnostic_line(span) or span)
         if not diag or diag.lower() in ("smtp;", "x-unix;"):
             diag = prose
@@ -495,7 +508,7 @@ def _delivery_status(p: Message, text: str) -> list[Failure]:
                 and is_hard(
                     status,
                     verdict_text,
-                    command_of(f"{diag} {span}") or _command_near(text, address),
+                    command_of(f"{diag} {span}") or _command_near(text, address, low),
                 ),
                 action=action,
                 reply_code=find_reply(diag),
@@ -527,21 +540,29 @@ def _says_something(text: str) -> bool:
     return bool(_SOFT_TEXT.search(text) or _HARD_TEXT.search(text) or _HOST_TEXT.search(text))
 
 
-def _command_near(text: str, address: str) -> str:
+def _command_near(text: str, address: str, low: str = "") -> str:
     """The SMTP command a transcript shows next to an address (the lines before each
     mention: `>>> DATA` then `<<< 550 <a@b>... User unknown`)."""
-    lines = text.splitlines()
+    low = low or text.lower()
     window: list[str] = []
-    for i, line in enumerate(lines):
-        if address in line.lower():
-            window += lines[max(0, i - 3) : i + 2]
+    i = low.find(address)
+    while i >= 0 and len(window) < 20:
+        start = i
+        for _ in range(4):  # the line and the 3 before it
+            start = low.rfind("\n", 0, start - 1) if start > 0 else -1
+            if start < 0:
+                break
+        end = low.find("\n", i)
+        end = low.find("\n", end + 1) if end >= 0 else -1  # and the one after
+        window.append(text[start + 1 : end if end >= 0 else len(text)])
+        i = low.find(address, i + len(address))
     return command_of("\n".join(window))
 
 
-def _span_for(text: str, address: str) -> str:
+def _span_for(text: str, address: str, low: str = "") -> str:
     """What the text says right after an address: each mention up to the next other
     address; the first mention that carries a reason (else the first one)."""
-    low = text.lower()
+    low = low or text.lower()
     clips: list[str] = []
     i = low.find(address)
     while i >= 0 and len(clips) < 20:
@@ -591,6 +612,8 @@ def _prose(msg: Message, text: str, original: tuple[tuple[str, str], ...]) -> li
     spans: dict[str, None] = {}
     not_rcpt: set[str] = set(ids)
     for m in ADDR_RE.finditer(own):
+        if m.start() and _LOCAL_CHAR_RE.match(own, m.start() - 1):
+            continue  # the tail of a local part longer than 64: no address
         a = clean_address(m.group(0))
         if not a:
             continue
@@ -605,12 +628,13 @@ def _prose(msg: Message, text: str, original: tuple[tuple[str, str], ...]) -> li
         spans.pop(a, None)
     if not named:
         named = [a for a in spans if a not in senders] or list(spans)[:1]
+    own_low = own.lower()
     out = []
-    for a in named:
-        reason = _span_for(own, a)
+    for a in named[:MAX_FAILURES]:
+        reason = _span_for(own, a, own_low)
         if not _says_something(reason):
             reason = own
-        command = command_of(reason) or _command_near(own, a)
+        command = command_of(reason) or _command_near(own, a, own_low)
         line = _diagnostic_line(reason)
         if _says_something(line):
             reason = line
