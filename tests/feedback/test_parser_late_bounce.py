@@ -146,3 +146,22 @@ def test_an_address_the_mail_was_not_sent_to_is_not_reported(aws: AwsEnv) -> Non
     assert got == ["two@x.example"]
     assert suppressed(aws, "list@lists.example") is None
     assert suppressed(aws, "two@x.example") is not None
+
+
+def test_a_forwarded_recipient_is_known_by_its_original_recipient(aws: AwsEnv) -> None:
+    """The receiver forwarded the mail: Final-Recipient is the forwarding target, the
+    DSN's Original-Recipient the address the queue sent to; the Bounce and the
+    suppression are for the queue's own recipient."""
+    ing = feedback_ingress(aws)
+    mail_id = finished_mail(aws, "alias@x.example", "other@x.example")
+    to = encode(RING, mail_id, "x", BOUNCES)
+    raw = dsn(to, "target@y.example", "5.1.1", "550 5.1.1 unknown").replace(
+        b"Original-Recipient: rfc822;target@y.example",
+        b"Original-Recipient: rfc822;alias@x.example",
+    )
+    assert parse(raw).failures[0].original_recipient == "alias@x.example"
+    receive(ing, to, raw, "late-fwd-1")
+    (doc,) = [e.to_json() for e in ing.events.of_type("Bounce")]
+    assert doc["bounce"]["bouncedRecipients"][0]["emailAddress"] == "alias@x.example"
+    assert suppressed(aws, "alias@x.example") is not None
+    assert suppressed(aws, "target@y.example") is None

@@ -44,6 +44,9 @@ class Failure:
     diagnostic_code: str = ""  # Diagnostic-Code, e.g. "smtp; 550 5.1.1 <a@b>: unknown"
     reporting_mta: str = ""  # Reporting-MTA, e.g. "dns; mx.example.net"
     remote_mta_ip: str = ""  # Remote-MTA when it names an IP address
+    # RFC 3464 Original-Recipient (the address as the sender gave it, before forwarding
+    # or alias expansion), when it differs from `address`: what the queue sent to
+    original_recipient: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -480,9 +483,8 @@ def _delivery_status(p: Message, text: str) -> list[Failure]:
         action = g.get("action", "failed").lower().split()[0] if g.get("action") else "failed"
         if action in ("delivered", "relayed", "expanded"):
             continue
-        address = _typed_address(g.get("final-recipient", "")) or _typed_address(
-            g.get("original-recipient", "")
-        )
+        orig = _typed_address(g.get("original-recipient", ""))
+        address = _typed_address(g.get("final-recipient", "")) or orig
         if not address:
             continue
         diag = g.get("diagnostic-code", "")
@@ -516,6 +518,7 @@ def _delivery_status(p: Message, text: str) -> list[Failure]:
                 diagnostic_code=raw_diag if raw_diag.rstrip(";").strip() else "",
                 reporting_mta=_one_line(per_msg.get("reporting-mta", ""), 255),
                 remote_mta_ip=ip_of(g.get("remote-mta", "")),
+                original_recipient=orig if orig != address else "",
             )
         )
     return out

@@ -256,13 +256,26 @@ class FeedbackService:
     def _failures(
         self, d: Decoded, known: Mapping[str, str], failures: tuple[Failure, ...]
     ) -> list[tuple[str, Failure]]:
+        # a failure is known by its final address or by the one the queue sent to (a DSN's
+        # Original-Recipient, when the receiver forwarded or expanded it)
+        by: dict[str, Failure] = {}
+        for f in failures:
+            by.setdefault(f.address, f)
+            if f.original_recipient:
+                by.setdefault(f.original_recipient, f)
         if d.rid is not None and d.rid in known:
             address = known[d.rid]
-            match = [f for f in failures if f.address == address.lower()]
-            return [(address, (match or list(failures))[0])] if failures else []
-        rcpts = self._recipients(d, known, [f.address for f in failures])
-        by = {f.address: f for f in failures}
-        return [(a, by[a.lower()]) for a in rcpts if a.lower() in by]
+            match = by.get(address.lower())
+            return [(address, match or failures[0])] if failures else []
+        named = list(by) if known else [f.address for f in failures]
+        out: list[tuple[str, Failure]] = []
+        seen: set[int] = set()
+        for a in dict.fromkeys(self._recipients(d, known, named)):
+            f = by.get(a.lower())
+            if f is not None and id(f) not in seen:  # one event per failure
+                seen.add(id(f))
+                out.append((a, f))
+        return out
 
     def _info(
         self, mail_id: str, mail: dict[str, Any] | None, groups: list[Group], report: Report
