@@ -3,12 +3,16 @@ ARF complaints (RFC 5965) and auto-replies (RFC 3834). Pure functions over bytes
 
 Why heuristics: a large share of late bounces is not RFC 3464 (qmail, old Exim and
 Sendmail, Exchange, webmail providers); they name the failed recipient and the remote
-reply in prose. The rules below were written against the Sisimai project's corpus
-(tests/data/sisimai, checked against Sisimai itself in tests/feedback/test_sisimai.py),
-whose reason vocabulary we follow for the verdict: a bounce is *hard* when the address
+reply in prose. The rules (the phrases in data/bounce-rules.json, read by rules.py; the
+address rules in addresses.py) were written against the Sisimai project's corpus
+(tests/data/sisimai, checked against Sisimai itself in tests/feedback/test_sisimai.py) and
+are measured on a corpus they were not tuned on (bench/bounce_corpora.py), with Sisimai's
+reason vocabulary for the verdict: a bounce is *hard* when the address
 itself is dead (no such user, no such domain, moved, the domain accepts no mail) and
 *soft* otherwise (full mailbox, blocked, policy, spam, expired, network...), since only
 a dead address belongs on the suppression list.
+Addresses only ever come from the report's own fields and prose, never from the returned
+message; a delay warning, in whatever form, is a "delay" report, not a bounce.
 """
 
 from __future__ import annotations

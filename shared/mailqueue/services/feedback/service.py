@@ -271,10 +271,10 @@ class FeedbackService:
         out: list[tuple[str, Failure]] = []
         seen: set[int] = set()
         for a in dict.fromkeys(self._recipients(d, known, named)):
-            f = by.get(a.lower())
-            if f is not None and id(f) not in seen:  # one event per failure
-                seen.add(id(f))
-                out.append((a, f))
+            got = by.get(a.lower())
+            if got is not None and id(got) not in seen:  # one event per failure
+                seen.add(id(got))
+                out.append((a, got))
         return out
 
     def _info(
