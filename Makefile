@@ -40,6 +40,7 @@ typecheck: $(STAMP)  ## mypy alone (strict, the files pyproject.toml names)
 
 bench: $(STAMP)  ## request counts, cost per message, throughput -> docs/benchmarks.md
 	$(PY) -m bench.run
+	$(PY) -m bench.bounce_corpora
 	$(PY) -m bench.shaping
 	$(PY) -m bench.shaping --bursts 1,2,5 --mails 40 --rate 2 --concurrency 5
 	$(PY) -m bench.mix $(BENCH_MIX_MAILS)
