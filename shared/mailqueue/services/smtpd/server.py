@@ -24,7 +24,7 @@ content, state and trigger are durable (for a report: its events and suppression
 entries are written). The service's calls block (AWS requests): they run on a thread
 pool, never on the event loop.
 
-One piece (~830 lines): almost all of it is `FrontDoor`, one aiosmtpd session whose
+One piece (~900 lines): almost all of it is `FrontDoor`, one aiosmtpd session whose
 command handlers share its transaction and limits, and the small server that runs it;
 what stands apart (DATA reading, replies, credentials, settings) is in modules beside it.
 """
