@@ -257,11 +257,11 @@ def recording() -> Iterator[list[tuple[str, str, dict[str, Any]]]]:
         calls.append((self.meta.service_model.service_name, operation, dict(params)))
         return original(self, operation, params)
 
-    BaseClient._make_api_call = record  # type: ignore[method-assign]
+    BaseClient._make_api_call = record
     try:
         yield calls
     finally:
-        BaseClient._make_api_call = original  # type: ignore[method-assign]
+        BaseClient._make_api_call = original
 
 
 def _documents(endpoint: str, role: str) -> list[Any]:
