@@ -167,6 +167,32 @@ def test_stress_mode_frees_idle_slots_in_seconds(door_factory: Callable[..., Doo
             s.close()
 
 
+def test_stress_mode_never_cuts_a_mail_being_stored(
+    door_factory: Callable[..., Door], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The timeout counts the client's silence, not our work: a store slower than the
+    stress timeout still ends in 250 and one stored mail (cut at 421 instead, the client
+    would retry a mail the queue may already hold)."""
+    d = door_factory(max_connections=10, stress_threshold=0.1, stress_timeout=1.0)
+    storage = d.ingress.service.storage
+    enqueue = storage.enqueue
+
+    def slow(*a: Any, **k: Any) -> Any:
+        time.sleep(2.5)
+        return enqueue(*a, **k)
+
+    c = submit(d)
+    assert d.server.gate.stressed  # one session of ten is the threshold here
+    c.mail("a@example.org")
+    c.rcpt("b@example.net")
+    monkeypatch.setattr(storage, "enqueue", slow)
+    code, reply = c.data(MESSAGE)
+    assert code == 250, (code, reply)
+    monkeypatch.undo()
+    assert d.mail_ids() == [queued_id(reply)]
+    c.quit()
+
+
 # ---------------------------------------------------------------- item 3
 def _tls12_suites() -> list[str]:
     """Every TLS 1.2 suite this OpenSSL can offer (with forward secrecy or not)."""

@@ -299,6 +299,7 @@ class FrontDoor(SMTP):
         self._ip = ""
         self._admitted = False
         self._last_input = time.monotonic()
+        self._busy = False  # in a service call: the timeout is stopped
         self._tokens = float(s.command_burst)
         self._last = time.monotonic()
         for name, method in list(self._smtp_methods.items()):
@@ -337,11 +338,27 @@ class FrontDoor(SMTP):
         self._last_input = time.monotonic()
         super()._reset_timeout(duration or self.door.gate.timeout)
 
+    async def _service(self, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
+        """A call to the ingress service (or the credentials check) off the event loop.
+        The timeout counts the client's silence only (as Postfix's smtpd_timeout bounds
+        its waits for the client): it is stopped while we work, restarted after, so a
+        slow store under stress mode's 10 s never cuts a session whose mail is being
+        written (the client would retry a mail we may have stored)."""
+        if self._timeout_handle is not None:
+            self._timeout_handle.cancel()
+        self._busy = True
+        try:
+            return await self.door.call(fn, *args, **kw)
+        finally:
+            self._busy = False
+            if self.transport is not None and not self.transport.is_closing():
+                self._reset_timeout()
+
     def shorten_timeout(self) -> None:
         """Stress mode began: this session's timer runs to `stress_timeout` after its
         last input (at once for a session idle that long already)."""
-        if self._timeout_handle is None or self.transport is None:
-            return
+        if self._timeout_handle is None or self.transport is None or self._busy:
+            return  # (a session in a service call gets the short timeout after it)
         left = self._last_input + self.door.gate.timeout - time.monotonic()
         self._timeout_handle.cancel()
         self._timeout_handle = self.loop.call_later(max(0.0, left), self._timeout_cb)
@@ -463,7 +480,7 @@ class FrontDoor(SMTP):
         store = self.door.credentials
         principal = None
         if store is not None:
-            principal = await self.door.call(authenticate, store, login, password)
+            principal = await self._service(authenticate, store, login, password)
         user = hashlib.sha256(login).hexdigest()[:12]
         if principal is not None:
             self.principal = principal
@@ -529,7 +546,7 @@ class FrontDoor(SMTP):
             await self.push(e.reply)
             return
         try:
-            await self.door.call(
+            await self._service(
                 self.door.service.smtp_check_sender,
                 tx.sender,
                 principal=self.principal,
@@ -605,7 +622,7 @@ class FrontDoor(SMTP):
             await self.push(e.reply)
             return
         try:
-            report = await self.door.call(
+            report = await self._service(
                 self.door.service.smtp_check_recipient,
                 rcpt.address,
                 sender=tx.sender,
@@ -729,7 +746,7 @@ class FrontDoor(SMTP):
         """250 only when the service answered 202 (durable); a refusal its reply; any
         failure 451, so the client keeps the mail and tries again."""
         try:
-            answer = await self.door.call(self.door.service.submit_smtp, mail)
+            answer = await self._service(self.door.service.submit_smtp, mail)
         except Exception as e:  # noqa: BLE001  storage down or unforeseen: never a 250
             log.warning("submission not stored", extra={"cause": type(e).__name__})
             self.door.gate.counters["unavailable"] += 1
