@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)  ## create .venv with the project installed editable (every target does it first)
 
-test: $(STAMP) postfix-peer swaks-client sisimai dane-dns  ## the test suite (installs Debian's postfix, swaks, sisimai, the DNSSEC tools as root), then the pipeline on EMR's Spark
+test: $(STAMP) postfix-peer swaks-client sslscan-client sisimai dane-dns  ## the test suite (installs Debian's postfix, swaks, sslscan, sisimai, the DNSSEC tools as root), then the pipeline on EMR's Spark
 	MAILQUEUE_REQUIRE_POSTFIX=$(REQUIRE_POSTFIX) MAILQUEUE_REQUIRE_SISIMAI=$(REQUIRE_SISIMAI) $(PY) -m pytest -q -p no:cacheprovider --durations=30 $(TEST_XDIST)
 	$(MAKE) --no-print-directory test-emr-spark
 
