@@ -59,7 +59,14 @@ class Deletes:
         with self.lock:
             self.sent.update(keys)
 
-    def after(self, model: Any, http_response: Any, parsed: dict[str, Any], context: dict[str, Any], **_: Any) -> None:
+    def after(
+        self,
+        model: Any,
+        http_response: Any,
+        parsed: dict[str, Any],
+        context: dict[str, Any],
+        **_: Any,
+    ) -> None:
         keys = context.get("mq_deletes") or []
         with self.lock:
             if http_response.status_code < 300:
@@ -114,7 +121,10 @@ def test_groups_finishing_together_delete_each_item_once(aws: AwsEnv, keyed: boo
     assert set(left) == ({"M"} if keyed else set())
     if keyed:
         assert left["M"].get("tomb") == {"BOOL": True}
-    items = {(f"M#{mail_id}", "M"), *((f"M#{mail_id}", f"G#{g}") for g in ("x.example", "y.example", "z.example"))}
+    items = {
+        (f"M#{mail_id}", "M"),
+        *((f"M#{mail_id}", f"G#{g}") for g in ("x.example", "y.example", "z.example")),
+    }
     assert set(deletes.done) == items
     # each item removed by one request: the old cleanup sent 3 x 4 (every finisher all)
     assert all(n == 1 for n in deletes.done.values()), deletes.done

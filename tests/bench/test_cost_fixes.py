@@ -164,3 +164,26 @@ def test_cost_counts_a_thread_still_running_when_the_handler_returns() -> None:
     assert sum(used) - 0.02 <= cpu["events"] <= sum(used) + 0.05
     assert cpu["events"] > at_return + 0.08
     assert threading.Thread.start is not None and "tagged" not in threading.Thread.start.__name__
+
+
+def test_the_events_waits_are_priced_per_batch_and_its_cpu_per_record() -> None:
+    """The writer's CPU is per record, its waits (the event-log PUT) per batch: at 100 M
+    a month a batch holds 1,000 records, not the run's few, so memory hardly costs."""
+    run = _run()
+    run.invocations["events"] = 10  # the run: one record a batch
+    run.requests["events"] = Counter({"s3:PutObject": 10})
+    run.cpu_s["events"] = 0.02
+    tpl = replace(TPL, events_batch_size=1000, events_window_s=60)  # the template's
+    small, big = (replace(tpl, memory_mb={**tpl.memory_mb, "events": m}) for m in (128, 1769))
+    per = {
+        t.memory_mb["events"]: _line(cost.model(run, 100_000_000, t), "events: GB-s")
+        for t in (small, big)
+    }
+    # CPU-bound: the same GB-s at any size below one vCPU, the PUT's 20 ms per 1,000 records
+    assert per[1769] == pytest.approx(per[128], rel=0.05)
+    one_vcpu = cost.lambda_seconds(run, "events", 1769) - 0.02  # the run's waits, per batch
+    assert one_vcpu > 0.1  # 10 PUTs at 20 ms and Lambda's 0.5 ms each
+    # a ParallelizationFactor spreads a shard's records over more, smaller batches
+    assert cost.records_per_batch(replace(TPL, events_parallelization=4), 40.0) == pytest.approx(
+        cost.records_per_batch(TPL, 10.0)
+    )
