@@ -240,7 +240,7 @@ class Template:
         platform: set[str] = set()
         for name in FUNCTIONS:
             fn = res.get(f"{name.capitalize()}Function", {}).get("Properties", {})
-            mem[name] = int(fn.get("MemorySize", glob.get("MemorySize", 128)))
+            mem[name] = int(_param(fn.get("MemorySize", glob.get("MemorySize", 128)), params))
             logging = fn.get("LoggingConfig") or glob.get("LoggingConfig") or {}
             level = str(_param(logging.get("SystemLogLevel", "INFO"), params)).upper()
             if logging.get("LogFormat") != "JSON" or level != "WARN":

@@ -156,6 +156,7 @@ class Deployment:
     events_batch: int = 1000
     events_window_s: float = 60.0
     events_memory_mb: int = 128
+    delivery_memory_mb: int = 512
     warm_partitions: float = NEW_TABLE_PARTITIONS
     nat_gateways: int = 2
     eips_per_nat: int = 1
@@ -230,6 +231,7 @@ def default_deployment(
         events_batch=int(p.get("EventsBatchSize", 1000)),
         events_window_s=float(p.get("EventsBatchingWindowSeconds", 60)),
         events_memory_mb=tpl.memory_mb.get("events", 128),
+        delivery_memory_mb=tpl.memory_mb.get("delivery", 512),
         nat_gateways=int(p.get("NatGateways", 2)),
         smtp_tasks=int(p.get("SmtpDesiredCount", 2)),
         smtp_share=float(ASSUMPTIONS["smtp_share"]),
@@ -252,6 +254,7 @@ NAMED = {
     "SmtpDesiredCount": 50,
     "ses_rate": 2 * TARGET,  # quota increase: SES sending rate (recipients/s)
     "Shaping": True,
+    "DeliveryMemorySize": {"relay": 512, "direct": 1024},  # the SQS event source row
 }
 
 
@@ -269,6 +272,7 @@ def named_deployment(egress: str, smtp_parallel: float = 1.0) -> Deployment:
         name=f"named for 10,000/s ({egress})",
         scale=replace(h, egress=egress, smtp_ms=_smtp_ms(egress)),
         events_parallelization=int(NAMED["EventsParallelizationFactor"]),
+        delivery_memory_mb=int(NAMED["DeliveryMemorySize"][egress]),  # type: ignore[index]
         warm_partitions=float(scale.HIGH_VOLUME["warm_units"]) / scale.PARTITION_WCU,
         nat_gateways=int(NAMED["NatGateways"]),
         eips_per_nat=int(NAMED["eips_per_nat"]),
@@ -416,7 +420,12 @@ def rows(
     """Every limit's need and capacity at `rate` mails/s of the mix under `d`."""
     batch = stream_batch(sc, d, rate)
     ev_s = sc.seconds_per_mail(d.events_memory_mb, batch)
-    prof = replace(p, fn_seconds={**p.fn_seconds, "events": ev_s})
+    deliv = p.fn_seconds.get("delivery", 0.0)
+    tpl_mem = _template(ROOT / "template.yaml")[1].memory_mb.get("delivery", 512)
+    if d.delivery_memory_mb != tpl_mem:  # its CPU at the deployment's memory
+        cpu = p.fn_cpu.get("delivery", 0.0)
+        deliv += cpu * (cost.cpu_factor(d.delivery_memory_mb) - cost.cpu_factor(tpl_mem))
+    prof = replace(p, fn_seconds={**p.fn_seconds, "events": ev_s, "delivery": deliv})
     out = [
         Row(x.limit, x.scope, x.at(rate), x.capacity, x.doc, x.adjustable)
         for x in scale.loads(prof, d.scale)
