@@ -167,6 +167,7 @@ class Deployment:
     site_rates: Mapping[str, float] = field(default_factory=dict)  # configured mails/s
     dns_queries_per_mail: float = UNCACHED_QUERIES_PER_MAIL
     dns_source: str = ""
+    dns_steady: Mapping[float, float] = field(default_factory=dict)
 
     @property
     def sending_ips(self) -> int:
@@ -197,7 +198,8 @@ def dns_queries_per_mail(path: Path = DNS_MEASURED) -> tuple[float, str]:
     """The measured warm figure of the delivery DNS cache, else the uncached 3 a mail."""
     try:
         v = float(json.loads(path.read_text())["warm_queries_per_mail"])
-        return v, f"measured warm, {path.relative_to(ROOT)}"
+        shown = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+        return v, f"measured warm, {shown}"
     except (OSError, KeyError, ValueError, TypeError):
         return UNCACHED_QUERIES_PER_MAIL, "uncached MX+A+AAAA (bench/measured/dns.json not written)"
 
@@ -208,6 +210,29 @@ def _template(tpl_path: Path) -> tuple[dict[str, Any], cost.Template]:
 
     params = load_template(tpl_path).get("Parameters", {})
     return {k: v.get("Default") for k, v in params.items()}, cost.Template.load(tpl_path)
+
+
+def dns_steady(path: Path = DNS_MEASURED) -> dict[float, float]:
+    """Queries a mail in the steady state past the TTLs, by mails/s a container (the DNS
+    bench's `steady_queries_per_mail_by_container_rate`; empty when not written)."""
+    try:
+        doc = json.loads(path.read_text())["steady_queries_per_mail_by_container_rate"]
+        return {float(k): float(v) for k, v in doc.items()}
+    except (OSError, KeyError, ValueError, TypeError, AttributeError):
+        return {}
+
+
+def steady_at(table: Mapping[float, float], per_container: float) -> float:
+    """The steady queries a mail at a container's rate (log-linear between the points,
+    the end points beyond them)."""
+    xs = sorted(table)
+    if per_container <= xs[0]:
+        return table[xs[0]]
+    for a, b in zip(xs, xs[1:], strict=False):
+        if per_container <= b:
+            t = math.log(per_container / a) / math.log(b / a)
+            return table[a] + (table[b] - table[a]) * t
+    return table[xs[-1]]
 
 
 def template_params(tpl_path: Path = ROOT / "template.yaml") -> dict[str, Any]:
@@ -240,6 +265,7 @@ def default_deployment(
         site_rates=packaged_site_rates(),
         dns_queries_per_mail=q,
         dns_source=src,
+        dns_steady=dns_steady(),
     )
 
 
@@ -491,6 +517,22 @@ def rows(
                 False,
             )
         )
+        if d.dns_steady:
+            # past the TTLs each container renews the names it sends to: the DNS bench's
+            # steady state at this deployment's mails/s a delivery container
+            conc = next((r.need for r in out if r.limit.startswith("SQS event source")), 1.0)
+            per_c = rate / max(1.0, conc)
+            q = steady_at(d.dns_steady, per_c)
+            out.append(
+                Row(
+                    "VPC resolver packets/s per network interface, steady state past the TTLs",
+                    f"{d.nat_gateways} ENIs, {q:.2f} queries a mail at {per_c:.0f} mails/s a container",
+                    q * rate / d.nat_gateways,
+                    RESOLVER_PPS_PER_ENI,
+                    DOCS["resolver"],
+                    False,
+                )
+            )
         tx_bytes = size_bytes + float(ASSUMPTIONS["transaction_overhead_bytes"])
         out.append(
             Row(

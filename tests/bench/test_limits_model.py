@@ -80,7 +80,7 @@ def test_limits_rows_name_every_limit_with_its_page(
 
 
 def test_limits_dns_row_is_queries_a_mail_times_rate_over_interfaces(
-    tmp_path: Path, deployments: dict[str, limits.Deployment], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, deployments: dict[str, limits.Deployment]
 ) -> None:
     d = replace(deployments["named direct"], dns_queries_per_mail=3.0)
     (row,) = _by(limits.rows(PROFILE, STREAM, d, SIZE), "VPC resolver")
@@ -91,7 +91,6 @@ def test_limits_dns_row_is_queries_a_mail_times_rate_over_interfaces(
     f = tmp_path / "dns.json"
     assert limits.dns_queries_per_mail(f) == (3.0, limits.dns_queries_per_mail(f)[1])
     f.write_text(json.dumps({"warm_queries_per_mail": 0.08}))
-    monkeypatch.setattr(limits, "ROOT", tmp_path)
     q, src = limits.dns_queries_per_mail(f)
     assert q == 0.08 and "measured" in src
     warm = replace(d, dns_queries_per_mail=q)
@@ -177,3 +176,25 @@ def test_limits_named_settings_keep_every_limit_under_half_and_default_lists_inc
     ):
         assert name in text
     assert "binds first" in text and math.isfinite(len(lines))
+
+
+def test_limits_dns_steady_state_row_reads_queries_at_a_containers_rate(tmp_path: Path) -> None:
+    """Past the TTLs a container renews its names: the DNS bench's steady figure at the
+    deployment's mails/s a delivery container (fewer containers, more reuse)."""
+    f = tmp_path / "dns.json"
+    assert limits.dns_steady(f) == {}
+    f.write_text(
+        json.dumps(
+            {"steady_queries_per_mail_by_container_rate": {"5": 0.76, "10": 0.53, "20": 0.34}}
+        )
+    )
+    table = limits.dns_steady(f)
+    assert limits.steady_at(table, 10) == pytest.approx(0.53)
+    assert limits.steady_at(table, 1) == 0.76 and limits.steady_at(table, 99) == 0.34
+    assert 0.34 < limits.steady_at(table, 14) < 0.53
+    d = replace(limits.named_deployment("direct", smtp_parallel=10), dns_steady=table)
+    rows = limits.rows(PROFILE, STREAM, d, SIZE)
+    (row,) = _by(rows, "VPC resolver packets/s per network interface, steady")
+    conc = next(r.need for r in rows if r.limit.startswith("SQS event source"))
+    q = limits.steady_at(table, limits.TARGET / conc)
+    assert row.need == pytest.approx(q * limits.TARGET / d.nat_gateways)
