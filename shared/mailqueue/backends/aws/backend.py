@@ -1696,8 +1696,11 @@ class AwsStorage:
             return False
         mail_item = next((it for it in items if it["sk"] == "M"), None)
         rest = items
-        if _items is not None and mail_item is not None:
-            if not self._take_mail_item(mail_id, mail_item):
+        if _items is not None:
+            # a finisher's read without the mail item: a cleaner has taken it (a mail of
+            # several groups, or a keyed one, always has one) and removes the rest; if it
+            # died, the groups left `done` are the sweeper's (no `_items` there)
+            if mail_item is None or not self._take_mail_item(mail_id, mail_item):
                 return True  # another finisher of this mail is cleaning it
             rest = [it for it in items if it is not mail_item]
         key = next((it.get("content_key") for it in items if it.get("content_key")), None)
