@@ -60,6 +60,8 @@ from mailqueue.outbound.routing import (
     resolve_next_hops,
 )
 from mailqueue.outbound.shaping import (
+    LATE_TOLERANCE,
+    SITE_SHARD_MAX_RATE,
     Permit,
     Reservation,
     Shaper,
@@ -88,11 +90,6 @@ if TYPE_CHECKING:
     import dns.resolver
 
 log = logging.getLogger(__name__)
-
-
-# a booked shaping slot is used up to this long after its time (SQS and a busy poller
-# bring a group back a little late); later, the slot is gone and the group books again
-RESERVATION_GRACE_SECONDS = 10.0
 
 
 class KeepMessage(MailqueueError):
@@ -147,6 +144,12 @@ class DeliverySettings:
     # 6): on by default since bookings and connection slots are atomic writes (fewer
     # limiter requests and the limit's rate at every burst: docs/benchmarks.md)
     shaping_book_slots: bool = True
+    # a booked slot missed by more than this (and than one interval of the site's rate) is
+    # booked afresh: a late send would bunch with the on-time ones (issue 40)
+    shaping_late_tolerance_seconds: float = LATE_TOLERANCE
+    # grants a second per item of a site's state (shaping.site_shards: a faster site is
+    # spread over more items); DynamoDB's per-key share, scaled down only by tests
+    shaping_shard_max_rate: float = SITE_SHARD_MAX_RATE
     # suppression list (suppression.py): a remote 5xx with one of these statuses puts the
     # recipient on the list for suppression_ttl_days; "" turns the additions off
     suppression_statuses: str = DEFAULT_STATUSES
@@ -186,6 +189,10 @@ class DeliverySettings:
             raise ConfigError("suppression_ttl_days must be within 1..3650")
         if not 1 <= self.batch_concurrency <= 100:
             raise ConfigError("batch_concurrency must be within 1..100")
+        if not 0 < self.shaping_late_tolerance_seconds <= 60:
+            raise ConfigError("shaping_late_tolerance_seconds must be within 0..60 (above 0)")
+        if not 0 < self.shaping_shard_max_rate <= 1000:
+            raise ConfigError("shaping_shard_max_rate must be within 0..1000 (above 0)")
         if self.egress_mode not in ("relay", "direct"):
             raise ConfigError("egress_mode must be 'relay' or 'direct'")
         try:
@@ -384,6 +391,8 @@ class DeliveryService:
                 slot_lease=float(settings.lease_seconds),
                 clock=lambda: self.clock().timestamp(),
                 inline_wait=settings.shaping_inline_wait_seconds,
+                shard_max_rate=settings.shaping_shard_max_rate,
+                late_tolerance=settings.shaping_late_tolerance_seconds,
             )
 
     @contextmanager
@@ -652,13 +661,16 @@ class Invocation:
         inline = self.svc.settings.shaping_inline_wait_seconds
         book = self.svc.settings.shaping_book_slots
         booked = Reservation.decode(claim.group.reservation) if book else None
-        now = self.svc.clock().timestamp()
         if booked is not None and not (
             booked.site == site
             and booked.attempts == claim.group.attempts
-            and now <= booked.at + RESERVATION_GRACE_SECONDS
+            and not shaper.late_by(site, booked.at)
         ):
-            booked = None  # another site, a later attempt, or missed: book afresh
+            # another site, a later attempt, or missed (back later than the slot and a
+            # small tolerance: sent now it would bunch with the on-time sends after it):
+            # book afresh
+            booked = None
+        record = f"{claim.group.mail_id}/{claim.group.key}"  # its shard at a sharded site
         # a record about to book announces itself before it waits for a holder: the
         # record asking first books for it in the same write (Shaper.announce)
         announced = book and booked is None
@@ -674,7 +686,7 @@ class Invocation:
             got = (
                 shaper.redeem(site, holder, booked.at)
                 if booked is not None
-                else shaper.admit(site, holder, 1, reserve=book, announced=announced)
+                else shaper.admit(site, holder, 1, reserve=book, announced=announced, record=record)
             )
             announced = False  # an admit after a wait announces itself
             if asking:
