@@ -958,7 +958,10 @@ class Shaper:
         got: Permit | Wait = Wait(site, limits.connection_wait, "contention")
         for i in self._shard_order(site, first, n)[: 1 if book else 2]:
             key = shard_key(site, i)
-            got = self._admit(key, holder, messages, book, extra, part)
+            # no booking for the container's other waiting records (`extra`) in this
+            # write: they would all be paced by this one shard's 1/n of the rate while
+            # the others idle; each books its own shard (one write a record, spread)
+            got = self._admit(key, holder, messages, book, 0, part)
             if key != site and self._spare.get(key):  # booked for this container's records
                 self._spare.setdefault(site, []).extend(self._spare.pop(key))
             if isinstance(got, Wait) and got.reason == "suspended":
