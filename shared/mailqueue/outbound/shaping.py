@@ -935,8 +935,9 @@ class Shaper:
         asks the first and, refused for the rate, borrows from the second. Connection
         slots stay site-wide on shard 0 (the site's own item: `redeem`, `release`,
         `reuse_kept` use it as at a site of one item); a booking takes none (its sender
-        takes one with `redeem` when its slot comes), a grant takes one first (tokens
-        taken and then refused a connection would be lost). Suspensions and slowdowns
+        takes one with `redeem` when its slot comes), a grant takes one after its tokens
+        (refused a connection, the tokens are lost: the site under its rate, never over;
+        a slot taken first would be held with no grant to use it). Suspensions and slowdowns
         are written to every shard (`on_reply`), so each shard's own conditions see them.
         """
         limits = self.limits(site)
@@ -949,10 +950,6 @@ class Shaper:
             self._suspended[site] = until
             return Wait(site, until - now, "suspended")
         has_slot = limits.max_connections is None or self._slots.get((site, holder), 0.0) > now + 5
-        if not book and not has_slot:
-            connected = self._connect(site, holder, limits, 0.0)
-            if isinstance(connected, Wait):
-                return connected
         part = shard_limits(limits, n)
         first = shard_of(record, n) if record else self._rng.randrange(n)
         got: Permit | Wait = Wait(site, limits.connection_wait, "contention")
@@ -970,7 +967,7 @@ class Shaper:
                 break
         if isinstance(got, Wait):
             return Wait(site, got.seconds, got.reason, got.slot)
-        if not has_slot and book:  # a compare-and-set grant (not a booking): connect now
+        if not has_slot:  # a grant (not a booking): its connection now
             return self._connect(site, holder, limits, 0.0)
         return Permit(site, limits)
 
