@@ -776,6 +776,7 @@ _READ_FIRST = 10.0  # seconds after a refused write during which a write is prec
 # Later, the group books a fresh slot.
 LATE_TOLERANCE = 1.0
 LATE_FLOOR = 0.05
+LATE_GRACE_OFF = 10.0  # late_tolerance 0: a slot is sent on up to 10 s late, as before
 
 
 class Shaper:
@@ -975,6 +976,8 @@ class Shaper:
         """A booked slot is missed: now is past it by more than the tolerance (the
         smaller of `late_tolerance` and one interval of the site's fastest rate, at
         least LATE_FLOOR). The group books a fresh slot instead of sending late."""
+        if self.late_tolerance <= 0:  # off: the grace before issue 40
+            return self.clock() > slot + LATE_GRACE_OFF
         limits = self.limits(site)
         interval = min((r.interval() for r in limits.rates), default=self.late_tolerance)
         tolerance = min(self.late_tolerance, max(LATE_FLOOR, interval))

@@ -60,7 +60,6 @@ from mailqueue.outbound.routing import (
     resolve_next_hops,
 )
 from mailqueue.outbound.shaping import (
-    LATE_TOLERANCE,
     SITE_SHARD_MAX_RATE,
     Limits,
     Permit,
@@ -158,8 +157,11 @@ class DeliverySettings:
     # limiter requests and the limit's rate at every burst: docs/benchmarks.md)
     shaping_book_slots: bool = True
     # a booked slot missed by more than this (and than one interval of the site's rate) is
-    # booked afresh: a late send would bunch with the on-time ones (issue 40)
-    shaping_late_tolerance_seconds: float = LATE_TOLERANCE
+    # booked afresh: a late send would bunch with the on-time ones (issue 40). 0 (the
+    # default for now): sent up to 10 s late, as before; LATE_TOLERANCE (1 s) is the
+    # strict setting, off by default until test_waits_once holds its re-arm bound with it
+    # on a loaded machine (docs/benchmarks.md, issue 40 section)
+    shaping_late_tolerance_seconds: float = 0.0
     # grants a second per item of a site's state (shaping.site_shards: a faster site is
     # spread over more items); DynamoDB's per-key share, scaled down only by tests
     shaping_shard_max_rate: float = SITE_SHARD_MAX_RATE
@@ -202,8 +204,8 @@ class DeliverySettings:
             raise ConfigError("suppression_ttl_days must be within 1..3650")
         if not 1 <= self.batch_concurrency <= 100:
             raise ConfigError("batch_concurrency must be within 1..100")
-        if not 0 < self.shaping_late_tolerance_seconds <= 60:
-            raise ConfigError("shaping_late_tolerance_seconds must be within 0..60 (above 0)")
+        if not 0 <= self.shaping_late_tolerance_seconds <= 60:
+            raise ConfigError("shaping_late_tolerance_seconds must be within 0..60")
         if not 0 < self.shaping_shard_max_rate <= 1000:
             raise ConfigError("shaping_shard_max_rate must be within 0..1000 (above 0)")
         if self.egress_mode not in ("relay", "direct"):
