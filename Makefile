@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)  ## create .venv with the project installed editable (every target does it first)
 
-test: $(STAMP) postfix-peer swaks-client sisimai dane-dns  ## the test suite (installs Debian's postfix, swaks, sisimai, the DNSSEC tools as root), then the pipeline on EMR's Spark
+test: $(STAMP) postfix-peer swaks-client sslscan-client sisimai dane-dns  ## the test suite (installs Debian's postfix, swaks, sslscan, sisimai, the DNSSEC tools as root), then the pipeline on EMR's Spark
 	MAILQUEUE_REQUIRE_POSTFIX=$(REQUIRE_POSTFIX) MAILQUEUE_REQUIRE_SISIMAI=$(REQUIRE_SISIMAI) $(PY) -m pytest -q -p no:cacheprovider --durations=30 $(TEST_XDIST)
 	$(MAKE) --no-print-directory test-emr-spark
 
@@ -27,7 +27,10 @@ run: $(STAMP)  ## the whole queue on this machine (RUN_ARGS="--port 0 --fast-ret
 	$(PY) -m mailqueue_local.run $(RUN_ARGS)
 
 lint: $(STAMP)  ## ruff and mypy
+	@echo "lint [1/2] ruff over shared functions tests pipeline"
 	$(VENV)/bin/ruff check shared functions tests pipeline
+	@echo "lint [2/2] mypy, strict, over the files pyproject.toml names: a minute on a quiet machine," \
+		"several on a loaded one or without .mypy_cache (it prints nothing until it is done)"
 	$(VENV)/bin/mypy
 
 BENCH_MIX_MAILS ?= 20
@@ -37,9 +40,11 @@ typecheck: $(STAMP)  ## mypy alone (strict, the files pyproject.toml names)
 
 bench: $(STAMP)  ## request counts, cost per message, throughput -> docs/benchmarks.md
 	$(PY) -m bench.run
+	$(PY) -m bench.bounce_corpora
 	$(PY) -m bench.shaping
 	$(PY) -m bench.shaping --bursts 1,2,5 --mails 40 --rate 2 --concurrency 5
 	$(PY) -m bench.mix $(BENCH_MIX_MAILS)
+	$(PY) -m bench.dns
 	$(MAKE) --no-print-directory bench-smtp
 	$(PIPELINE_ENV) $(PY) -m bench.report_speed
 

@@ -29,7 +29,7 @@ from email.utils import format_datetime
 from functools import cache
 from pathlib import Path
 
-from bench import autoscale, cost, scale
+from bench import autoscale, cost, limits, scale
 
 MIX = {
     "notification 2 KB": 0.60,
@@ -37,9 +37,13 @@ MIX = {
     "newsletter 30 KB (HTML)": 0.10,
     "attachment 120 KB": 0.05,
 }
-#: the issue's floors ($ per million mails)
-FLOORS = {1_000_000: 22.0, 10_000_000: 12.0, 100_000_000: 10.0}
-RETRY_FLOOR = 2.0  # one retry adds at most this per million
+#: the floors ($ per million mails, relay mode, on demand; issue 25, then issue 40's for
+#: 10 M and 100 M a month, fixed monthly costs included)
+FLOORS = {1_000_000: 22.0, 10_000_000: 12.0, 100_000_000: 9.5}
+#: issue 40: with StateTableCapacity=provisioned (auto scaling simulated)
+PROVISIONED_FLOORS = {10_000_000: 9.0, 100_000_000: 7.0}
+RETRY_FLOOR = 2.0  # one retry of a prose mail adds at most this per million (issue 25)
+SOLO_RETRY_FLOOR = 3.0  # one retry of a solo notification, on demand (issue 40)
 DOMAIN_FLOOR = 0.8  # a second domain costs at most this share of the first
 _MODULES = (
     "email.message",
@@ -195,6 +199,14 @@ def runs(mails: int) -> dict[str, cost.Run]:
         recipients=lambda i: [f"c{i}@retry.cost.example"],
         tempfail={"retry.cost.example": 1},
     )
+    # the same for the commonest mail, a solo notification (issue 40: its retry costs
+    # more than prose's, every write of a one-item mail billing the item's whole size)
+    out["notification 2 KB, one temporary failure"] = cost.measure(
+        mails,
+        body=lambda i, _s: notification(i),
+        recipients=lambda i: [f"c{i}@retry.cost.example"],
+        tempfail={"retry.cost.example": 1},
+    )
     out["prose 10 KB to 3 domains"] = cost.measure(
         mails,
         body=lambda i, _s: letter(i),
@@ -262,6 +274,7 @@ def report(rs: dict[str, cost.Run], tpl: cost.Template) -> list[str]:
         )
         L[-1] += " | ".join(f"{x:.2f}" for x in prices[name]) + " |"
     mix_relay = [sum(w * prices[n][k] for n, w in MIX.items()) for k in range(len(cost.VOLUMES))]
+
     def mix_of(t: cost.Template, egress: str = "relay") -> list[float]:
         """The mix's $/M at each volume (each shape priced once)."""
         each = {n: per_million(rs[n], t, egress) for n in MIX}
@@ -295,12 +308,15 @@ def report(rs: dict[str, cost.Run], tpl: cost.Template) -> list[str]:
         f"| mix, relay, `StateTableCapacity=provisioned` (auto scaling simulated, "
         f"'{autoscale.PRICED_PROFILE}' profile: table writes at "
         + " / ".join(f"{u:.0%}" for u in uses)
-        + " use) | | | | " + " | ".join(f"{x:.2f}" for x in mix_prov) + " |"
+        + " use) | | | | "
+        + " | ".join(f"{x:.2f}" for x in mix_prov)
+        + " |"
     )
     mix_half = mix_of(replace(prov, state_use=0.5))
     L.append(
         "| mix, relay, provisioned at 50 % use (the former assumption) | | | | "
-        + " | ".join(f"{x:.2f}" for x in mix_half) + " |"
+        + " | ".join(f"{x:.2f}" for x in mix_half)
+        + " |"
     )
     L.append("")
     base = prices["prose 10 KB"]
@@ -311,14 +327,14 @@ def report(rs: dict[str, cost.Run], tpl: cost.Template) -> list[str]:
     for k, v in enumerate(cost.VOLUMES):
         fl = FLOORS[v]
         L.append(
-            f"| mix ≤ ${fl:.0f}/M at {v // 1_000_000} M/month | ${mix_relay[k]:.2f} | "
+            f"| mix ≤ ${fl:g}/M at {v // 1_000_000} M/month | ${mix_relay[k]:.2f} | "
             f"{'yes' if mix_relay[k] <= fl else '**no**'} |"
         )
-    # the same floors with the capacity docs/deploy.md names from ~10 M a month
+    # the floors of provisioned capacity, docs/deploy.md's choice from ~10 M a month
     for k, vol in enumerate(cost.VOLUMES[1:], start=1):
-        fl = FLOORS[vol]
+        fl = PROVISIONED_FLOORS[vol]
         L.append(
-            f"| mix ≤ ${fl:.0f}/M at {vol // 1_000_000} M/month, `StateTableCapacity="
+            f"| mix ≤ ${fl:g}/M at {vol // 1_000_000} M/month, `StateTableCapacity="
             f"provisioned` (simulated use) | ${mix_prov[k]:.2f} | "
             f"{'yes' if mix_prov[k] <= fl else '**no**'} |"
         )
@@ -336,6 +352,15 @@ def report(rs: dict[str, cost.Run], tpl: cost.Template) -> list[str]:
         f"(simulated use) | +${retry_prov:.2f} | "
         f"{'yes' if retry_prov <= RETRY_FLOOR else '**no**'} |"
     )
+    if "notification 2 KB, one temporary failure" in prices:
+        solo = (
+            prices["notification 2 KB, one temporary failure"][-1] - prices["notification 2 KB"][-1]
+        )
+        L.append(
+            f"| one retry of a solo 2 KB notification adds ≤ ${SOLO_RETRY_FLOOR:.0f}/M "
+            f"(100 M, on demand; issue 40) | +${solo:.2f} | "
+            f"{'yes' if solo <= SOLO_RETRY_FLOOR else '**no**'} |"
+        )
     second = (three[-1] - base[-1]) / 2
     share = second / base[-1] if base[-1] else 0.0
     L.append(
@@ -350,7 +375,7 @@ def report(rs: dict[str, cost.Run], tpl: cost.Template) -> list[str]:
             (
                 u / 100
                 for u in range(20, 91)
-                if mix_of(replace(prov, state_use=u / 100))[k] <= FLOORS[vol]
+                if mix_of(replace(prov, state_use=u / 100))[k] <= PROVISIONED_FLOORS[vol]
             ),
             None,
         )
@@ -360,9 +385,18 @@ def report(rs: dict[str, cost.Run], tpl: cost.Template) -> list[str]:
             else f"at {vol // 1_000_000} M/month at no use up to 90 %"
         )
     L.append(
-        "With provisioned capacity the mix meets its floor " + "; ".join(even)
+        "With provisioned capacity the mix meets its floor "
+        + "; ".join(even)
         + f" (bench/autoscale.py simulates {uses[-1]:.0%} for the table's writes at 100 M on "
         f"the '{autoscale.PRICED_PROFILE}' profile)."
+    )
+    L.append("")
+    fixed = fixed_lines(rs["notification 2 KB"], tpl)
+    L.append(
+        "Fixed monthly costs (in every figure above; the lines of the model whose $/month "
+        "does not change from 10 M to 100 M mails a month): "
+        + "; ".join(f"{item} ${usd:.2f}" for item, usd in fixed)
+        + f" — ${sum(u for _, u in fixed):.2f} a month."
     )
     L.append("")
     L.append("Per shape at 100 M/month, the lines that move ($ per million):")
@@ -377,6 +411,15 @@ def report(rs: dict[str, cost.Run], tpl: cost.Template) -> list[str]:
             cells.append(f"{v / cost.VOLUMES[-1] * 1e6:.2f}")
         L.append(f"| {name} | " + " | ".join(cells) + " |")
     return L
+
+
+def fixed_lines(run: cost.Run, tpl: cost.Template) -> list[tuple[str, float]]:
+    """The model's lines that cost the same each month at 10 M and 100 M mails."""
+    a = {x.item: x.per_month for x in cost.model(run, cost.VOLUMES[1], tpl)}
+    b = {x.item: x.per_month for x in cost.model(run, cost.VOLUMES[2], tpl)}
+    return [
+        (k, v) for k, v in a.items() if v >= 0.005 and abs(b.get(k, 0.0) - v) < 1e-6 * max(1.0, v)
+    ]
 
 
 _LINES = {
@@ -394,6 +437,34 @@ _LINES = {
 def scale_profile(rs: dict[str, cost.Run], tpl: cost.Template) -> scale.Profile:
     """The scale model's profile of the mix (the shapes' profiles weighted)."""
     return scale.mix(((w, scale.profile(rs[n], tpl, n)) for n, w in MIX.items()), "mix")
+
+
+LIMITS_SECTION = "## The limits that bind first at 10,000 mails/s (issue 40)"
+
+
+def limits_section(
+    rs: dict[str, cost.Run], tpl: cost.Template, par: float, note: str, mails: int
+) -> list[str]:
+    """bench/limits.py's table for the mix: the default template and docs/deploy.md's
+    settings for 10,000 mails/s, relay and direct."""
+    sizes = {n: float(s) for n, (s, _) in ratios().items()}
+    size = limits.mix_bytes(sizes, MIX)
+    sc = limits.stream_cost(rs, MIX, tpl)
+    p = scale_profile(rs, tpl)
+    ds = [
+        limits.default_deployment(egress="relay", smtp_parallel=par),
+        limits.default_deployment(egress="direct", smtp_parallel=par),
+        limits.named_deployment("relay", smtp_parallel=par),
+        limits.named_deployment("direct", smtp_parallel=par),
+    ]
+    return [
+        LIMITS_SECTION,
+        "",
+        f"_`make bench` (bench.mix's last table: `python -m bench.mix {mails}`; bench/limits.py). "
+        f"SMTP transactions at once per delivery invocation: {par:.1f} {note}._",
+        "",
+        *limits.report(p, sc, size, ds),
+    ]
 
 
 def main() -> None:
@@ -428,6 +499,9 @@ def main() -> None:
         ["## Fourth round: scale and real mail", "", *lines], "## Fourth round: scale and real mail"
     )
     print("\n".join(lines))
+    lim = limits_section(rs, tpl, par, note, mails)
+    write_section(lim, LIMITS_SECTION)
+    print("\n".join(lim))
     print(json.dumps({n: (s, round(r, 2)) for n, (s, r) in ratios().items()}))
 
 

@@ -151,6 +151,8 @@ class Profile:
     failed_writes: float = 0.0  # failed conditional writes per mail
     failed_wru: float = 0.0
     fn_seconds: dict[str, float] = field(default_factory=dict)  # Lambda s per mail (no SMTP)
+    # of which CPU on a whole core, s per mail (bench.limits re-prices other memory sizes)
+    fn_cpu: dict[str, float] = field(default_factory=dict)
     fn_invocations: dict[str, float] = field(default_factory=dict)
     delivery_records: float = 1.0  # SQS records (groups) per mail
     smtp_transactions: float = 1.0  # per mail
@@ -177,6 +179,7 @@ class Profile:
             failed_writes=self.failed_writes * w,
             failed_wru=self.failed_wru * w,
             fn_seconds=m(self.fn_seconds),
+            fn_cpu=m(self.fn_cpu),
             fn_invocations=m(self.fn_invocations),
             delivery_records=self.delivery_records * w,
             smtp_transactions=self.smtp_transactions * w,
@@ -210,6 +213,7 @@ class Profile:
             failed_writes=self.failed_writes + o.failed_writes,
             failed_wru=self.failed_wru + o.failed_wru,
             fn_seconds=a(self.fn_seconds, o.fn_seconds),
+            fn_cpu=a(self.fn_cpu, o.fn_cpu),
             fn_invocations=a(self.fn_invocations, o.fn_invocations),
             delivery_records=self.delivery_records + o.delivery_records,
             smtp_transactions=self.smtp_transactions + o.smtp_transactions,
@@ -391,8 +395,20 @@ def profile(run: cost.Run, tpl: cost.Template, name: str = "") -> Profile:
     p.failed_wru = failed_wru / n
     for f in ("ingress", "delivery", "events", "bounce"):
         if run.invocations.get(f):
-            sec = cost.lambda_seconds(run, f, tpl.memory_mb.get(f, 512), smtp=False)
+            # delivery's lanes run a batch's records at once: their AWS waits overlap, as
+            # the cost model has it (bench.cost.model)
+            lanes = max(
+                1.0, min(getattr(run, "smtp_parallel", 1.0), float(tpl.delivery_batch_size))
+            )
+            sec = cost.lambda_seconds(
+                run,
+                f,
+                tpl.memory_mb.get(f, 512),
+                smtp=False,
+                overlap=lanes if f == "delivery" else 1.0,
+            )
             p.fn_seconds[f] = sec / n
+            p.fn_cpu[f] = run.cpu_s.get(f, 0.0) / n
             p.fn_invocations[f] = run.invocations[f] / n
     p.delivery_records = run.records_in.get("delivery", run.invocations.get("delivery", n)) / n
     p.smtp_transactions = p.delivery_records

@@ -3,7 +3,7 @@
 # See docs/local.md. Included by the Makefile, which defines PY and STAMP.
 #
 #   make run  RUN_ARGS="--fast-retries --port 0"      (the Makefile passes RUN_ARGS)
-#   make demo                                         four mails through the queue, then stop
+#   make demo                                         seven mails and their feedback, then stop
 #   make bench-local BENCH_ARGS="--mails 500"         throughput on this machine
 
 DEMO_ARGS  ?=
@@ -11,7 +11,7 @@ BENCH_ARGS ?=
 
 .PHONY: demo bench-local
 
-demo: $(STAMP)  ## four mails through a fresh local stack; its event log is var/demo/events
+demo: $(STAMP)  ## seven mails and their feedback through a fresh local stack; log: var/demo/events
 	$(PY) -m mailqueue_local.demo $(DEMO_ARGS)
 
 bench-local: $(STAMP)  ## delivery throughput of the local stack (BENCH_ARGS="--mails 500")

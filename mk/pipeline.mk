@@ -3,12 +3,16 @@
 # PY, VENV and the $(STAMP) that bootstraps the venv.
 #
 #   make report                         # var/events -> var/report (+ report.html)
+#   make report EVENTS=var/demo/events  # -> var/demo/report
 #   make report EVENTS=s3a://... ARGS='--date 2026-05-04'
 #   make bench-pipeline                 # 1 M / 10 M / 50 M events, see docs/benchmarks.md
 #   make pipeline-zip                   # build/pipeline/{main.py,mq_pipeline.zip} for EMR
 
 EVENTS ?= var/events
-REPORT_OUT ?= var/report
+# The report goes beside its log: var/events -> var/report, the demo's var/demo/events ->
+# var/demo/report (issue 44: a demo's report no longer overwrites make run's); any other
+# log (S3, a folder not named events) -> var/report.
+REPORT_OUT ?= $(if $(findstring ://,$(EVENTS)),var/report,$(if $(filter %/events,$(EVENTS)),$(patsubst %/events,%/report,$(EVENTS)),var/report))
 ARGS ?=
 BENCH_ARGS ?=
 PIPELINE_DRIVER_MEMORY ?= 4g
@@ -75,10 +79,15 @@ report: $(STAMP)  ## Spark report over var/events (EVENTS=var/demo/events after 
 		fi; \
 	fi; \
 	echo "spark-submit pipeline/main.py --events $(EVENTS) --out $(REPORT_OUT) $(ARGS)"; \
+	tick=; if [ -n "$$tmp" ]; then \
+		( n=0; while sleep 20; do n=$$((n + 20)); \
+			echo "note: still running after $$n s (the first report records the JVM's classes; a few minutes at most)"; \
+		done ) & tick=$$!; fi; \
 	$(PIPELINE_ENV) $(VENV)/bin/spark-submit --master 'local[*]' $(PIPELINE_CONF) \
 		--driver-memory $(PIPELINE_DRIVER_MEMORY) --driver-java-options "$$opts $$cds $$log" \
 		pipeline/main.py --events $(EVENTS) --out $(REPORT_OUT) $(ARGS); \
 	rc=$$?; \
+	if [ -n "$$tick" ]; then kill $$tick 2>/dev/null; fi; \
 	if [ -n "$$tmp" ]; then if [ $$rc = 0 ] && [ -s "$$tmp" ]; then mv -f "$$tmp" "$$arch"; \
 		else rm -f "$$tmp"; fi; fi; \
 	exit $$rc

@@ -24,6 +24,7 @@ from botocore.config import Config
 from mailqueue.backends.aws.clients import make_clients
 from mailqueue.compose.admin import LambdaLauncher, build_admin, default_doctor
 from mailqueue.compose.xray import LazyTracer
+from mailqueue.core.jsonbody import event_body
 from mailqueue.services.admin import (
     AdminApi,
     AdminSettings,
@@ -133,7 +134,7 @@ def make_router(api: AdminApi, metrics: Metrics | None = None) -> APIGatewayHttp
     @router.post("/v1/queue/jobs")
     def start_job() -> Response[str]:
         ev = router.current_event
-        return counted(api.start_job(ev.decoded_body, actor()), "job")
+        return counted(api.start_job(event_body(ev.raw_event), actor()), "job")
 
     @router.get("/v1/queue/jobs/<job_id>")
     def get_job(job_id: str) -> Response[str]:
@@ -153,7 +154,7 @@ def make_router(api: AdminApi, metrics: Metrics | None = None) -> APIGatewayHttp
 
     @router.post("/v1/queue/suspensions")
     def suspend() -> Response[str]:
-        body = router.current_event.decoded_body
+        body = event_body(router.current_event.raw_event)
         return counted(api.suspension("suspend", {}, query(), body, actor()), "suspend")
 
     @router.delete("/v1/queue/suspensions/<scope>/<target>")
@@ -167,7 +168,7 @@ def make_router(api: AdminApi, metrics: Metrics | None = None) -> APIGatewayHttp
 
     @router.post("/v1/queue/suppressions")
     def suppress() -> Response[str]:
-        body = router.current_event.decoded_body
+        body = event_body(router.current_event.raw_event)
         return counted(api.suppression("add", None, query(), body, actor()), "suppress")
 
     @router.get("/v1/queue/suppressions/<address>")

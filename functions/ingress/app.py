@@ -10,7 +10,6 @@ SES: a receipt rule's S3 action stores the raw mail, its Lambda action invokes u
 
 from __future__ import annotations
 
-import base64
 import functools
 import json
 from collections.abc import Mapping
@@ -27,6 +26,7 @@ from mailqueue.compose import unsubscribe
 from mailqueue.compose.xray import LazyTracer
 from mailqueue.core.errors import PermanentStorageError, TransientStorageError
 from mailqueue.core.events import EventEmitter
+from mailqueue.core.jsonbody import event_body
 from mailqueue.services import ingress
 from mailqueue.services.ingress import Answer, IngressService, IngressSettings
 from mailqueue.services.ingress.ses import is_ses_event
@@ -80,18 +80,6 @@ def _source_ip(event: Mapping[str, Any]) -> str | None:
     return ip if isinstance(ip, str) and ip else None
 
 
-def _body(event: Mapping[str, Any]) -> bytes | None:
-    raw = event.get("body")
-    if raw is None:
-        return None
-    if event.get("isBase64Encoded"):
-        try:
-            return base64.b64decode(raw)
-        except ValueError:
-            return b"\xff"  # not JSON: refused as invalid_json
-    # a lone surrogate has no UTF-8 form: kept as (invalid) bytes, refused as invalid_json
-    return str(raw).encode("utf-8", "surrogatepass")
-
 
 def make_router(service: IngressService, metrics: Metrics | None = None) -> APIGatewayHttpResolver:
     router = APIGatewayHttpResolver()
@@ -116,7 +104,7 @@ def make_router(service: IngressService, metrics: Metrics | None = None) -> APIG
         ev = router.current_event
         return answer(
             service.submit(
-                _body(ev.raw_event),
+                event_body(ev.raw_event),
                 principal=_principal(ev.raw_event),
                 idempotency_key=ev.headers.get("idempotency-key"),
                 client_ip=_source_ip(ev.raw_event),
@@ -128,7 +116,7 @@ def make_router(service: IngressService, metrics: Metrics | None = None) -> APIG
         ev = router.current_event
         return answer(
             service.submit_batch(
-                _body(ev.raw_event),
+                event_body(ev.raw_event),
                 principal=_principal(ev.raw_event),
                 client_ip=_source_ip(ev.raw_event),
             )

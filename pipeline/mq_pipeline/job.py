@@ -111,9 +111,13 @@ def input_bytes(df: DataFrame) -> int:
     """Spark's size estimate of a file source (the compressed bytes to read); 0 if unknown."""
     try:
         jdf: Any = df._jdf  # py4j handle: untyped
-        return int(str(jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
+        size = int(str(jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
     except Exception:  # noqa: BLE001 - only a sizing hint
         return 0
+    # Spark answers spark.sql.defaultSizeInBytes (Long.MaxValue) for a source it cannot size,
+    # e.g. an events folder that exists but holds no file yet: that is "unknown", not 8 EiB
+    # (it asked for 68,719,476,736 shuffle partitions and the job failed; issue 44)
+    return size if 0 <= size < 2**62 else 0
 
 
 def shuffle_partitions(spark: SparkSession, raw: DataFrame, configured: int | None) -> int:

@@ -135,10 +135,13 @@ class Svg:
             self.parts.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="2" fill="{stroke}"/>')
 
     def text(self, x: float, y: float, s: object, anchor: str = "start", fill: str = "#333",
-             size: int = 11, weight: str = "normal") -> None:
+             size: int = 11, weight: str = "normal", halo: bool = False) -> None:
+        # halo: a white outline under the glyphs, so a guide line drawn earlier never runs
+        # through the text (issue 44: the dashed band lines crossed the "0.0 %" labels)
+        h = ' stroke="#fff" stroke-width="3" paint-order="stroke"' if halo else ""
         self.parts.append(
             f'<text x="{x:.1f}" y="{y:.1f}" text-anchor="{anchor}" fill="{fill}" '
-            f'font-size="{size}" font-weight="{weight}">{esc(s)}</text>'
+            f'font-size="{size}" font-weight="{weight}"{h}>{esc(s)}</text>'
         )
 
     def legend(self, items: Sequence[tuple[str, str]], x: float, y: float) -> None:
@@ -251,10 +254,13 @@ def chart_domain_rates(delivery: list[dict[str, str]], top: int = 15) -> str:
     # each band's label on a line of its own below the bars (lowest band first), starting
     # at its dashed line: labels of close bands (a wide axis) never overlap, and nothing is
     # drawn where the bars' own labels are
-    for k, (limit, name) in enumerate(sorted(BOUNCE_BANDS)):
-        x = x1 + bar2 * limit / scale
+    bands = [(k, x1 + bar2 * limit / scale, limit, name)
+             for k, (limit, name) in enumerate(sorted(BOUNCE_BANDS))]
+    for k, x, _, _ in bands:  # every line first: a higher band's runs past lower labels
         svg.line(x, 20, x, bottom + 14 + 10 * k, "#bbb", 1, "3,3")
-        svg.text(x + 2, bottom + 14 + 10 * k, f"{name} {limit:.0%}", "start", "#888", 9)
+    for k, x, limit, name in bands:
+        svg.text(x + 2, bottom + 14 + 10 * k, f"{name} {limit:.0%}", "start", "#888", 9,
+                 halo=True)
     for i, r in enumerate(doms):
         y = 24 + i * row_h
         rate, hb = num(r["delivery_rate"]), num(r["hard_bounce_rate"]) or 0
@@ -267,7 +273,7 @@ def chart_domain_rates(delivery: list[dict[str, str]], top: int = 15) -> str:
         w = bar2 * min(hb, scale) / scale
         svg.rect(x1, y + 3, w, row_h - 6, colour,
                  f"{r['domain']}: {fmt_pct(hb)} hard bounces ({r['bounce_band']})")
-        svg.text(x1 + w + 4, y + 14, fmt_pct(hb, 1))
+        svg.text(x1 + w + 4, y + 14, fmt_pct(hb, 1), halo=True)
     return svg.render()
 
 
@@ -362,7 +368,11 @@ def chart_qshape(qshape: list[dict[str, str]], labels: list[str], top: int = 15)
     if not qshape:
         return "<p>Nothing pending.</p>"
     rows = qshape[: top + 1]
-    cell_w, cell_h, x0 = 52, 20, 190
+    # a cell is as wide as its longest age label ("640-1280"), at 0.62 em a character and
+    # bold, plus a gap: at 52 px the labels ran together (issue 44: "160-320320-640640-1280")
+    longest = max(len(b) for b in ["total", *labels])
+    cell_w = max(52, math.ceil(0.62 * 11 * longest) + 14)
+    cell_h, x0 = 20, 190
     svg = Svg(max(W, x0 + cell_w * (len(labels) + 1) + 10), 30 + cell_h * len(rows),
               "Pending recipients by domain and age")
     vmax = max((num(r[b]) or 0) for r in rows[1:] for b in labels) if len(rows) > 1 else 1
@@ -678,7 +688,7 @@ def render(out_dir: Path) -> str:
 <html lang=en><head><meta charset=utf-8><title>{esc(title)}</title>
 <meta name=viewport content="width=device-width,initial-scale=1">
 <style>
-body{{{FONT};margin:24px auto;max-width:820px;color:#222;background:#fff}}
+body{{{FONT};margin:24px auto;max-width:1240px;padding:0 16px;color:#222;background:#fff}}
 h1{{font-size:22px;margin-bottom:4px}} h2{{font-size:16px;margin:28px 0 2px}}
 .d{{color:#666;margin:0 0 8px;font-size:13px}} .meta{{color:#666;font-size:12px}}
 .tiles{{display:grid;grid-template-columns:repeat(4,1fr);gap:8px;margin:16px 0}}

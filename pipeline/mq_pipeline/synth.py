@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import gzip
+import hashlib
 import json
 import multiprocessing
 import os
@@ -36,7 +37,7 @@ from pathlib import Path
 from .consts import ses_bounce_class, ses_delay_type
 
 # Bump when the generated data changes, so cached benchmark data is regenerated.
-SYNTH_VERSION = 2
+SYNTH_VERSION = 3  # 3: one eventId per complaint (issue 44)
 HOUR_MS = 3_600_000
 MIN_MS = 60_000
 BIG_DOMAINS = (
@@ -303,7 +304,7 @@ def _simulate(
         emit(acc, f'{{"eventType":"Send",{mail},"send":{{}},'
                   f'{mq}"eventId":"{bits(128):032x}"}}}}')
         mta = f"mq-worker-{shard % 4}"
-        for addr, di in rcpts:
+        for ri, (addr, di) in enumerate(rcpts):
             prof = profiles[di]
             domain = names[di]
             expires = acc + lifetime
@@ -411,8 +412,12 @@ def _simulate(
                 if cfg.complaint_rate and (tag >> 8) % 10_000 < cfg.complaint_rate * 10_000:
                     c_ts = finished + HOUR_MS
                     if c_ts < horizon:
-                        emit(c_ts, _complaint((tag * 31 + di) % 2**128, mail, addr, iso(c_ts),
-                                              iso(finished), mq))
+                        # one id per recipient's complaint (issue 44: the domain's index
+                        # gave two recipients of one domain one eventId), still no draw
+                        eid = int.from_bytes(
+                            hashlib.blake2b(f"{mid}/{ri}".encode(), digest_size=16).digest(), "big"
+                        )
+                        emit(c_ts, _complaint(eid, mail, addr, iso(c_ts), iso(finished), mq))
                 break
 
 

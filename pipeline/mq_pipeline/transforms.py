@@ -28,6 +28,9 @@ REASON_RULES: tuple[tuple[str, str], ...] = (
     # no lookbehind: DuckDB's RE2, the bench's baseline, has none)
     (r"\bid=[a-z0-9._\-]+", "id=<id>"),
     (r"\bid:[a-z0-9._\-]+", "id:<id>"),
+    # a long run of digits alone is an id too (issue 44): a 12-character hex id made only of
+    # digits became "#" where one with a letter became "<id>", one reason in two rows
+    (r"\b\d{10,}\b", "<id>"),
     (r"\b[a-z_]+\d[a-z0-9_]*\b|\b\d+[a-z_][a-z0-9_]*\b", "<id>"),
     (r"\d+", "#"),
     (r"\s+", " "),

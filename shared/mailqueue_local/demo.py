@@ -9,7 +9,18 @@ Starts its own stack (fast retries, the sink's demo rules), submits over the HTT
 
 then prints every transition it sees on the table's stream (the same stream the event
 writer reads) and every reply of the sink, with the time since the first submission,
-until all four are finished and the DSN has landed, and stops the stack.
+until all four are finished and the DSN has landed. Then the feedback a sender gets back
+(issue 44), each through the door it uses in production:
+
+* complaint        → dave@example.net      delivered; the receiver's feedback loop sends an
+                                            ARF report to its VERP return path;
+* unsubscribe      → erin@example.net      bulk, delivered with a one-click link, which is
+                                            POSTed as a mail client does (RFC 8058);
+* late bounce      → frank@example.net     delivered; the receiver bounces it later (RFC 3464);
+
+the reports go to the stack's receiving listener (the port-25 role) over SMTP. The demo
+waits until the event log holds the late `Bounce`, the `Complaint` and the `Subscription`
+(what `make report`'s feedback section counts), and stops the stack.
 
     .venv/bin/python -m mailqueue_local.demo [--var var/demo] [--timeout 120]
 """
@@ -18,9 +29,12 @@ from __future__ import annotations
 
 import argparse
 import base64
+import gzip
 import json
 import logging
 import queue
+import re
+import secrets
 import sys
 import threading
 import time
@@ -34,6 +48,7 @@ from typing import Any
 
 from boto3.dynamodb.types import TypeDeserializer
 
+from mailqueue_local import receivers
 from mailqueue_local.runtime import REGION
 from mailqueue_local.sink import SinkEvent, SinkRules
 from mailqueue_local.stack import FAST_RETRIES, LocalStack, StackOptions
@@ -41,6 +56,8 @@ from mailqueue_local.streams import StreamPoller
 
 SENDER = "demo@example.org"
 DELAY_SECONDS = 15
+BOUNCE_DOMAIN = "bounces.example.org"
+UNSUBSCRIBE_URL = "https://mail.example.org"
 
 
 @dataclass
@@ -49,6 +66,7 @@ class Submission:
     recipient: str
     not_before: datetime | None = None
     mail_id: str = ""
+    priority: str = "transactional"
 
 
 @dataclass
@@ -177,6 +195,8 @@ def submit(api_url: str, token: str, s: Submission, content: bytes) -> dict[str,
     }
     if s.not_before is not None:
         doc["not_before"] = s.not_before.isoformat().replace("+00:00", "Z")
+    if s.priority != "transactional":
+        doc["priority"] = s.priority
     req = urllib.request.Request(
         f"{api_url}/v1/messages",
         data=json.dumps(doc).encode(),
@@ -210,6 +230,9 @@ def run(var: Path, timeout: float, out: Any = sys.stdout) -> int:
         sweep_interval=15.0,
         sink_rules=SinkRules.demo(2),
         on_sink_event=sink_events.put,
+        progress=lambda step: (out.write(f"  starting the stack {step}\n"), out.flush()),
+        settings=feedback_settings(),
+        smtpd_receive_port=0,  # the receiving listener: where receivers' reports arrive
     )
     with LocalStack(options) as stack:
         t0 = time.monotonic()
@@ -273,6 +296,7 @@ def run(var: Path, timeout: float, out: Any = sys.stdout) -> int:
         sender = threading.Thread(target=submit_all, name="demo-submit")
         sender.start()
         dsn_landed = False
+        delivered: dict[str, SinkEvent] = {}  # recipient -> the sink's acceptance
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if failures:
@@ -291,6 +315,8 @@ def run(var: Path, timeout: float, out: Any = sys.stdout) -> int:
                 if ev.kind == "accepted":
                     dsn = ev.mail_from == ""
                     dsn_landed = dsn_landed or dsn
+                    for r in ev.recipients:
+                        delivered[r] = ev
                     where = ev.path.name if ev.path else ""
                     say("sink", f"accepted {'DSN ' if dsn else ''}for {who} → {where}")
                 else:
@@ -311,18 +337,156 @@ def run(var: Path, timeout: float, out: Any = sys.stdout) -> int:
             )
             return 1
         sender.join()
+        out.write(f"\nAll four finished in {time.monotonic() - t0:.1f} s. Now the feedback.\n\n")
+
+        def pump() -> None:
+            watcher.poll_once()
+            with lock:
+                lines = tracker.feed(list(seen), True)
+            seen.clear()
+            for label, text in lines:
+                say(label, text)
+            while not sink_events.empty():
+                ev = sink_events.get()
+                if ev.kind == "accepted":
+                    for r in ev.recipients:
+                        delivered[r] = ev
+                    say("sink", f"accepted for {', '.join(ev.recipients)}")
+
+        problem = feedback_phase(stack, tracker, lock, say, pump, delivered, deadline)
+        if problem:
+            out.write(f"\ndemo: {problem}\n")
+            return 1
         out.write(
-            f"\nAll four finished in {time.monotonic() - t0:.1f} s; the DSN and the "
+            f"\nAll finished in {time.monotonic() - t0:.1f} s; the DSN and the "
             f"delivered mails are in {stack.mail_dir}. Stopping the stack.\n"
-            f"Its event log is {var / 'events'}: make report EVENTS={var / 'events'}\n"
+            f"Its event log is {var / 'events'}: make report EVENTS={var / 'events'}"
+            f" (the report goes to {var / 'report'})\n"
         )
     return 0
+
+
+def feedback_settings() -> dict[str, str]:
+    """VERP return paths on the bounce domain (so a report names its mail and recipient)
+    and one-click unsubscribe links, with keys made for this run."""
+    key = base64.b64encode(secrets.token_bytes(32)).decode()
+    unsub = base64.b64encode(secrets.token_bytes(32)).decode()
+    return {
+        "MQ_RETURN_PATH_POLICY": json.dumps({"example.org": BOUNCE_DOMAIN}),
+        "MQ_RETURN_PATH_KEYS": json.dumps({"current": "1", "keys": {"1": key}}),
+        "MQ_LIST_UNSUBSCRIBE_URL": UNSUBSCRIBE_URL,
+        "MQ_LIST_UNSUBSCRIBE_KEYS": json.dumps({"k1": unsub}),
+        "MQ_LIST_UNSUBSCRIBE_KID": "k1",
+    }
+
+
+def feedback_phase(
+    stack: LocalStack,
+    tracker: Tracker,
+    lock: threading.Lock,
+    say: Any,
+    pump: Any,
+    delivered: dict[str, SinkEvent],
+    deadline: float,
+) -> str | None:
+    """Three more mails, and what their receivers and recipient send back; None when the
+    event log holds all three reports, else what is missing."""
+    subs = [
+        Submission("complaint", "dave@example.net"),
+        Submission("unsubscribe", "erin@example.net", priority="bulk"),
+        Submission("late bounce", "frank@example.net"),
+    ]
+    for s in subs:
+        answer = submit(stack.api_url, stack.token, s, message(s.label, s.recipient))
+        with lock:
+            s.mail_id = answer["mail_id"]
+            tracker.labels[s.mail_id] = s.label
+        say(s.label, f"submitted to {s.recipient}: 202 {s.mail_id}")
+    while time.monotonic() < deadline and not all(s.recipient in delivered for s in subs):
+        pump()
+        time.sleep(0.2)
+    missing = [s.label for s in subs if s.recipient not in delivered]
+    if missing:
+        return f"timed out; not delivered: {', '.join(missing)}"
+    assert stack.smtpd is not None
+    host, port = "127.0.0.1", int(stack.smtpd.readiness()["receive_port"])
+    by_label = {s.label: s for s in subs}
+
+    c = by_label["complaint"]
+    verp = delivered[c.recipient].mail_from
+    reply = receivers.send(host, port, verp, receivers.complaint(verp, c.recipient))
+    say("receiver", f"feedback loop: ARF complaint for {c.recipient} to {verp}: {reply[:40]}")
+
+    b = by_label["late bounce"]
+    verp = delivered[b.recipient].mail_from
+    reply = receivers.send(host, port, verp, receivers.late_bounce(verp, b.recipient))
+    say("receiver", f"late bounce (5.1.1) for {b.recipient} to {verp}: {reply[:40]}")
+
+    u = by_label["unsubscribe"]
+    path = delivered[u.recipient].path
+    link = _one_click_link(path.read_bytes() if path else b"")
+    if link is None:
+        return "the bulk mail carries no one-click List-Unsubscribe link"
+    status = _one_click(stack.api_url + link)
+    say("recipient", f"one-click unsubscribe for {u.recipient}: POST {link[:24]}… {status}")
+
+    want = {
+        ("Complaint", c.mail_id): "complaint",
+        ("Bounce", b.mail_id): "late bounce",
+        ("Subscription", u.mail_id): "unsubscribe",
+    }
+    seen: set[tuple[str, str]] = set()
+    while time.monotonic() < deadline:
+        pump()
+        for doc in _event_log(stack.events_dir):
+            key = (doc.get("eventType", ""), doc.get("mail", {}).get("messageId", ""))
+            late = doc["eventType"] != "Bounce" or doc.get("mailqueue", {}).get("feedback")
+            if key in want and key not in seen and late:
+                seen.add(key)
+                say(want[key], f"event log: {key[0]} event (make report counts it)")
+        if len(seen) == len(want):
+            return None
+        time.sleep(0.5)
+    return "timed out; not in the event log: " + ", ".join(
+        v for k, v in want.items() if k not in seen
+    )
+
+
+def _one_click_link(eml: bytes) -> str | None:
+    """The path of the https link in the delivered mail's List-Unsubscribe field."""
+    from email import message_from_bytes
+
+    field_ = " ".join(str(message_from_bytes(eml).get("List-Unsubscribe", "")).split())
+    m = re.search(re.escape(UNSUBSCRIBE_URL) + r"(/u/[A-Za-z0-9_.-]+)>", field_)
+    return m.group(1) if m else None
+
+
+def _one_click(url: str) -> int:
+    """RFC 8058's POST, as a mail client sends it: no credentials."""
+    req = urllib.request.Request(
+        url,
+        b"List-Unsubscribe=One-Click",
+        {"content-type": "application/x-www-form-urlencoded"},
+        method="POST",
+    )
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        return int(resp.status)
+
+
+def _event_log(events_dir: Path) -> list[dict[str, Any]]:
+    docs: list[dict[str, Any]] = []
+    for f in sorted(events_dir.rglob("*.json.gz")):
+        try:
+            docs += [json.loads(line) for line in gzip.decompress(f.read_bytes()).splitlines()]
+        except (OSError, EOFError, ValueError):
+            continue  # being replaced by the mirror: read again on the next round
+    return docs
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m mailqueue_local.demo", description=__doc__)
     p.add_argument("--var", type=Path, default=Path("var/demo"), help="state directory")
-    p.add_argument("--timeout", type=float, default=120.0, help="give up after this long")
+    p.add_argument("--timeout", type=float, default=240.0, help="give up after this long")
     ns = p.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     return run(ns.var, ns.timeout)

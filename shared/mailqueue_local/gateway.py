@@ -340,6 +340,16 @@ def http_response(result: Any) -> tuple[int, list[tuple[str, str]], bytes]:
 # ----------------------------------------------------------------------------- server
 Invoke = Callable[[dict[str, Any]], Any]
 
+#: the listen backlog: API Gateway takes bursts of thousands of connections (its account
+#: burst quota, "Amazon API Gateway quotas": 5,000 requests); http.server's default of 5
+#: overflowed the accept queue under a burst of 20 clients (issue 43 item 16). Linux caps
+#: it at net.core.somaxconn (4096 on current kernels).
+LISTEN_BACKLOG = 1024
+
+
+class _Server(ThreadingHTTPServer):
+    request_queue_size = LISTEN_BACKLOG
+
 
 class ApiGateway:
     """The HTTP API on 127.0.0.1: routes → functions, IAM auth → `LocalAuth`."""
@@ -355,7 +365,11 @@ class ApiGateway:
         access_log: TextIO | None = None,
     ) -> None:
         self.routes = [r for r in routes if r.function in functions]
-        self.functions = dict(functions)
+        # each request in an execution environment of its own, as Lambda scales a function
+        # out for concurrent synchronous invocations ("Lambda function scaling"): through
+        # container 0's lock, one slow admin request (a job slice runs up to 20 s inline)
+        # held every other admin request behind it until clients gave up (issue 43 item 18)
+        self.functions = {name: getattr(fn, "invoke_pooled", fn) for name, fn in functions.items()}
         self.auth = auth
         self.access_log = access_log
         self._log_lock = threading.Lock()
@@ -364,7 +378,7 @@ class ApiGateway:
         class Handler(_RequestHandler):
             gw = gateway
 
-        self.server = ThreadingHTTPServer((host, port), Handler)
+        self.server = _Server((host, port), Handler)
         # join in-flight requests on close: a stop never cuts a submission in half
         self.server.daemon_threads = False
         self.server.block_on_close = True

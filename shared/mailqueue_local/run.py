@@ -235,6 +235,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         concurrency=concurrency,
         smtpd=not ns.no_smtpd,
         disabled_triggers=frozenset(ns.disable_trigger),
+        progress=lambda step: log.info("start %s", step),
     )
     stack = LocalStack(options)
     try:

@@ -5,7 +5,7 @@ service settings the stack gives its ingress function."""
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -74,6 +74,13 @@ def start_local_smtpd(
     creds = directory / "credentials.json"
     password = _dev_password(directory, creds)
     quiet_aiosmtpd_logs()
+    # every local client is 127.0.0.1: the per-address cap (20) would cap them all, and
+    # `make bench-smtp`'s 20 smtp-source sessions sit right at it (a session closing as
+    # the next opens would get 421); the total (200) and stress mode still apply
+    total = settings.get("max_connections")
+    if total is None:
+        total = next(f.default for f in fields(SmtpdSettings) if f.name == "max_connections")
+    settings.setdefault("max_connections_per_ip", total)
     smtpd = SmtpdSettings(
         host=host,
         port=port,

@@ -91,6 +91,23 @@ _AWS_ENV_DROP = ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_
 LOCAL_OPERATORS = f"arn:aws:iam::{ACCOUNT_ID}:user/local-*"
 
 
+def busy_ports(host: str, ports: Mapping[str, int]) -> None:
+    """Refuse to start when a fixed port is taken, before anything starts (issue 44: a busy
+    API port was reported after the whole stack had started, 120 s at load 45). Binds each
+    port as its server will (SO_REUSEADDR), then lets it go; 0 means any free port."""
+    for what, port in ports.items():
+        if not port:
+            continue
+        s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((host, port))
+        except OSError as e:
+            raise OSError(e.errno, f"{what} port {host}:{port} is in use") from e
+        finally:
+            s.close()
+
+
 @dataclass
 class StackOptions:
     var_dir: Path = Path("var")
@@ -130,6 +147,9 @@ class StackOptions:
     # queue fills and nothing consumes it (tests that keep what ingress stored in place)
     disabled_triggers: frozenset[str] = frozenset()
     smtpd_receive_port: int = -1
+    # one line per start step ("moto: …", "resources: …"), for `make run` and `make demo`:
+    # the start takes tens of seconds on a loaded machine and should not be silent (issue 44)
+    progress: Callable[[str], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -203,12 +223,15 @@ class LocalStack:
         if o.partition_throttle_scale > 0:
             self._throttle_partitions(o.partition_throttle_scale)
 
+        busy_ports(o.host, {"API": o.api_port, "SMTP sink": o.sink_port, "moto": o.moto_port})
         started = time.monotonic()
+        self._step("[1/4] starting moto (the AWS APIs, on loopback)")
         self.endpoint_url = self._start_moto()
         from mailqueue.backends.aws.clients import make_clients
 
         self.clients = make_clients(endpoint_url=self.endpoint_url, region=REGION)
         self.timings["moto"] = time.monotonic() - started
+        self._step(f"[2/4] moto up in {self.timings['moto']:.1f} s; creating the resources")
         self.deployment = self._deploy()
         self.timings["resources"] = time.monotonic() - started - self.timings["moto"]
 
@@ -237,8 +260,13 @@ class LocalStack:
 
         check_settings()
         mark = time.monotonic()
+        self._step(
+            f"[3/4] resources made in {self.timings['resources']:.1f} s;"
+            " importing the functions' handlers"
+        )
         self._load_functions()
         self.timings["functions"] = time.monotonic() - mark
+        self._step(f"[4/4] handlers imported in {self.timings['functions']:.1f} s; triggers")
         self._start_triggers()
         if o.smtpd:
             from mailqueue_local.smtpd import start_local_smtpd
@@ -252,6 +280,10 @@ class LocalStack:
             self.timings["resources"],
             self.timings["functions"],
         )
+
+    def _step(self, text: str) -> None:
+        if self.options.progress is not None:
+            self.options.progress(text)
 
     def stop(self) -> None:
         """Stop everything started, in reverse order; safe to call twice."""

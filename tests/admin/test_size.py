@@ -24,6 +24,7 @@ def admin(aws_admin: Admin) -> Admin:
     """These bodies read DynamoDB items or SQS queues themselves: AWS only."""
     return aws_admin
 
+
 _deser = TypeDeserializer()
 
 
@@ -136,14 +137,30 @@ def test_size_reads_the_index(admin: Admin) -> None:
     assert doc["recipients"] == {"held": 1, "queued": 1}
     assert doc["domains"] == {"example.com": {"held": 1}, "example.net": {"queued": 1}}
     assert doc["pending"] == 2 and doc["source"] == "index" and doc["evaluated"] == 2
-    # one index Query per state key value (each page up to 1,000 groups): 5 states × (each
-    # shard + the unsharded value an item written before sharding has); the index holds
-    # keys only, so each page with groups is read back once (BatchGetItem). `inflight` is
-    # not an index key (a claim leaves the index alone: the lease is on the item): its walk
-    # reads the `queued` keys again, and the `inflight` ones items claimed before that
-    # change still hold. So 6 walks, and the queued page read back twice: 3 reads here
+    # the index is small: each state's walk (5 states) reads it whole in one Scan page
+    # (index_walk: issue 43 item 15; it was one Query per state key value, 6 × 65) and
+    # no shard is queried; the index holds keys only, so each page with groups is read
+    # back once (BatchGetItem). `inflight` is not an index key (a claim leaves the index
+    # alone): its walk reads the `queued` entries again, so the queued page is read back
+    # twice: 3 reads here
+    assert admin.aws.counter.snapshot() == {
+        "dynamodb:Scan": 5,
+        "dynamodb:BatchGetItem": 3,
+    }
+
+
+def test_size_of_a_large_index_queries_every_shard(admin: Admin) -> None:
+    """Past the snapshot's page (here: 1 entry), every state key value is queried as
+    before, WALK_CONCURRENCY at a time, and the counts are the same."""
+    q = admin.enqueue("bob@example.net", "carol@example.com")
+    admin.service.act(q.mail_id, Action.HOLD, OpContext(actor=ACTOR), group="example.com")
+    admin.service.storage.index_snapshot_limit = 1  # type: ignore[attr-defined]
+    admin.aws.counter.reset()
+    doc = admin.service.size().to_json()
+    assert doc["recipients"] == {"held": 1, "queued": 1}
     shards = admin.aws.settings.state_shards
     assert admin.aws.counter.snapshot() == {
+        "dynamodb:Scan": 5,  # each finds the index larger than its page
         "dynamodb:Query": 6 * (shards + 1),
         "dynamodb:BatchGetItem": 3,
     }
@@ -161,18 +178,29 @@ def test_size_pages_through_the_index(admin: Admin) -> None:
     def small_pages(self: QueueAdmin, states: Any, pos: Any, limit: int) -> Any:
         return walk(self, states, pos, 3)
 
-    try:
-        QueueAdmin.walk = small_pages  # type: ignore[method-assign]
-        admin.aws.counter.reset()
-        c = admin.service.size()
-    finally:
-        QueueAdmin.walk = walk  # type: ignore[method-assign]
-    assert c.recipients == {"queued": 7} and c.groups == {"queued": 7}
-    # every key value of the 5 states read (each shard and the unsharded value), the
-    # queued ones twice (inflight's walk: a claimed group keeps its queued entry), plus at
-    # most one more Query where a page of 3 ends inside a shard of queued
-    keys = 6 * (admin.aws.settings.state_shards + 1)
-    assert keys <= admin.aws.counter.calls["dynamodb:Query"] <= keys + 3
+    from mailqueue.backends.aws import index_walk
+
+    for snapshot_limit in (500, 1):  # served from one Scan; by shard Queries (index_walk)
+        admin.service.storage.index_snapshot_limit = snapshot_limit  # type: ignore[attr-defined]
+        try:
+            QueueAdmin.walk = small_pages  # type: ignore[method-assign]
+            admin.aws.counter.reset()
+            c = admin.service.size()
+        finally:
+            QueueAdmin.walk = walk  # type: ignore[method-assign]
+        assert c.recipients == {"queued": 7} and c.groups == {"queued": 7}
+        queries = admin.aws.counter.calls["dynamodb:Query"]
+        if snapshot_limit > 1:
+            assert queries == 0
+            continue
+        # every key value of the 5 states read (each shard and the unsharded value), the
+        # queued ones twice (inflight's walk: a claimed group keeps its queued entry),
+        # plus, for each page of 3 that fills inside a window of concurrent Queries, the
+        # window's later shards read again on the next page, and one more Query where a
+        # page ends inside a shard
+        keys = 6 * (admin.aws.settings.state_shards + 1)
+        pages = 2 * 3  # queued and inflight's walk: 7 groups in pages of 3
+        assert keys <= queries <= keys + pages * index_walk.WALK_CONCURRENCY
 
 
 def test_retry_window_does_not_double_count(admin: Admin) -> None:

@@ -98,3 +98,92 @@ def test_the_sweepers_log_is_priced_per_scheduled_run() -> None:
     b = _line(cost.model(quiet, 1_000_000, tpl), "Logs ingestion")
     ovh = cost.ASSUMPTIONS["cw_log_event_overhead_bytes"]
     assert a - b == pytest.approx(8760 * (1000 + 2 * ovh) / 2**30 * 0.5)
+
+
+# ---------------------------------------------------------------- issue 40: CPU measured whole
+def _burn(seconds: float) -> float:
+    """Spin until this thread has used `seconds` of CPU; returns what it used."""
+    import time
+
+    t0 = time.thread_time()
+    x = 0
+    while time.thread_time() - t0 < seconds:
+        x += 1
+    return time.thread_time() - t0
+
+
+def _lanes_handler(event: object, context: object) -> float:
+    """A handler shaped like delivery's: the work on lane threads, the handler waiting."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="delivery-lane") as lanes:
+        return sum(lanes.map(_burn, [0.15, 0.15]))
+
+
+def test_cost_counts_the_cpu_of_the_lanes_a_handler_starts() -> None:
+    """The lanes' CPU is the handler's: counting the handler thread alone (before issue
+    40) saw a few ms of 300; with the threads it starts counted, all of it."""
+    old: dict[str, float] = {}
+    used = cost._wrap("delivery", _lanes_handler, old)({}, None)
+    assert used >= 0.3
+    assert old["delivery"] < 0.1 * used  # the old way: the lanes' work is missing
+
+    cpu: dict[str, float] = {}
+    with cost._ThreadCpu(cpu).installed():
+        used = cost._wrap("delivery", _lanes_handler, cpu)({}, None)
+    assert 0.95 * used <= cpu["delivery"] <= used + 0.1
+
+
+def test_cost_counts_a_thread_still_running_when_the_handler_returns() -> None:
+    """A thread that outlives the invocation is credited what it used so far at the
+    handler's return, and the rest when it ends, never twice."""
+    import threading
+
+    go_on = threading.Event()
+    used: list[float] = []
+
+    def worker() -> None:
+        used.append(_burn(0.1))
+        go_on.wait(10)
+        used.append(_burn(0.1))
+
+    def handler(event: object, context: object) -> None:
+        threading.Thread(target=worker, daemon=True).start()
+        while not used:
+            threading.Event().wait(0.01)
+
+    cpu: dict[str, float] = {}
+    with cost._ThreadCpu(cpu).installed():
+        t_before = set(threading.enumerate())
+        cost._wrap("events", handler, cpu)({}, None)
+        at_return = cpu["events"]
+        assert at_return >= 0.09
+        go_on.set()
+        for t in set(threading.enumerate()) - t_before:
+            t.join(10)
+    assert sum(used) - 0.02 <= cpu["events"] <= sum(used) + 0.05
+    assert cpu["events"] > at_return + 0.08
+    assert threading.Thread.start is not None and "tagged" not in threading.Thread.start.__name__
+
+
+def test_the_events_waits_are_priced_per_batch_and_its_cpu_per_record() -> None:
+    """The writer's CPU is per record, its waits (the event-log PUT) per batch: at 100 M
+    a month a batch holds 1,000 records, not the run's few, so memory hardly costs."""
+    run = _run()
+    run.invocations["events"] = 10  # the run: one record a batch
+    run.requests["events"] = Counter({"s3:PutObject": 10})
+    run.cpu_s["events"] = 0.02
+    tpl = replace(TPL, events_batch_size=1000, events_window_s=60)  # the template's
+    small, big = (replace(tpl, memory_mb={**tpl.memory_mb, "events": m}) for m in (128, 1769))
+    per = {
+        t.memory_mb["events"]: _line(cost.model(run, 100_000_000, t), "events: GB-s")
+        for t in (small, big)
+    }
+    # CPU-bound: the same GB-s at any size below one vCPU, the PUT's 20 ms per 1,000 records
+    assert per[1769] == pytest.approx(per[128], rel=0.05)
+    one_vcpu = cost.lambda_seconds(run, "events", 1769) - 0.02  # the run's waits, per batch
+    assert one_vcpu > 0.1  # 10 PUTs at 20 ms and Lambda's 0.5 ms each
+    # a ParallelizationFactor spreads a shard's records over more, smaller batches
+    assert cost.records_per_batch(replace(TPL, events_parallelization=4), 40.0) == pytest.approx(
+        cost.records_per_batch(TPL, 10.0)
+    )

@@ -20,6 +20,7 @@ for my $file (@ARGV) {
             'softbounce' => int($d->softbounce),
             'status'     => $d->deliverystatus,
             'feedback'   => $d->feedbacktype,
+            'action'     => $d->action,
         }), "\n";
     }
 }

@@ -27,7 +27,9 @@ DATA = HERE.parent / "data"
 CORPUS = DATA / "sisimai" / "messages"
 LISTED = DATA / "sisimai-disagreements.txt"
 SCRIPT = HERE / "sisimai_verdicts.pl"
-MIN_AGREEMENT = 0.95
+# 0.95 before issue 42; its rules (never an address only the returned message names, a
+# valid address or none) cost 4 recipients Sisimai takes from there, each listed
+MIN_AGREEMENT = 0.94
 REQUIRE_ENV = "MAILQUEUE_REQUIRE_SISIMAI"  # set by `make test` when it can install Sisimai
 UNDECIDED = ("onhold", "undefined")  # Sisimai's "could not tell"
 
@@ -104,6 +106,12 @@ def compare(
         if v["softbounce"] not in (0, 1) or v["reason"] in UNDECIDED:
             continue
         compared += 1
+        if rep.kind == "delay":  # a delay we drop (and count): agrees with Sisimai's soft
+            if v["softbounce"] == 1:
+                agreed += 1
+            else:
+                found[(name, rcpt, "verdict")] = f"sisimai {v['reason']}, ours: a delay"
+            continue
         mine = {_addr(f.address): f for f in rep.failures}
         f = mine.get(rcpt)
         if f is None:
@@ -135,7 +143,7 @@ def test_the_corpus_is_read_whole_without_errors(ours: dict[str, Report]) -> Non
     """Every message parses; bounces name addresses; the licence travels with the data."""
     assert len(ours) == 629
     kinds = {r.kind for r in ours.values()}
-    assert kinds <= {"bounce", "complaint", "autoreply", "unknown"}
+    assert kinds <= {"bounce", "delay", "complaint", "autoreply", "unknown"}
     assert sum(r.kind == "bounce" for r in ours.values()) > 550
     for r in ours.values():
         for f in r.failures:

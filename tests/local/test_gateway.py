@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -331,3 +332,95 @@ def test_unknown_methods_get_a_4xx_not_501(
         conn.close()
     assert 400 <= status < 500, status
     assert seen == []
+
+
+def test_a_burst_of_250_connections_is_answered_without_a_reset(
+    gateway: tuple[ApiGateway, list[dict[str, Any]]],
+) -> None:
+    """Issue 43 item 16: http.server's listen backlog is 5, so a burst of connections
+    overflowed the accept queue while the serving thread was busy spawning handlers, and
+    the kernel reset some (20 clients with 4 connections each: 18 of 80 reset). All of
+    them connect at once (a barrier), then each sends one request and reads the answer."""
+    import socket
+    import threading
+
+    gw, _ = gateway
+    n = 250
+    barrier = threading.Barrier(n)
+    outcomes: list[str] = []
+    lock = threading.Lock()
+    request = (
+        f"POST /v1/messages HTTP/1.1\r\nHost: {gw.host}:{gw.port}\r\n"
+        f"Authorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\n"
+        "Content-Length: 2\r\nConnection: close\r\n\r\n{}"
+    ).encode()
+
+    def one() -> None:
+        barrier.wait(30)
+        try:
+            with socket.create_connection((gw.host, gw.port), timeout=30) as s:
+                s.sendall(request)
+                data = b""
+                while chunk := s.recv(65536):
+                    data += chunk
+            result = data.split(b"\r\n", 1)[0].decode()
+        except OSError as e:
+            result = type(e).__name__
+        with lock:
+            outcomes.append(result)
+
+    threads = [threading.Thread(target=one) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len(outcomes) == n
+    bad = [o for o in outcomes if o != "HTTP/1.0 200 OK"]
+    from collections import Counter
+
+    assert bad == [], f"{len(bad)} of {n}: {Counter(bad)}"
+
+
+def test_a_slow_request_does_not_hold_the_next_one_of_the_same_function(
+    tmp_path: Any,
+) -> None:
+    """Issue 43 item 18: the gateway invoked every request in the function's container 0,
+    one at a time; a job POST running its inline slice (up to 20 s) held every admin
+    request behind it, and after a long fuzz 9 job POSTs were never answered. Lambda runs
+    concurrent invocations in environments of their own: so does the gateway now."""
+    import io
+    import threading
+
+    from mailqueue_local.runtime import FunctionSpec, LocalFunction
+
+    fn = LocalFunction(FunctionSpec("slow", "tests.local.slow_function"), io.StringIO(), None)
+    routes = [Route("POST", "/v1/slow", "slow")]
+    gw = ApiGateway(routes, {"slow": fn}, LocalAuth(TOKEN), port=0).start()
+    release = tmp_path / "release"
+    headers = {"authorization": f"Bearer {TOKEN}", "content-type": "application/json"}
+    first: list[Any] = []
+    try:
+        blocked = threading.Thread(
+            target=lambda: first.append(
+                _call(gw.url + "/v1/slow", body=json.dumps({"wait_for": str(release)}).encode(),
+                      headers=headers)
+            )
+        )  # fmt: skip
+        blocked.start()
+        deadline = time.monotonic() + 10
+        while fn.running == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert fn.running == 1  # the first request is in its invocation
+        try:
+            second = _call(gw.url + "/v1/slow", body=b"{}", headers=headers)
+        except TimeoutError:
+            second = None
+        assert second is not None and second[0] == 200, "the second request waited for the first"
+        assert first == []  # ... which is still running
+        release.touch()
+        blocked.join(30)
+        assert first and first[0][0] == 200
+        assert fn.containers == 2
+    finally:
+        release.touch()
+        gw.stop()

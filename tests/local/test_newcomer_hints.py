@@ -89,3 +89,49 @@ def test_a_remote_log_gets_no_note(capsys: pytest.CaptureFixture[str]) -> None:
 
     assert main(["s3a://bucket/events"]) == 0
     assert capsys.readouterr().out == ""
+
+
+@pytest.mark.parametrize(
+    ("events", "out"),
+    [
+        ("var/events", "var/report"),
+        ("var/demo/events", "var/demo/report"),
+        ("s3a://bucket/events", "var/report"),
+        ("/tmp/some-log", "var/report"),
+    ],
+)
+def test_demo_report_gets_its_own_folder(events: str, out: str) -> None:
+    """Issue 44, friction 2: `make report EVENTS=var/demo/events` leaves make run's report."""
+    text = subprocess.run(
+        ["make", "-n", "report", f"EVENTS={events}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    ).stdout
+    assert f"--out {out} " in text or text.rstrip().endswith(f"--out {out}"), text[-400:]
+
+
+def test_a_busy_api_port_is_refused_before_anything_starts(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 44, friction 4: the port is checked first, not after a minute of starting moto,
+    the resources and the functions; what starts is said step by step."""
+    import socket
+
+    from mailqueue_local.run import main
+    from mailqueue_local.stack import LocalStack, StackOptions
+
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    held.listen(1)
+    port = held.getsockname()[1]
+    steps: list[str] = []
+    try:
+        with pytest.raises(OSError, match=f"API port 127.0.0.1:{port} is in use"):
+            LocalStack(
+                StackOptions(var_dir=tmp_path / "var", api_port=port, progress=steps.append)
+            ).start()
+        assert steps == []  # refused before step 1 (moto) began
+        with caplog.at_level("ERROR"):
+            assert main(["--port", str(port), "--var", str(tmp_path / "var2")]) == 1
+        assert f"port {port} in use" in caplog.text and "--port 0" in caplog.text
+    finally:
+        held.close()

@@ -241,6 +241,9 @@ def test_the_local_stack_delivers_mail_and_a_dsn_and_stops_cleanly(stack: Stack)
     code = _stop(stack.proc)
     assert code == 0, stack.stderr.read_text()
     assert "stopped" in stack.stderr.read_text()
+    # the start said what it was doing, step by step (issue 44, friction 3)
+    err = stack.stderr.read_text()
+    assert all(f"start [{n}/4]" in err for n in range(1, 5)), err[:2000]
     # the event log outlives moto: mirrored to var/events/dt=…/hr=… for `make report`
     events_dir = Path(stack.ready["mail_dir"]).parent / "events"
     logs = sorted(events_dir.rglob("*.json.gz"))

@@ -165,6 +165,18 @@ def test_empty_range_gives_empty_reports(spark: SparkSession, tmp_path: Path,
     assert "No events in range." in page and "No deliveries." in page
 
 
+def test_an_events_folder_with_no_file_yet_gives_an_empty_report(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Issue 44: `make report` on an events folder that exists but holds no file asked for
+    68,719,476,736 shuffle partitions (Spark's size of an unknown source) and failed."""
+    (tmp_path / "events").mkdir()
+    cfg = job.JobConfig(events=str(tmp_path / "events"), out=str(tmp_path / "out"))
+    s = job.run(spark, cfg)  # no partitions given: sized from the input
+    assert s["input"]["events"] == 0
+    assert "No events in range." in render.render(tmp_path / "out")
+
+
 def test_command_line_parsing() -> None:
     c = job.parse_args(["--events", "s3://b/events", "--out", "s3://b/r", "--date", "2026-05-04"])
     assert c.rng == TimeRange.day("2026-05-04") and c.events == "s3://b/events"

@@ -176,3 +176,18 @@ def test_spark_submits_pyspark_zips_go_behind_the_installed_package() -> None:
     main.installed_pyspark_first(emr)
     assert emr == ["/usr/lib/spark/python/lib/pyspark.zip", "/job",
                    "/usr/lib/python3/site-packages"]
+
+
+def test_synth_complaints_have_one_event_id_each(tmp_path: Path) -> None:
+    """Issue 44, friction 8: two recipients' complaints never share an eventId (copies written
+    twice by dup_rate share it, as SES's redeliveries do, and are the same event)."""
+    cfg = synth.SynthConfig(events=20_000, hours=4, domains=20, seed=5, shards=1,
+                            complaint_rate=0.05, lifetime_hours=1.0)
+    synth.generate(cfg, tmp_path, processes=1)
+    owners: dict[str, set[tuple[str, str]]] = {}
+    for _, d in synth_lines(tmp_path):
+        if d["eventType"] == "Complaint":
+            who = d["complaint"]["complainedRecipients"][0]["emailAddress"]
+            owners.setdefault(d["mailqueue"]["eventId"], set()).add((d["mail"]["messageId"], who))
+    assert len(owners) > 20
+    assert all(len(v) == 1 for v in owners.values()), [v for v in owners.values() if len(v) > 1]

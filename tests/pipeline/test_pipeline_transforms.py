@@ -95,6 +95,7 @@ def test_normalise_late_status_fallback_and_bad_rows(spark: SparkSession) -> Non
     assert by_type["Send"]["ts"] is None and by_type["Send"]["accepted_at"] is None
 
 
+GSMTP_UNKNOWN = "the email account that you tried to reach does not exist. <id> - gsmtp"
 REASON_CASES = [
     ("smtp; 550 5.1.1 <Bob.Smith@Example.com>: Recipient address rejected: User unknown",
      "<addr>: recipient address rejected: user unknown"),
@@ -113,6 +114,12 @@ REASON_CASES = [
     ("  SMTP;   554   Service unavailable; Client host [198.51.100.3] blocked",
      "service unavailable; client host <ip> blocked"),
     ("rate limit exceeded", "rate limit exceeded"),
+    # issue 44: a 12-character hex id is one reason whatever its digits (Gmail's trailer)
+    ("smtp; 550 5.1.1 The email account that you tried to reach does not exist. "
+     "123456789012 - gsmtp", GSMTP_UNKNOWN),
+    ("smtp; 550 5.1.1 The email account that you tried to reach does not exist. "
+     "1234567890ab - gsmtp", GSMTP_UNKNOWN),
+    ("smtp; 452 4.2.2 size 10485760 over quota", "size # over quota"),
 ]
 
 

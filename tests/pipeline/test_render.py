@@ -237,3 +237,58 @@ def test_feedback_table_shows_complaints_and_unsubscribes_per_domain_and_sender(
                      "sender", "a@example.org", "1", "2", "3", "1",
                      "sender", "(unknown)", "0", "1", "0", "0"]
     assert "No complaint, unsubscribe or late bounce" in render.feedback_table([])
+
+
+def _dashed_lines(svg: str) -> list[tuple[float, float, float, int]]:
+    """(x, top, bottom, position in the document) of each vertical dashed line."""
+    return [
+        (float(m[1]), float(m[2]), float(m[4]), m.start())
+        for m in re.finditer(
+            r'<line x1="([\d.]+)" y1="([\d.]+)" x2="([\d.]+)" y2="([\d.]+)"[^>]*stroke-dasharray',
+            svg,
+        )
+        if m[1] == m[3]
+    ]
+
+
+@pytest.mark.parametrize("worst", [0.0, 0.03, 0.3, 1.0])
+def test_band_lines_never_run_through_a_label(worst: float) -> None:
+    """Issue 44, friction 5: the dashed SES band lines crossed the "0.0 %" labels. A label a
+    line passes under is drawn after it with a white halo, so the line stops at its glyphs."""
+    rows = [
+        delivery_row(f"d{i}.example", 100 - i, 0.9, worst * (i % 3) / 2) for i in range(12)
+    ]
+    svg = render.chart_domain_rates(rows)
+    texts = [
+        (m.start(), m[0]) for m in re.finditer(r"<text [^>]*>[^<]*</text>", svg)
+    ]
+    boxes = _text_boxes(svg)
+    assert len(boxes) == len(texts)
+    crossed = 0
+    for (left, right, top, bottom, _), (pos, tag) in zip(boxes, texts, strict=True):
+        for x, y1, y2, lpos in _dashed_lines(svg):
+            if left < x < right and y1 < bottom and top < y2:
+                crossed += 1
+                assert lpos < pos and 'paint-order="stroke"' in tag, tag
+    if worst >= 0.3:
+        assert crossed  # the wide axis puts a band line under some label: the case is seen
+
+
+def test_queue_shape_age_labels_do_not_run_together() -> None:
+    """Issue 44, friction 5: the age header read `160-320320-640640-1280`."""
+    labels = ["0-5", "5-10", "10-20", "20-40", "40-80", "80-160", "160-320", "320-640",
+              "640-1280", "1280+"]
+    rows = [{"domain": "TOTAL", "total": "9", **{b: "1" for b in labels}},
+            {"domain": "d.example", "total": "9", **{b: "1" for b in labels}}]
+    head = [b for b in _text_boxes(render.chart_qshape(rows, labels)) if b[3] <= 20]
+    assert [b[4] for b in head][1:] == ["total", *labels]
+    cols = sorted(head[1:])
+    assert all(a[1] + 4 <= b[0] for a, b in zip(cols, cols[1:], strict=False)), cols
+
+
+def test_the_page_is_wide_enough_for_the_domain_table() -> None:
+    """Issue 44, friction 5: at a 1400-px window the page was an 820-px column and the
+    domain table scrolled sideways, hiding its last columns."""
+    css = Path(render.__file__).read_text()
+    m = re.search(r"body\{\{\{FONT\};[^}]*max-width:(\d+)px", css)
+    assert m and int(m[1]) >= 1200

@@ -10,7 +10,14 @@ from importlib import resources
 
 import pytest
 from mailqueue.outbound.routing import address_refusal
-from mailqueue.outbound.special import REGISTRY_FILES, SpecialBlock, lookup, registry
+from mailqueue.outbound.special import (
+    EMBEDDINGS,
+    REGISTRY_FILES,
+    SpecialBlock,
+    lookup,
+    registry,
+    rfc6052_ipv4,
+)
 
 IANA_HEADER = (
     "Address Block,Name,RFC,Allocation Date,Termination Date,Source,Destination,"
@@ -94,3 +101,48 @@ def test_ipv4_embedding_entries_are_judged_by_the_ipv4_inside(addr: str, refused
 @pytest.mark.parametrize("addr", ["192.0.0.9", "192.0.0.10", "2001:1::1", "2001:4:112::1"])
 def test_globally_reachable_entries_inside_refused_ones_pass(addr: str) -> None:
     assert address_refusal(addr) is None
+
+
+# RFC 6052 §2.4's own examples: 192.0.2.33 under a network-specific prefix of each length
+RFC6052_EXAMPLES = [
+    (32, "2001:db8:c000:221::"),
+    (40, "2001:db8:1c0:2:21::"),
+    (48, "2001:db8:122:c000:2:2100::"),
+    (56, "2001:db8:122:3c0:0:221::"),
+    (64, "2001:db8:122:344:c0:2:2100:0"),
+    (96, "2001:db8:122:344::192.0.2.33"),
+]
+
+
+@pytest.mark.parametrize(("length", "addr"), RFC6052_EXAMPLES)
+def test_rfc6052_layouts_read_the_rfcs_examples(length: int, addr: str) -> None:
+    assert rfc6052_ipv4(ipaddress.IPv6Address(addr), length) == ipaddress.IPv4Address("192.0.2.33")
+
+
+@pytest.mark.parametrize(
+    ("addr", "refused"),
+    [
+        # issue 43 item 13: RFC 8215's local-use /48 read as a /48 translator reads it
+        ("64:ff9b:1:a9fe:a9:fe00:101:101", True),  # 169.254.169.254 (metadata) at /48
+        ("64:ff9b:1:a9fe:a9:fe00::", True),
+        ("64:ff9b:1:0a00:0:100::", True),  # 10.0.0.1 at /48
+        ("64:ff9b:1:7f00:0:100::", True),  # 127.0.0.1 at /48
+        ("64:ff9b:1:909:9:900::", False),  # 9.9.9.9 at /48
+        ("64:ff9b:1:909:9:900:a9fe:a9fe", False),  # the last 32 bits are not read at /48
+        ("64:ff9b::a9fe:a9fe", True),  # the well-known /96
+    ],
+)
+def test_translator_prefixes_are_read_at_their_own_length(addr: str, refused: bool) -> None:
+    refusal = address_refusal(addr)
+    assert (refusal is not None) is refused, refusal
+
+
+def test_the_embedding_table_names_registry_rows() -> None:
+    """The layouts are keyed by registry row names: every name is a row, and every
+    translator row is read at a prefix length RFC 6052 §2.2 defines."""
+    names = {b.name for b in registry()}
+    assert set(EMBEDDINGS) <= names
+    translators = [b for b in registry() if b.name == "IPv4-IPv6 Translat."]
+    assert {str(b.network) for b in translators} == {"64:ff9b::/96", "64:ff9b:1::/48"}
+    for b in translators:
+        rfc6052_ipv4(ipaddress.IPv6Address(int(b.network[0])), b.network.prefixlen)

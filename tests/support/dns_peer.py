@@ -18,6 +18,13 @@ silence (client timeouts) are real DNS on the wire, and code under test can use 
 A name absent from the zone is NXDOMAIN; a present name without the asked type is
 NOERROR with an empty answer (NODATA). Names are case-insensitive, trailing dot optional.
 
+TTLs: 60 s for every record unless ``ttl`` says otherwise (an int, or per type:
+``{"MX": 300, "A": 3600}``, "*" for the rest). ``soa`` ({zone apex: (SOA TTL, MINIMUM)})
+puts the enclosing zone's SOA in the authority section of NXDOMAIN and NODATA answers, as
+an authoritative server does (RFC 2308 §3: the negative TTL a cache uses). ``secure``
+names are answered with the AD bit when the query asked for DNSSEC (DO or AD), as a
+validating resolver does for data it validated; every other answer has AD clear.
+
 TXT values are given as the record's text (``"v=spf1 -all"``, ``"v=STSv1; id=1"``) and
 served as one RR each, split into 255-byte strings; a value already in zone-file form
 (starting with a double quote) is used as is. PTR works like any type
@@ -67,8 +74,18 @@ class DnsPeer:
     """The running server: ``port``, ``queries`` seen, and a ``resolver()`` for it."""
 
     def __init__(
-        self, zone: Zone, servfail: Iterable[str] = (), silent: Iterable[str] = ()
+        self,
+        zone: Zone,
+        servfail: Iterable[str] = (),
+        silent: Iterable[str] = (),
+        *,
+        ttl: int | Mapping[str, int] = 60,
+        soa: Mapping[str, tuple[int, int]] | None = None,
+        secure: Iterable[str] = (),
     ) -> None:
+        self.ttls = {"*": ttl} if isinstance(ttl, int) else {k.upper(): v for k, v in ttl.items()}
+        self.soa = {_canon(k): v for k, v in (soa or {}).items()}
+        self.secure = {_canon(n) for n in secure}
         self.zone = {
             _canon(name): {
                 t.upper(): [_txt(x) for x in v] if t.upper() == "TXT" else list(v)
@@ -136,6 +153,28 @@ class DnsPeer:
             if reply is not None:
                 self._sock.sendto(reply.to_wire(), addr)
 
+    def _ttl(self, rdtype: str) -> int:
+        return self.ttls.get(rdtype, self.ttls.get("*", 60))
+
+    def _negative(self, response: dns.message.Message, name: str) -> dns.message.Message:
+        """The enclosing zone's SOA in the authority section (when ``soa`` names one)."""
+        labels = name.rstrip(".").split(".")
+        for i in range(len(labels)):
+            apex = ".".join(labels[i:]) + "."
+            if apex in self.soa:
+                soa_ttl, minimum = self.soa[apex]
+                response.authority.append(
+                    dns.rrset.from_text_list(
+                        apex,
+                        soa_ttl,
+                        dns.rdataclass.IN,
+                        "SOA",
+                        [f"ns.{apex} hostmaster.{apex} 1 3600 600 86400 {minimum}"],
+                    )
+                )
+                break
+        return response
+
     def _answer(self, query: dns.message.Message) -> dns.message.Message | None:
         response = dns.message.make_response(query)
         response.flags |= dns.flags.AA
@@ -152,23 +191,33 @@ class DnsPeer:
         if name in self.servfail:
             response.set_rcode(dns.rcode.SERVFAIL)
             return response
+        dnssec = bool(query.ednsflags & dns.flags.DO) or bool(query.flags & dns.flags.AD)
+        if dnssec and name in self.secure:
+            response.flags |= dns.flags.AD
+        else:
+            response.flags &= ~dns.flags.AD
         for _ in range(8):  # follow CNAMEs inside the zone
-            records = self.zone.get(name)
+            with self._lock:
+                records = self.zone.get(name)
+                records = dict(records) if records is not None else None
             if records is None:
                 response.set_rcode(dns.rcode.NXDOMAIN)
-                return response
+                return self._negative(response, name)
             if rdtype != "CNAME" and "CNAME" in records:
                 target = records["CNAME"][0]
                 response.answer.append(
-                    dns.rrset.from_text_list(name, 60, dns.rdataclass.IN, "CNAME", [target])
+                    dns.rrset.from_text_list(
+                        name, self._ttl("CNAME"), dns.rdataclass.IN, "CNAME", [target]
+                    )
                 )
                 name = _canon(target)
                 continue
             values = records.get(rdtype)
-            if values:
-                response.answer.append(
-                    dns.rrset.from_text_list(name, 60, dns.rdataclass.IN, rdtype, values)
-                )
+            if not values:
+                return self._negative(response, name)
+            response.answer.append(
+                dns.rrset.from_text_list(name, self._ttl(rdtype), dns.rdataclass.IN, rdtype, values)
+            )
             return response
         response.set_rcode(dns.rcode.SERVFAIL)
         return response
@@ -176,9 +225,15 @@ class DnsPeer:
 
 @contextmanager
 def dns_server(
-    zone: Zone, *, servfail: Iterable[str] = (), silent: Iterable[str] = ()
+    zone: Zone,
+    *,
+    servfail: Iterable[str] = (),
+    silent: Iterable[str] = (),
+    ttl: int | Mapping[str, int] = 60,
+    soa: Mapping[str, tuple[int, int]] | None = None,
+    secure: Iterable[str] = (),
 ) -> Iterator[DnsPeer]:
-    peer = DnsPeer(zone, servfail, silent).start()
+    peer = DnsPeer(zone, servfail, silent, ttl=ttl, soa=soa, secure=secure).start()
     try:
         yield peer
     finally:

@@ -125,3 +125,12 @@ DECLARED: dict[str, dict[tuple[str, str], str]] = {
         ),
     },
 }
+
+#: The SMTP front door's task role (tests/template/test_smtp_stack.py): ECS, not Lambda,
+#: so no BASELINE (the awslogs driver writes with the execution role).
+SMTPD_DECLARED: dict[tuple[str, str], str] = {
+    ("ReturnPathKeys", "secretsmanager:GetSecretValue"): (
+        "with ReturnPathPolicy set, the ingress service smtpd runs reads the return-path "
+        "key ring (MQ_RETURN_PATH_KEYS); the stack under test sets no return-path policy"
+    ),
+}

@@ -113,6 +113,14 @@ def required(service: str, op: str, params: dict[str, Any]) -> list[tuple[str, s
         if params.get("IndexName"):
             arn += f"/index/{params['IndexName']}"
         return [(action, arn)]
+    if service == "secretsmanager":
+        sid = params["SecretId"]
+        arn = (
+            sid
+            if sid.startswith("arn:")
+            else f"arn:aws:secretsmanager:{REGION}:{ACCOUNT}:secret:{sid}"
+        )
+        return [(action, arn)]
     if service == "lambda":
         name = params["FunctionName"]
         arn = (

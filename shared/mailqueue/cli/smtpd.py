@@ -1,7 +1,14 @@
 """`mailqueue smtpd`: run the SMTP front door; `mailqueue smtpd passwd`: manage its users.
 
     mailqueue smtpd [--port 587] [--tls-port 465] [--receive-port 25] [--host 0.0.0.0]
+    mailqueue smtpd --check [--port 587] [--timeout 5]   (exit 0 on a 220 greeting)
     mailqueue smtpd passwd --file F USER --principal ARN   (the password from stdin or a prompt)
+
+`--check` is the container's health check: it connects to 127.0.0.1 on the submission
+port (MQ_SMTPD_PORT, or --port) and passes only on a 220 greeting within the timeout,
+so an smtpd that accepts connections but never greets (a stuck event loop, every slot
+taken) is unhealthy and ECS replaces the task. An NLB's TCP health check cannot see
+this: it completes the handshake and closes without reading a byte.
 
 Everything else comes from MQ_* (the ingress function's settings: table, bucket, queues,
 sender policy, limits) and MQ_SMTPD_* (mailqueue.services.smtpd.settings.SmtpdSettings).
@@ -13,8 +20,10 @@ import argparse
 import getpass
 import logging
 import signal
+import socket
 import sys
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from types import FrameType
 from typing import TextIO
@@ -31,6 +40,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--tls-port", type=int, help="submissions port, implicit TLS (-1: off)")
     p.add_argument("--receive-port", type=int, help="receiving port, no AUTH (-1: off)")
     p.add_argument("-v", "--verbose", action="store_true")
+    p.add_argument("--check", action="store_true", help="health check: 220 greeting or exit 1")
+    p.add_argument("--timeout", type=float, default=5.0, help="--check's wait (seconds)")
     sub = p.add_subparsers(dest="action")
     pw = sub.add_parser("passwd", help="add or change a user in a credentials file")
     pw.add_argument("user")
@@ -62,6 +73,44 @@ def _passwd(ns: argparse.Namespace, out: TextIO) -> int:
     return 0
 
 
+def check(port: int, timeout: float, host: str = "127.0.0.1") -> str | None:
+    """None when the server greets with 220 within `timeout`; else what went wrong."""
+    deadline = time.monotonic() + timeout
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as sock:
+            data = b""
+            # a greeting may be multi-line (220-...): its last line is "220 "
+            while not any(x.startswith(b"220 ") for x in data.split(b"\r\n")[:-1]):
+                if data and not data.startswith(b"220"):
+                    return f"greeted with {data[:60]!r}"
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return "no greeting within the timeout"
+                sock.settimeout(left)
+                chunk = sock.recv(512)
+                if not chunk:
+                    return f"closed after {data[:60]!r}"
+                data += chunk
+                if len(data) > 4096:
+                    return "greeting too long"
+            sock.sendall(b"QUIT\r\n")
+    except TimeoutError:
+        return "no greeting within the timeout"
+    except OSError as e:
+        return f"cannot connect: {e.strerror or e}"
+    return None
+
+
+def _check(ns: argparse.Namespace, env: Mapping[str, str], out: TextIO, err: TextIO) -> int:
+    port = ns.port if ns.port is not None else int(env.get("MQ_SMTPD_PORT") or 587)
+    problem = check(port, ns.timeout)
+    if problem is None:
+        out.write(f"smtpd 127.0.0.1:{port}: 220\n")
+        return 0
+    err.write(f"smtpd 127.0.0.1:{port}: unhealthy: {problem}\n")
+    return 1
+
+
 def main(
     argv: Sequence[str],
     *,
@@ -72,6 +121,8 @@ def main(
     ns = _parser().parse_args(list(argv))
     if ns.action == "passwd":
         return _passwd(ns, stdout)
+    if ns.check:
+        return _check(ns, env, stdout, stderr)
     logging.basicConfig(
         level=logging.DEBUG if ns.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -66,9 +66,11 @@ def delivery_ports(storage: AwsStorage, settings: DeliverySettings) -> DeliveryP
 
 
 def delivery_service(settings: DeliverySettings, storage: AwsStorage, **kw: Any) -> DeliveryService:
-    """`DeliveryService` on `storage` with the AWS ports (kw: the service's options)."""
+    """`DeliveryService` on `storage` with the AWS ports (kw: the service's options) and
+    the container's DNS cache (outbound/dnscache.py), built here once per container."""
     from mailqueue.services.delivery import DeliveryService
 
+    kw.setdefault("dns_cache", settings.dns_cache())
     return DeliveryService(settings, storage, ports=delivery_ports(storage, settings), **kw)
 
 

@@ -18,6 +18,7 @@ from mailqueue.core.config import ConfigError
 from mailqueue.core.events import EventEmitter
 from mailqueue.services.ingress import IngressService, IngressSettings
 from mailqueue.services.smtpd import CredentialStore, SmtpdSettings, SmtpServer
+from mailqueue.services.smtpd.tls import server_context
 
 __all__ = ["build_server", "credentials_store", "tls_context"]
 
@@ -25,13 +26,10 @@ __all__ = ["build_server", "credentials_store", "tls_context"]
 def tls_context(
     settings: SmtpdSettings, *, region: str | None = None, endpoint_url: str | None = None
 ) -> ssl.SSLContext | None:
-    """A server context (TLS 1.2 and later) from the certificate files or the secret,
-    None without either."""
-    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    """A server context (`services.smtpd.tls`: Mozilla's intermediate profile) from the
+    certificate files or the secret, None without either."""
     if settings.cert_file:
-        ctx.load_cert_chain(settings.cert_file, settings.key_file)
-        return ctx
+        return server_context(settings.cert_file, settings.key_file)
     if not settings.tls_secret:
         return None
     client = boto3.session.Session().client(
@@ -48,8 +46,7 @@ def tls_context(
         cert_path.write_text(cert)
         key_path.touch(mode=0o600)
         key_path.write_text(key)
-        ctx.load_cert_chain(str(cert_path), str(key_path))
-    return ctx
+        return server_context(str(cert_path), str(key_path))
 
 
 def credentials_store(

@@ -265,17 +265,19 @@ class QueueEvent:
         elif self.event_type == "Bounce":
             # a class decided by its producer (ingress: the suppression list), else the reply's
             btype, bsub = self.extra.get("bounce_class") or bounce_class(r)
+            dsn = self.extra.get("dsn") or {}  # a late bounce: the receiver's DSN as sent
             rec: dict[str, Any] = {"emailAddress": rcpt, "action": "failed"}
             if r is not None:
                 rec["status"] = r.status
-                rec["diagnosticCode"] = diagnostic_code(r)
+                rec["diagnosticCode"] = dsn.get("diagnosticCode") or diagnostic_code(r)
+            ip = dsn.get("remoteMtaIp") or ip
             doc["bounce"] = {
                 "bounceType": btype,
                 "bounceSubType": bsub,
                 "bouncedRecipients": [rec],
                 "timestamp": ts,
                 "feedbackId": event_id(self.event_id, "feedback"),
-                "reportingMTA": f"dns; {reporting}",
+                "reportingMTA": dsn.get("reportingMTA") or f"dns; {reporting}",
                 **({"remoteMtaIp": ip} if ip else {}),
             }
             if self.extra.get("suppressed_at"):  # bounced by the suppression list: since when

@@ -6,14 +6,17 @@ reads it without importing the ingress service (and its DNS stack) at cold start
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from mailqueue.core.errors import InvalidInput
 from mailqueue.core.validate import check_text
 
-__all__ = ["MAX_JSON_DEPTH", "check_depth", "parse_body"]
+__all__ = ["MAX_JSON_DEPTH", "check_depth", "event_body", "parse_body"]
 
 # The deepest a request needs is 3 (object > recipients > recipient object > notify);
 # 32 leaves room and stays far below the parser's recursion limit (~1,000).
@@ -36,6 +39,23 @@ def check_depth(text: str, limit: int = MAX_JSON_DEPTH) -> None:
                 )
         elif c in "]}":
             depth = max(0, depth - (end - start))
+
+
+def event_body(event: Mapping[str, Any]) -> bytes | None:
+    """An API Gateway (payload 2.0) event's body as the client sent it: bytes, never
+    decoded as text here, so that a body that is not UTF-8 reaches `parse_body` and is
+    refused there as ``invalid_json`` (Powertools' ``decoded_body`` decodes it and raised
+    a 500 on the admin routes: issue 43 item 11)."""
+    raw = event.get("body")
+    if raw is None:
+        return None
+    if event.get("isBase64Encoded"):
+        try:
+            return base64.b64decode(str(raw), validate=False)
+        except (binascii.Error, ValueError):
+            return b"\xff"  # not base64, so not JSON: refused as invalid_json
+    # a lone surrogate has no UTF-8 form: kept as (invalid) bytes, refused as invalid_json
+    return str(raw).encode("utf-8", "surrogatepass")
 
 
 def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

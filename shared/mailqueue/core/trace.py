@@ -38,6 +38,7 @@ __all__ = [
     "HeaderPeek",
     "count_received",
     "line_ending",
+    "header_prefix",
     "peek_header",
     "principal_tag",
     "received_field",
@@ -46,8 +47,13 @@ __all__ = [
 
 HOPCOUNT_LIMIT = 50  # Postfix's hopcount_limit default
 TRACE_RESERVE = 2048  # octets: upper bound of one field we prepend (the size limit's allowance)
-# octets of the header section read to count hops (Postfix's header_size_limit); a header
-# section longer than this is counted in its first HEADER_SCAN_LIMIT octets
+# The one limit on the header section every reader reads (Postfix's header_size_limit,
+# 102,400: "the maximum amount of memory in bytes for storing a message header"): ingress
+# (the From field under DkimUnsignedPolicy, dkim.header_section), delivery (hop count and
+# the From field it signs for: peek_header). A header section longer than this is read in
+# its first HEADER_SCAN_LIMIT octets, cut at the last whole field (`header_prefix`), by
+# both alike: ingress read 256 KiB and delivery 100 KiB, so a From field between the two
+# was accepted under "refuse" and delivered unsigned (issue 43 item 12).
 HEADER_SCAN_LIMIT = 102_400
 _FOLD = 78
 _CHUNK = 8192
@@ -77,6 +83,29 @@ def address_literal(ip: str) -> str | None:
     except ValueError:
         return None
     return f"[IPv6:{addr.compressed}]" if addr.version == 6 else f"[{addr}]"
+
+
+_HEADER_END = re.compile(rb"\r?\n\r?\n")
+
+
+def header_prefix(content: bytes, limit: int = HEADER_SCAN_LIMIT) -> bytes:
+    """The header section (with its blank line) if it ends within `limit` octets; else
+    the whole fields among the first `limit` octets (a field cut by the limit, or whose
+    continuation lines cannot be seen, is left out: never half a From)."""
+    m = _HEADER_END.search(content, 0, limit)
+    if m is not None:
+        return content[: m.end()]
+    head = content[:limit]
+    if len(content) < limit:
+        return head  # the content ends inside its header section: nothing is cut
+    # (decided on the first `limit` octets alone, so that delivery, which has read just
+    # those, cuts exactly where ingress, which has the whole content, does)
+    # the last field start whose field is seen whole: a line break followed by a
+    # non-blank byte, within the limit (the byte after the limit says nothing)
+    i = head.rfind(b"\n")
+    while i >= 0 and (i + 1 >= len(head) or head[i + 1 : i + 2] in (b" ", b"\t")):
+        i = head.rfind(b"\n", 0, i)
+    return head[: i + 1]
 
 
 def principal_tag(principal: str) -> str:

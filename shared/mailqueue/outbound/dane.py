@@ -86,11 +86,20 @@ def tlsa_name(host: str, port: int) -> str:
     return f"_{port}._tcp.{host.rstrip('.')}."
 
 
-def _secure_query(resolver: dns.resolver.Resolver, name: str, rdtype: str) -> dns.resolver.Answer:
-    """A query that asks for validation (DO and AD set, RFC 6840 §5.7); raises NXDOMAIN /
-    NoAnswer as dnspython does, DaneLookupError when the resolver cannot answer."""
+def validating(resolver: dns.resolver.Resolver) -> dns.resolver.Resolver:
+    """``resolver`` set to ask for validation (DO and AD, RFC 6840 §5.7), returned. A DNS
+    cache (dnscache.py) keys answers by these bits, so what such a resolver caches is never
+    served to a plain query, nor a plain (unvalidated) answer to it."""
     resolver.use_edns(0, dns.flags.DO, 1232)
     resolver.flags = dns.flags.RD | dns.flags.AD
+    return resolver
+
+
+def _secure_query(resolver: dns.resolver.Resolver, name: str, rdtype: str) -> dns.resolver.Answer:
+    """A query that asks for validation; raises NXDOMAIN / NoAnswer as dnspython does,
+    DaneLookupError when the resolver cannot answer. Through a cache, the answer is one a
+    validating query fetched, its AD bit as the resolver set it (checked by the caller)."""
+    validating(resolver)
     try:
         return resolver.resolve(name, rdtype, raise_on_no_answer=True)
     except (dns.resolver.NXDOMAIN, dns.resolver.NoAnswer):

@@ -46,6 +46,7 @@ from email.policy import SMTPUTF8
 from typing import Any, Literal
 
 from mailqueue.core.errors import MailqueueError
+from mailqueue.core.trace import HEADER_SCAN_LIMIT, header_prefix
 
 Algorithm = Literal["rsa-sha256", "ed25519-sha256"]
 ALGORITHMS: tuple[Algorithm, ...] = ("rsa-sha256", "ed25519-sha256")
@@ -246,13 +247,10 @@ def header_from_domain(head: bytes) -> str | None:
         return None
 
 
-_HEADER_END = re.compile(rb"\r?\n\r?\n")
-
-
-def header_section(content: bytes, limit: int = 256 * 1024) -> bytes:
-    """The header section of a mail (up to the first empty line, at most ``limit``)."""
-    m = _HEADER_END.search(content, 0, limit)
-    return content[: m.end()] if m else content[:limit]
+def header_section(content: bytes, limit: int = HEADER_SCAN_LIMIT) -> bytes:
+    """The header section of a mail as ingress and delivery both read it: up to the
+    first empty line, at most the one HEADER_SCAN_LIMIT (core.trace), cut at a field."""
+    return header_prefix(content, limit)
 
 
 def wire_form(content: bytes) -> bytes:

@@ -31,6 +31,7 @@ import dns.resolver
 import dns.reversename
 
 from mailqueue.core.config import ConfigError, settings_from_env
+from mailqueue.outbound.dnscache import DnsCache
 from mailqueue.outbound.routing import make_resolver
 
 __all__ = [
@@ -139,9 +140,12 @@ class DoctorSettings:
         )
 
     def resolver(self) -> dns.resolver.Resolver:
+        """The run's resolver, through a cache of its own (dnscache.py): the SPF includes
+        and A/AAAA a run asks again per IP or domain are asked once, and the next run
+        (after the operator fixed a record) asks afresh."""
         r = make_resolver(self.dns_nameservers)
         r.lifetime = self.dns_timeout_seconds
-        return r
+        return DnsCache().bind(r)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **explicit: Any) -> DoctorSettings:

@@ -67,7 +67,7 @@ if TYPE_CHECKING:
 from mailqueue.core.config import ConfigError
 from mailqueue.core.model import Result
 from mailqueue.core.policy import dns_null_mx, dns_nxdomain, dns_temporary, local_result
-from mailqueue.outbound.special import lookup
+from mailqueue.outbound.special import embedded_ipv4, lookup
 
 __all__ = [
     "DEFAULT_MAX_ADDRESSES",
@@ -115,7 +115,6 @@ METADATA_ADDRESSES = frozenset(
     {ipaddress.ip_address("169.254.169.254"), ipaddress.ip_address("fd00:ec2::254")}
 )
 _CGNAT = ipaddress.ip_network("100.64.0.0/10")  # RFC 6598 shared address space
-_NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
 # IANA's IPv6 address space registry: only 2000::/3 is allocated as global unicast
 _GLOBAL_UNICAST_V6 = ipaddress.ip_network("2000::/3")
 
@@ -140,11 +139,11 @@ def address_refusal(address: str, allow: Iterable[_Network] = ()) -> str | None:
     if ip in METADATA_ADDRESSES:
         return "instance metadata address"
     if isinstance(ip, ipaddress.IPv6Address):
-        embedded = ip.ipv4_mapped or ip.sixtofour
-        if embedded is None and any(ip in net for net in _NAT64):
-            embedded = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
-        if embedded is not None:
-            inner = address_refusal(str(embedded), allow)
+        # where the registry's embedding blocks carry an IPv4 address, each at its own
+        # layout (special.EMBEDDINGS: RFC 6052 §2.2 by the translator prefix's length)
+        found = embedded_ipv4(ip)
+        if found is not None:
+            inner = address_refusal(str(found[1]), allow)
             return None if inner is None else f"{inner} embedded in IPv6"
     # IANA's special-purpose registries decide for every block they list, the most
     # specific entry winning (192.0.0.9/32 is reachable inside the refused 192.0.0.0/24);
@@ -198,7 +197,8 @@ class EgressGuard:
 
 def make_resolver(nameservers: str = "") -> dns.resolver.Resolver:
     """The system resolver, or one for ``"10.0.0.2,10.0.0.3:5353"`` (one port for all):
-    the one reading of the `dns_nameservers` setting, for delivery and doctor alike."""
+    the one reading of the `dns_nameservers` setting, for delivery and doctor alike.
+    Uncached as made: delivery and the doctor bind it to a `DnsCache` (dnscache.py)."""
     import dns.resolver  # here, not at import: ~40 ms of cold start
 
     if not nameservers:

@@ -33,7 +33,13 @@ from mailqueue.core.model import Claim, Group, MailRef, Result, utcnow
 from mailqueue.core.policy import RetryPolicy, backoff, delay_warning_due, expired
 from mailqueue.core.ports import DeliveryPorts
 from mailqueue.core.storage import QueueStorage
-from mailqueue.core.trace import HOPCOUNT_LIMIT, HeaderPeek, count_received, peek_header
+from mailqueue.core.trace import (
+    HEADER_SCAN_LIMIT,
+    HOPCOUNT_LIMIT,
+    HeaderPeek,
+    count_received,
+    peek_header,
+)
 from mailqueue.core.verp import ReturnPathPolicy
 from mailqueue.outbound import unsubscribe as unsub
 from mailqueue.outbound.dkim import (
@@ -43,9 +49,15 @@ from mailqueue.outbound.dkim import (
     KeySource,
     KeyUnavailable,
     Unsignable,
+    header_section,
     wire_form,
 )
 from mailqueue.outbound.dkim import header_from_domain as dkim_from_domain
+from mailqueue.outbound.dnscache import DEFAULT_MAX_ENTRIES as DNS_CACHE_MAX_ENTRIES
+from mailqueue.outbound.dnscache import DEFAULT_MAX_TTL as DNS_CACHE_MAX_TTL
+from mailqueue.outbound.dnscache import DEFAULT_MIN_TTL as DNS_CACHE_MIN_TTL
+from mailqueue.outbound.dnscache import DnsCache
+from mailqueue.outbound.dnscache import check_limits as check_dns_cache
 from mailqueue.outbound.mtasts import Mode, MtaSts, explain
 from mailqueue.outbound.reputation import ReputationGuard, Thresholds, counts_of
 from mailqueue.outbound.returnpath import KeysUnavailable, ReturnPaths, SecretSource
@@ -120,6 +132,11 @@ class DeliverySettings:
     delay_warning_seconds: int = 4 * 3600  # 0 turns delay warnings off
     dns_nameservers: str = ""  # "127.0.0.1:5353,..." for local runs; empty: system resolver
     dns_timeout_seconds: float = 5.0
+    # the container's DNS cache (outbound/dnscache.py): answers kept for their TTL within
+    # [min, max] seconds, negative ones per RFC 2308, at most max_entries (0: no cache)
+    dns_cache_max_entries: int = DNS_CACHE_MAX_ENTRIES
+    dns_cache_min_ttl_seconds: int = DNS_CACHE_MIN_TTL
+    dns_cache_max_ttl_seconds: int = DNS_CACHE_MAX_TTL
     mx_port: int = 25  # tests and the local stack use unprivileged ports
     smtp_max_sessions: int = 2
     # records of one SQS batch delivered at once (threads sharing the invocation's
@@ -210,6 +227,11 @@ class DeliverySettings:
             raise ConfigError("shaping_shard_max_rate must be within 0..1000 (above 0)")
         if self.egress_mode not in ("relay", "direct"):
             raise ConfigError("egress_mode must be 'relay' or 'direct'")
+        check_dns_cache(
+            self.dns_cache_max_entries,
+            self.dns_cache_min_ttl_seconds,
+            self.dns_cache_max_ttl_seconds,
+        )
         try:
             check_receiving_routes(self.routing_table(), self.receiving_domains)
             self.retry_policy()
@@ -265,6 +287,14 @@ class DeliverySettings:
         r.lifetime = self.dns_timeout_seconds
         return r
 
+    def dns_cache(self) -> DnsCache:
+        """A new cache as these settings say: one per container (the composition root)."""
+        return DnsCache(
+            self.dns_cache_max_entries,
+            self.dns_cache_min_ttl_seconds,
+            self.dns_cache_max_ttl_seconds,
+        )
+
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **explicit: Any) -> DeliverySettings:
         return settings_from_env(cls, env=env, **explicit)
@@ -298,7 +328,7 @@ class Stats:
 
 
 class DeliveryService:
-    """Built once per container: settings, storage, routing table, resolver.
+    """Built once per container: settings, storage, routing table, resolver, DNS cache.
 
     Stands on the storage protocol and `ports` (triggers and the stores below); the
     composition roots choose the adapters (`mailqueue.compose.aws` on AWS,
@@ -317,6 +347,7 @@ class DeliveryService:
         rng: random.Random | None = None,
         timeouts: Timeouts | None = None,
         return_path_keys: SecretSource | None = None,
+        dns_cache: DnsCache | None = None,
     ) -> None:
         self.settings = settings
         self.return_paths = ReturnPaths.from_settings(
@@ -337,7 +368,10 @@ class DeliveryService:
         self.triggers = ports.triggers
         self.routes = settings.routing_table()
         self.policy = settings.retry_policy()
-        self.resolver = resolver or settings.resolver()
+        # every lookup of delivery (MX, A, AAAA, MTA-STS, DANE) through the container's
+        # cache, shared by the lanes (dnscache.py); the composition root passes it
+        self.dns_cache = dns_cache if dns_cache is not None else settings.dns_cache()
+        self.resolver = self.dns_cache.bind(resolver or settings.resolver())
         self.guard = settings.egress_guard()
         self.credentials = credentials
         self.clock = clock
@@ -359,8 +393,12 @@ class DeliveryService:
             )
         self.dane_resolver: dns.resolver.Resolver | None = None
         if settings.dane:
-            self.dane_resolver = make_resolver(settings.dane_nameservers)
-            self.dane_resolver.lifetime = settings.dns_timeout_seconds
+            from mailqueue.outbound.dane import validating
+
+            dane = make_resolver(settings.dane_nameservers)
+            dane.lifetime = settings.dns_timeout_seconds
+            # its queries ask for validation (DO, AD): cached apart from the plain ones
+            self.dane_resolver = self.dns_cache.bind(validating(dane))
         self.suppress_statuses = parse_statuses(settings.suppression_statuses)
         self.suppression: SuppressionStore | None = None
         if self.suppress_statuses:
@@ -432,6 +470,10 @@ class DeliveryService:
             lanes.shutdown(wait=True)  # no record outlives its invocation
             pool.close()
             inv.release_sites()
+            dns = self.dns_cache.take_counts()  # the container's, since the last invocation
+            for name, n in (("DnsCacheHits", dns.hits), ("DnsCacheMisses", dns.misses)):
+                if n:
+                    inv.stats.add_extra(name, n)
 
 
 class Invocation:
@@ -604,6 +646,14 @@ class Invocation:
                 return "not_due"
             self.stats.add("lost_claims")
             log.info("claim skipped", extra={"mail_id": ref.mail_id, "reason": claim.reason})
+            if claim.reason == "claimed" and receipt_handle:
+                # A copy of a live trigger (SQS delivers at least once): its message is
+                # the holder's, which re-arms it by ChangeMessageVisibility on its own
+                # receipt. Deleting it (a success) after that re-arm left the group
+                # without a trigger until the sweeper (issue 43 item 14): leave it as it
+                # is instead; the holder's visibility stands, and if the holder dies it
+                # comes back and claims once the lease is over.
+                raise KeepMessage("claimed by another invocation: trigger left in place")
             return f"skipped:{claim.reason}"
         claim.receipt_queue = queue
         self.stats.add("groups")
@@ -648,7 +698,7 @@ class Invocation:
         if isinstance(loop, Result):
             return self._record(claim, {r.rid: loop for r in group.pending()}, None)
         loop, added = self._list_unsubscribe(loop, group)  # before DKIM: the fields are signed
-        signed = self._sign(loop, group.sender)
+        signed = self._sign(loop, group.sender, added)
         if isinstance(signed, Result):
             return self._record(claim, {r.rid: signed for r in group.pending()}, None)
         body, size = signed if signed is not None else (loop, mail.size + added)
@@ -929,15 +979,18 @@ class Invocation:
         log.warning("routing loop", extra={"hops": hops, "limit": limit})
         return Result(0, "5.4.6", f"routing loop detected: {hops} Received: fields (limit {limit})")
 
-    def _sign(self, content: HeaderPeek, sender: str) -> tuple[io.BytesIO, int] | Result | None:
+    def _sign(
+        self, content: HeaderPeek, sender: str, added: int = 0
+    ) -> tuple[io.BytesIO, int] | Result | None:
         """DKIM-sign this attempt's bytes (dkim.py says why here): the signed wire form
         and its size, None when the mail is not signed, or a temporary failure when a
         configured key cannot be had (the mail waits for the operator, never goes out
-        unsigned by accident)."""
+        unsigned by accident). The From field is looked for as ingress looked for it:
+        the one header limit over the stored bytes (`added`: the fields put in front)."""
         signer = self.svc.signer
         if signer is None:
             return None
-        from_domain = dkim_from_domain(content.head)
+        from_domain = dkim_from_domain(header_section(content.head, HEADER_SCAN_LIMIT + added))
         if signer.config.signing_domain(from_domain, not sender) is None:
             return None
         try:

@@ -37,6 +37,7 @@ from typing import Any, BinaryIO
 
 from botocore.exceptions import ClientError
 
+from mailqueue.backends.aws import index_walk
 from mailqueue.backends.aws.clients import (
     AwsClients,
     ContentStream,
@@ -186,6 +187,9 @@ def _seconds_until(at: datetime, now: datetime) -> int:
 
 class AwsStorage:
     """`Storage` on S3 + DynamoDB + SQS. Holds no mutable module state; clients are injected."""
+
+    #: index entries one Scan may read to serve a walk whole (index_walk); 0: always Query
+    index_snapshot_limit: int = index_walk.SNAPSHOT_LIMIT
 
     def __init__(
         self,
@@ -762,23 +766,69 @@ class AwsStorage:
         shard = int(pos.get("s", 0))
         start: dict[str, Any] | None = pos.get("k") or None
         want = max(1, min(limit, 1000))
+        due_ms = _ms(due) if due_op and due is not None else None
         out: list[Group] = []
-        while shard < len(keys) and len(out) < want:
+        # a small index is read whole in one Scan; a large one by concurrent shard
+        # Queries (index_walk says how, and what each costs)
+        snap = self._index_snapshot()
+
+        def request(st: str, limit_: int, esk: dict[str, Any] | None) -> dict[str, Any]:
             kw: dict[str, Any] = {
                 "TableName": self.s.table,
                 "IndexName": GSI_STATE,
                 "KeyConditionExpression": "st = :st",
-                "ExpressionAttributeValues": {":st": {"S": keys[shard]}},
-                "Limit": want - len(out),
+                "ExpressionAttributeValues": {":st": {"S": st}},
+                "Limit": limit_,
             }
-            if due_op and due is not None:
+            if due_ms is not None:
                 kw["KeyConditionExpression"] += f" AND due {due_op} :due"
-                kw["ExpressionAttributeValues"][":due"] = {"N": str(_ms(due))}
-            if start:
-                kw["ExclusiveStartKey"] = start
-            with translate("dynamodb:Query"):
-                resp = self.c.dynamodb.query(**kw)
-            got = self._hydrate(resp.get("Items", []), state)
+                kw["ExpressionAttributeValues"][":due"] = {"N": str(due_ms)}
+            if esk:
+                kw["ExclusiveStartKey"] = esk
+            return kw
+
+        while shard < len(keys) and len(out) < want:
+            remaining = want - len(out)
+            answers: list[tuple[int, list[dict[str, Any]], dict[str, Any] | None]] = []
+            if snap is not None:  # the shards from here until the page's entries are in
+                i, esk, need = shard, start, remaining
+                while i < len(keys) and need > 0:
+                    rows, lek = snap.page(
+                        keys[i], due_op=due_op, due_ms=due_ms, start=esk, limit=need
+                    )
+                    answers.append((i, rows, lek))
+                    need -= len(rows)
+                    if lek:
+                        break
+                    i, esk = i + 1, None
+            else:
+                window = (
+                    [shard]
+                    if start
+                    else list(range(shard, min(len(keys), shard + index_walk.WALK_CONCURRENCY)))
+                )
+                resps = index_walk.query_pages(
+                    self.c.dynamodb,
+                    [request(keys[i], remaining, start if i == shard else None) for i in window],
+                )
+                answers = [
+                    (i, r.get("Items", []), r.get("LastEvaluatedKey") or None)
+                    for i, r in zip(window, resps, strict=True)
+                ]
+            # the answers in shard order, up to the page: where the walk stands after them
+            taken: list[dict[str, Any]] = []
+            for i, rows, lek in answers:
+                room = remaining - len(taken)
+                if room <= 0:
+                    break  # `shard` is already i: the page filled on the shards before it
+                if len(rows) > room:  # a window's Query asked for the whole page
+                    rows = rows[:room]
+                    lek = index_walk.entry_key(rows[-1])
+                taken.extend(rows)
+                shard, start = (i, lek) if lek else (i + 1, None)
+                if lek:
+                    break  # this shard goes on first: the next shards' answers are dropped
+            got = self._hydrate(taken, state)  # one BatchGetItem per 100 entries
             if state == GroupState.QUEUED.value and due_op and due is not None:
                 # an entry may lag its group's schedule (index_due_slack_seconds): the
                 # group's own `next_at` decides
@@ -790,12 +840,14 @@ class AwsStorage:
             if lease_before is not None:
                 got = [g for g in got if g.lease_until is not None and g.lease_until < lease_before]
             out.extend(got)
-            start = resp.get("LastEvaluatedKey") or None
-            if not start:
-                shard += 1
         more = shard < len(keys)
         nxt = _enc_cursor({"s": shard, "k": start}) if more else None
         return Page(items=tuple(out), cursor=nxt)
+
+    def _index_snapshot(self) -> index_walk.Snapshot | None:
+        if self.index_snapshot_limit <= 0:
+            return None
+        return index_walk.snapshot(self.c.dynamodb, self.s.table, self.index_snapshot_limit)
 
     def _hydrate(self, entries: list[dict[str, Any]], state: str) -> list[Group]:
         """The groups behind index entries, read whole from the table in the index's order.
@@ -854,27 +906,34 @@ class AwsStorage:
         A claimed group keeps its `queued` entry (the lease is not in the index), so it
         is counted as queued; `inflight` counts only entries written before that change.
         A sum over the pending states, what the admin jobs estimate, is exact."""
-        n = 0
-        for key in state_keys(
+        keys = state_keys(
             GroupState(state).value,
             self.s.state_shards,
             unsharded=self.s.state_unsharded_reads,
-        ):
-            kw: dict[str, Any] = {
-                "TableName": self.s.table,
-                "IndexName": GSI_STATE,
-                "KeyConditionExpression": "st = :st",
-                "ExpressionAttributeValues": {":st": {"S": key}},
-                "Select": "COUNT",
-            }
-            while True:
-                with translate("dynamodb:Query"):
-                    resp = self.c.dynamodb.query(**kw)
-                n += int(resp.get("Count", 0))
-                lek = resp.get("LastEvaluatedKey")
-                if not lek:
-                    break
-                kw["ExclusiveStartKey"] = lek
+        )
+        snap = self._index_snapshot()
+        if snap is not None:  # the whole index in one Scan page (index_walk)
+            return sum(snap.count(k) for k in keys)
+        n = 0
+        for i in range(0, len(keys), index_walk.WALK_CONCURRENCY):
+            pending = [
+                {
+                    "TableName": self.s.table,
+                    "IndexName": GSI_STATE,
+                    "KeyConditionExpression": "st = :st",
+                    "ExpressionAttributeValues": {":st": {"S": key}},
+                    "Select": "COUNT",
+                }
+                for key in keys[i : i + index_walk.WALK_CONCURRENCY]
+            ]
+            while pending:  # each shard paged until it has no LastEvaluatedKey
+                resps = index_walk.query_pages(self.c.dynamodb, pending)
+                n += sum(int(r.get("Count", 0)) for r in resps)
+                pending = [
+                    {**kw, "ExclusiveStartKey": r["LastEvaluatedKey"]}
+                    for kw, r in zip(pending, resps, strict=True)
+                    if r.get("LastEvaluatedKey")
+                ]
         return n
 
     def find_inflight(self, now: datetime, *, limit: int = 100, cursor: str | None = None) -> Page:
@@ -1678,10 +1737,31 @@ class AwsStorage:
 
     # ------------------------------------------------------------------ cleanup
     def cleanup(self, mail_id: str, *, _items: list[dict[str, Any]] | None = None) -> bool:
+        """Remove a finished mail: its content object and its items (a keyed mail's item
+        becomes a tombstone).
+
+        `_items`: the finisher's strongly consistent read after its own write. Groups of
+        one mail that finish at once may each read them all done and each clean the mail
+        (issue 40: 88 item deletes for 40 items in the bench's 3-domain run). A finisher
+        therefore first takes the mail item away under a condition (deleted, or made a
+        tombstone, only if it is still there and not one): the one whose write succeeds
+        removes the rest, the others stop there (one failed conditional write each
+        instead of a repeat of every delete). If the cleaner dies after that write, its
+        own group is still `done` in the index: the sweeper's `find_pending_cleanup`
+        finds it and calls this without `_items`, which removes whatever is left."""
         items = self._query_mail(mail_id) if _items is None else _items
         groups = [self._group_from_item(it) for it in items if it["sk"].startswith("G#")]
         if any(g.state != GroupState.DONE for g in groups):
             return False
+        mail_item = next((it for it in items if it["sk"] == "M"), None)
+        rest = items
+        if _items is not None:
+            # a finisher's read without the mail item: a cleaner has taken it (a mail of
+            # several groups, or a keyed one, always has one) and removes the rest; if it
+            # died, the groups left `done` are the sweeper's (no `_items` there)
+            if mail_item is None or not self._take_mail_item(mail_id, mail_item):
+                return True  # another finisher of this mail is cleaning it
+            rest = [it for it in items if it is not mail_item]
         key = next((it.get("content_key") for it in items if it.get("content_key")), None)
         if not is_inline(key):  # inline content is deleted (or tombstoned) with the mail item
             # no item names the key (an orphan): both places it may be (deletes are free)
@@ -1693,9 +1773,9 @@ class AwsStorage:
             for k in keys:
                 with translate("s3:DeleteObject"):
                     self.c.s3.delete_object(Bucket=self.s.bucket, Key=k)
-        if items:
+        if rest:
             requests: list[dict[str, Any]] = []
-            for it in items:
+            for it in rest:
                 if it["sk"] == "M" and mail_id.startswith("K"):
                     if it.get("tomb"):
                         continue
@@ -1706,6 +1786,33 @@ class AwsStorage:
                     )
             if requests:
                 self._batch_write(requests)
+        return True
+
+    def _take_mail_item(self, mail_id: str, mail_item: dict[str, Any]) -> bool:
+        """The mail item deleted (a keyed mail's: made a tombstone) if it is still there
+        and not a tombstone; False when another cleaner got there first."""
+        cond = "attribute_exists(pk) AND attribute_not_exists(tomb)"
+        if mail_item.get("tomb"):
+            return False
+        op = "dynamodb:PutItem" if mail_id.startswith("K") else "dynamodb:DeleteItem"
+        with translate(op):
+            try:
+                if mail_id.startswith("K"):
+                    self.c.dynamodb.put_item(
+                        TableName=self.s.table,
+                        Item=_to_ddb(self._tombstone(mail_item)),
+                        ConditionExpression=cond,
+                    )
+                else:
+                    self.c.dynamodb.delete_item(
+                        TableName=self.s.table,
+                        Key={"pk": {"S": mail_item["pk"]}, "sk": {"S": "M"}},
+                        ConditionExpression=cond,
+                    )
+            except ClientError as e:
+                if error_code(e) == "ConditionalCheckFailedException":
+                    return False
+                raise
         return True
 
     def _tombstone(self, mail_item: dict[str, Any]) -> dict[str, Any]:

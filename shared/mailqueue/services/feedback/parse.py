@@ -3,23 +3,31 @@ ARF complaints (RFC 5965) and auto-replies (RFC 3834). Pure functions over bytes
 
 Why heuristics: a large share of late bounces is not RFC 3464 (qmail, old Exim and
 Sendmail, Exchange, webmail providers); they name the failed recipient and the remote
-reply in prose. The rules below were written against the Sisimai project's corpus
-(tests/data/sisimai, checked against Sisimai itself in tests/feedback/test_sisimai.py),
-whose reason vocabulary we follow for the verdict: a bounce is *hard* when the address
+reply in prose. The rules (the phrases in data/bounce-rules.json, read by rules.py; the
+address rules in addresses.py) were written against the Sisimai project's corpus
+(tests/data/sisimai, checked against Sisimai itself in tests/feedback/test_sisimai.py) and
+are measured on a corpus they were not tuned on (bench/bounce_corpora.py), with Sisimai's
+reason vocabulary for the verdict: a bounce is *hard* when the address
 itself is dead (no such user, no such domain, moved, the domain accepts no mail) and
 *soft* otherwise (full mailbox, blocked, policy, spam, expired, network...), since only
 a dead address belongs on the suppression list.
+Addresses only ever come from the report's own fields and prose, never from the returned
+message; a delay warning, in whatever form, is a "delay" report, not a bounce.
 """
 
 from __future__ import annotations
 
 import email
 import email.policy
+import ipaddress
 import json
 import re
 from dataclasses import dataclass, field, replace
 from email.message import Message
 from email.utils import getaddresses, parseaddr
+
+from mailqueue.services.feedback.addresses import clean_address, message_ids, own_text
+from mailqueue.services.feedback.rules import load_bounce_rules
 
 # ------------------------------------------------------------------ the results
 
@@ -35,6 +43,14 @@ class Failure:
     action: str = "failed"  # RFC 3464 Action: failed | delayed | ...
     reply_code: int = 0
     remote_mta: str = ""
+    # the DSN's own fields as the receiver sent them (SES's event takes them verbatim):
+    # "" when the report has none (a prose bounce)
+    diagnostic_code: str = ""  # Diagnostic-Code, e.g. "smtp; 550 5.1.1 <a@b>: unknown"
+    reporting_mta: str = ""  # Reporting-MTA, e.g. "dns; mx.example.net"
+    remote_mta_ip: str = ""  # Remote-MTA when it names an IP address
+    # RFC 3464 Original-Recipient (the address as the sender gave it, before forwarding
+    # or alias expansion), when it differs from `address`: what the queue sent to
+    original_recipient: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +65,7 @@ class Complaint:
 
 @dataclass(frozen=True, slots=True)
 class Report:
-    kind: str  # "bounce" | "complaint" | "autoreply" | "unknown"
+    kind: str  # "bounce" | "delay" | "complaint" | "autoreply" | "unknown"
     failures: tuple[Failure, ...] = ()
     complaint: Complaint | None = None
     # the returned message's header fields (for its Return-Path/To when the envelope
@@ -62,88 +78,29 @@ class Report:
 
 # ------------------------------------------------------------------ classification
 
-_ADDR = r"[A-Za-z0-9!#$%&'*+/=?^_`{|}~.-]+@[A-Za-z0-9][A-Za-z0-9.-]*\.[A-Za-z]{2,}"
+# bounded (RFC 5321's 64-octet local part, 255-octet domain) so that a long run of
+# address characters costs linear time, not quadratic (tests/feedback/test_parser_corpora)
+_LOCAL_CHARS = "A-Za-z0-9!#$%&'*+/=?^_`{|}~.-"
+_ADDR = rf"[{_LOCAL_CHARS}]{{1,64}}@[A-Za-z0-9][A-Za-z0-9.-]{{0,252}}\.[A-Za-z]{{2,63}}"
 ADDR_RE = re.compile(_ADDR)
+# the report's prose read at most (a bounce's own text is a few KB; one listing many
+# recipients some tens): a bound on the work an oversized or hostile report can cause
+MAX_PROSE = 128 * 1024
+# failed recipients read from one report: a report is about one SMTP transaction, which
+# the queue makes of at most 200 recipients (core/config group_recipient_limit)
+MAX_FAILURES = 500
+_LOCAL_CHAR_RE = re.compile(rf"[{_LOCAL_CHARS}]")
 STATUS_RE = re.compile(r"(?<![\d.])([245])\.(\d{1,3})\.(\d{1,3})(?![\d.])")
 REPLY_RE = re.compile(r"(?<![\d.])([245]\d\d)(?:[ ,;:-]|$)")
 
-# the address is dead: Sisimai's userunknown / hostunknown / hasmoved / notaccept
-_HARD_TEXT = re.compile(
-    "|".join(
-        [
-            r"user(?:name)? (?:is )?unknown",
-            r"unknown (?:user|recipient|local[- ]?part|address|mailbox|alias|account)",
-            r"no such (?:user|mailbox|recipient|address|person|local user|account|domain)",
-            r"(?:user|mailbox|recipient|address|account)(?: name)? "
-            r"(?:does not|doesn't|doesnt) exist",
-            r"(?:user|mailbox|recipient|address|account) not (?:found|known|exist)",
-            r"(?:mailbox|recipient|user|address|account) (?:is )?(?:unavailable|invalid|not valid)",
-            r"invalid (?:recipient|mailbox|address|user)",
-            r"not (?:a )?(?:valid|known) (?:user|recipient|mailbox)",
-            r"recipient (?:address )?rejected: "
-            r"(?:user unknown|undeliverable|unknown|access denied)",
-            r"(?:is|was) not (?:a )?valid",
-            r"no mailbox here",
-            r"unknown or illegal alias",
-            r"address unknown",
-            r"doesn't have a .* account",
-            r"does not have an account",
-            r"email account that you tried to reach does not exist",
-            r"this user doesn't have",
-            r"the email address you entered couldn't be found",
-            r"recipient not found",
-            r"recipient name is not recognized",
-            r"unknown recipient or mailbox unavailable",
-            r"mailbox unavailable",
-            r"user not exist",
-            r"no mailbox",
-            r"mailbox not found",
-            r"user not found",
-            r"no such user",
-            r"not our customer",
-            r"no valid recipients",
-            r"undeliverable address",
-            r"sorry, no mailbox",
-            r"no account by that name",
-            r"address rejected",
-            r"550 5\.1\.1",
-            r"has moved",
-            r"not listed in (?:the )?(?:domino|public name|directory)",
-            r"invalid final delivery userid",
-            r"address couldn't be found|wasn't found at the destination",
-            r"unable to deliver message to <",
-            r"invalid recipient|destinataire invalide",
-            r"recipient address rejected: access denied",
-            r"address (?:has )?changed",
-            r"no longer (?:valid|available|in use|here|with)",
-        ]
-    ),
-    re.I,
-)
-# dead-address phrases a receiver answers at RCPT time, whichever command is named
-_USER_STRONG = re.compile(
-    "|".join(
-        [
-            r"recipient name is not recognized",
-            r"not listed in (?:the )?(?:domino|public name|directory)",
-            r"invalid final delivery userid",
-            r"unknown recipient or mailbox unavailable",
-            r"unable to deliver message to <",
-            r"did not reach the following recipient",
-            r"address couldn't be found|wasn't found at the destination",
-            r"address rejected\.",
-            r"invalid recipient|destinataire invalide",
-            r"requested action not taken: mailbox unavailable",
-            r"no valid recipients",
-            r"unknown user: ",
-            r"no such user here",
-            r"ディレクトリ(?:のリスト)?に(?:は)?(?:ありません|見つかりません)",
-        ]
-    ),
-    re.I,
-)
-# phrases that name a dead address before listing other possible causes
-_DEAD_FIRST = re.compile(r"the account or domain may not exist", re.I)
+# the phrase rules (data/bounce-rules.json, each group with its source)
+RULES = load_bounce_rules()
+_DEAD_FIRST = RULES.patterns["dead_first"]
+_SOFT_TEXT = RULES.patterns["soft_text"]
+_HOST_TEXT = RULES.patterns["host_text"]
+_USER_STRONG = RULES.patterns["user_strong"]
+_HARD_TEXT = RULES.patterns["hard_text"]
+_HARD_STATUS = RULES.hard_status
 _NAMES_ADDRESS = re.compile(
     r"[245]\d\d[ :-]+(?:\d\.\d\.\d+ )?(?:<"
     + _ADDR
@@ -152,75 +109,6 @@ _NAMES_ADDRESS = re.compile(
     + ")",
     re.I,
 )
-# the domain is dead (Sisimai's hostunknown / notaccept): whatever the command
-_HOST_TEXT = re.compile(
-    "|".join(
-        [
-            r"host (?:or domain name )?not found",
-            r"unknown host",
-            r"domain (?:name )?not found",
-            r"name or service not known",
-            r"host unknown",
-            r"unrouteable mail domain",
-            r"domain does not exist",
-            r"no mx (?:record|host)",
-            r"mx (?:record )?(?:lookup )?(?:fails|failed)",
-            r"(?:all )?relevant mx records point to non-existent hosts",
-            r"domain .* does not accept mail",
-            r"null mx",
-            r"no such domain",
-            r"(?:host|domain) (?:is )?(?:not reachable|does not exist)|\S+\.\w+ does not exist",
-            r"no mx record found",
-            r"mx or srv record indicated no smtp service",
-            r"host does not accept mail",
-            r"unrouteable address",
-        ]
-    ),
-    re.I,
-)
-# not about the address, even when a dead-address phrase also appears: checked first
-_SOFT_TEXT = re.compile(
-    "|".join(
-        [
-            r"mailbox (?:is )?full",
-            r"over ?quota",
-            r"quota exceeded",
-            r"exceeded (?:storage|the )?(?:allocation|quota)",
-            r"insufficient (?:disk )?space",
-            r"mailbox (?:size )?limit",
-            r"too (?:large|big)",
-            r"message size exceeds",
-            r"spam",
-            r"blacklist|blocklist|block ?list|black ?list|\bdnsbl\b|\brbl\b|spamhaus|spamcop",
-            r"blocked",
-            r"policy",
-            r"rate limit|too many",
-            r"relay(?:ing)? (?:access )?denied|relay not permitted|not permitted to relay",
-            r"timed? ?out|timeout",
-            r"connection (?:refused|reset)",
-            r"virus",
-            r"(?:account|mailbox|user) (?:is )?(?:disabled|suspended|inactive|locked|expired)",
-            r"temporar(?:y|ily) (?:failure|error|unavailable|rejected|deferred)",
-            r"retry time",
-            r"delivery expired|message expired|could not be delivered within|retry timeout",
-            r"reverse dns|ptr record|helo",
-            r"authentication|dkim|spf|dmarc",
-            r"content (?:rejected|filter)|rejected by (?:content )?filter|message filter",
-            r"domain of sender|sender (?:address )?(?:rejected|denied|verify)|sender rejected",
-            r"\bmail ?from\b.*rejected",
-            r"not (?:a )?member",
-            r"\blocked\b",
-            r"procmail|couldn't create",  # the local delivery agent failed (Sisimai: mailererror)
-            # Sisimai's "filtered": the recipient's own rules refused the sender
-            r"recipient preferences|user reject|is not accepting any mail|"
-            r"you have been blocked by the recipient|this account is protected by|"
-            r"message rejected due to user rules|bounced address|"
-            r"only accepting mail from specific",
-        ]
-    ),
-    re.I,
-)
-_HARD_STATUS = frozenset({"5.1.1", "5.1.2", "5.1.6", "5.1.10", "5.4.4", "5.7.27", "5.1.3"})
 _CMD_RCPT = re.compile(
     r"rcpt to\b|rcpt command|in reply to rcpt|after rcpt|>>> ?rcpt|rcpt to response|"
     r"does not like recipient|recipient address rejected|rejected recipient",
@@ -310,6 +198,10 @@ _BOUNCE_SUBJECT = re.compile(
     re.I,
 )
 _HELP_DESK = re.compile(r"contact|write to|send (?:an )?e-?mail to", re.I)
+# a transcript's MAIL FROM, or a field naming the sender: not a recipient
+_SENDER_CONTEXT = re.compile(
+    r"(?:mail\s+from|envelope[- ]from|return-path|sender)\s*[:=]?\s*<?\s*$", re.I
+)
 # Hotmail's pre-ARF complaint: the message attached, "complaint about message from <ip>"
 _COMPLAINT_SUBJECT = re.compile(r"complaint about message from", re.I)
 _BOUNCE_BODY = re.compile(
@@ -356,10 +248,18 @@ def parse(raw: bytes) -> Report:
         for p in parts
         if _ctype(p) in ("message/delivery-status", "message/global-delivery-status")
     ]
-    text = _text_body(msg, parts)
+    text = _text_body(msg, parts)[:MAX_PROSE]
     if ds:
         for p in ds:
             failures += _delivery_status(p, text)
+    if failures and all(f.action == "delayed" for f in failures):
+        return Report("delay", tuple(failures), original=original)
+    if not any(f.action == "failed" for f in failures) and is_delay_warning(msg, text):
+        # a delay warning not in DSN form (Sendmail's, Exim's, Exchange's, Gmail's...)
+        named = failures or _prose(msg, text, original)
+        return Report(
+            "delay", tuple(replace(f, action="delayed") for f in named), original=original
+        )
     if not failures:
         failures = _prose(msg, text, original)
     if failures:
@@ -367,6 +267,41 @@ def parse(raw: bytes) -> Report:
     if ct == "multipart/report" or _looks_like_bounce(msg):
         return Report("unknown", original=original)
     return Report("unknown", original=original)
+
+
+# a warning that delivery is still being tried (RFC 3464's "delayed", in prose)
+_DELAY_SUBJECT = re.compile(
+    r"delayed mail|\(delay\)|delivery (?:has been )?delayed|delay(?:ed)? (?:notification|notice)|"
+    r"^warning: (?:could not send message for past|message \S+ delayed)|"
+    r"message delayed|delivery (?:status notification|notification): delay|"
+    r"^delayed:|still being retried|not yet (?:been )?delivered|delivery incomplete",
+    re.I,
+)
+_DELAY_BODY = re.compile(
+    r"warning message only|do not need to resend|has not (?:yet )?been delivered|"
+    r"not (?:been )?delivered yet|(?:delivery|message) (?:has been|was|is) delayed|"
+    r"has been delayed|still being retried|will (?:be )?retr(?:y|ied)|"
+    r"will (?:continue|keep) (?:trying|to try|retrying)|will try (?:again|to deliver)|"
+    r"retry for \d+ more|delivery attempts will continue|is still trying",
+    re.I,
+)
+# what a final failure says, which a warning does not
+_FINAL = re.compile(
+    r"permanent(?:ly)? (?:fatal )?(?:error|failure|failed)|gave up|giving up|have given up|"
+    r"could not be delivered|couldn't be delivered|undeliverable|cannot send message for \d+ days?|"
+    r"delivery (?:has )?failed|failed permanently|was not delivered|deleted from (?:the )?queue",
+    re.I,
+)
+
+
+def is_delay_warning(msg: Message, text: str) -> bool:
+    """A report that delivery is delayed, not failed, in any form: the subject or the
+    prose says it, and nothing says the mail was given up."""
+    subject = str(msg.get("Subject", "")).strip()
+    own = _cut_copy(text)[:5000]
+    if _FINAL.search(subject) or _FINAL.search(own):
+        return False
+    return bool(_DELAY_SUBJECT.search(subject) or _DELAY_BODY.search(own))
 
 
 def _ctype(p: Message) -> str:
@@ -522,10 +457,14 @@ def _fields(block: str) -> list[dict[str, str]]:
 
 
 def _typed_address(value: str) -> str:
-    """`rfc822; a@b` → a@b (angle brackets, quotes and comments dropped)."""
+    """`rfc822; a@b` → a@b (angle brackets, quotes, `SMTP=` and trailing junk dropped;
+    "" unless what is left is a valid address: addresses.clean_address)."""
     _, _, addr = value.rpartition(";")
+    got = clean_address(addr)
+    if got:
+        return got
     m = ADDR_RE.search(addr) or ADDR_RE.search(value)
-    return m.group(0).strip(".").lower() if m else ""
+    return clean_address(m.group(0)) if m else ""
 
 
 def _delivery_status(p: Message, text: str) -> list[Failure]:
@@ -538,22 +477,24 @@ def _delivery_status(p: Message, text: str) -> list[Failure]:
         block = _payload_text(p)
     out: list[Failure] = []
     per_msg: dict[str, str] = {}
+    low = text.lower()
     for g in _fields(block):
+        if len(out) >= MAX_FAILURES:
+            break
         if "final-recipient" not in g and "original-recipient" not in g:
             per_msg.update(g)
             continue
         action = g.get("action", "failed").lower().split()[0] if g.get("action") else "failed"
         if action in ("delivered", "relayed", "expanded"):
             continue
-        address = _typed_address(g.get("final-recipient", "")) or _typed_address(
-            g.get("original-recipient", "")
-        )
+        orig = _typed_address(g.get("original-recipient", ""))
+        address = _typed_address(g.get("final-recipient", "")) or orig
         if not address:
             continue
         diag = g.get("diagnostic-code", "")
         diag = diag.split(";", 1)[1].strip() if ";" in diag[:12] else diag
         status = find_status(g.get("status", ""))
-        span = _span_for(text, address)
+        span = _span_for(text, address, low)
         prose = _one_line(_diagnostic_line(span) or span)
         if not diag or diag.lower() in ("smtp;", "x-unix;"):
             diag = prose
@@ -563,6 +504,7 @@ def _delivery_status(p: Message, text: str) -> list[Failure]:
         verdict_text = diag if _says_something(diag) or not prose else prose
         if action == "delayed" and not status:
             status = "4.0.0"
+        raw_diag = _one_line(g.get("diagnostic-code", ""), 1000)
         out.append(
             Failure(
                 address=address,
@@ -572,35 +514,62 @@ def _delivery_status(p: Message, text: str) -> list[Failure]:
                 and is_hard(
                     status,
                     verdict_text,
-                    command_of(f"{diag} {span}") or _command_near(text, address),
+                    command_of(f"{diag} {span}") or _command_near(text, address, low),
                 ),
                 action=action,
                 reply_code=find_reply(diag),
                 remote_mta=g.get("remote-mta", "").rpartition(";")[2].strip()[:255],
+                diagnostic_code=raw_diag if raw_diag.rstrip(";").strip() else "",
+                reporting_mta=_one_line(per_msg.get("reporting-mta", ""), 255),
+                remote_mta_ip=ip_of(g.get("remote-mta", "")),
+                original_recipient=orig if orig != address else "",
             )
         )
     return out
+
+
+def ip_of(remote_mta: str) -> str:
+    """The IP address a Remote-MTA field names (`dns; 192.0.2.1`, `dns; [2001:db8::1]`,
+    `dns; mx.example.net [192.0.2.1]`), "" when it names a host only."""
+    value = remote_mta.rpartition(";")[2].strip()
+    for cand in [value, *re.findall(r"\[([0-9A-Fa-f:.]+)\]", value)]:
+        cand = cand.strip("[]")
+        if cand.lower().startswith("ipv6:"):
+            cand = cand[5:]
+        try:
+            return str(ipaddress.ip_address(cand))
+        except ValueError:
+            continue
+    return ""
 
 
 def _says_something(text: str) -> bool:
     return bool(_SOFT_TEXT.search(text) or _HARD_TEXT.search(text) or _HOST_TEXT.search(text))
 
 
-def _command_near(text: str, address: str) -> str:
+def _command_near(text: str, address: str, low: str = "") -> str:
     """The SMTP command a transcript shows next to an address (the lines before each
     mention: `>>> DATA` then `<<< 550 <a@b>... User unknown`)."""
-    lines = text.splitlines()
+    low = low or text.lower()
     window: list[str] = []
-    for i, line in enumerate(lines):
-        if address in line.lower():
-            window += lines[max(0, i - 3) : i + 2]
+    i = low.find(address)
+    while i >= 0 and len(window) < 20:
+        start = i
+        for _ in range(4):  # the line and the 3 before it
+            start = low.rfind("\n", 0, start - 1) if start > 0 else -1
+            if start < 0:
+                break
+        end = low.find("\n", i)
+        end = low.find("\n", end + 1) if end >= 0 else -1  # and the one after
+        window.append(text[start + 1 : end if end >= 0 else len(text)])
+        i = low.find(address, i + len(address))
     return command_of("\n".join(window))
 
 
-def _span_for(text: str, address: str) -> str:
+def _span_for(text: str, address: str, low: str = "") -> str:
     """What the text says right after an address: each mention up to the next other
     address; the first mention that carries a reason (else the first one)."""
-    low = text.lower()
+    low = low or text.lower()
     clips: list[str] = []
     i = low.find(address)
     while i >= 0 and len(clips) < 20:
@@ -631,7 +600,8 @@ def _prose(msg: Message, text: str, original: tuple[tuple[str, str], ...]) -> li
     X-Failed-Recipients header), each with the reply text that follows it."""
     if not _looks_like_bounce(msg, text) and not msg.get("X-Failed-Recipients"):
         return []
-    own = _cut_copy(text)
+    own = own_text(_cut_copy(text))
+    ids = message_ids(text)
     senders = {
         a.lower() for _, a in getaddresses([str(msg.get("From", "")), str(msg.get("To", ""))])
     }
@@ -642,41 +612,51 @@ def _prose(msg: Message, text: str, original: tuple[tuple[str, str], ...]) -> li
         for _, a in getaddresses([v])
     }
     named = [
-        a.strip().lower()
-        for a in str(msg.get("X-Failed-Recipients", "")).split(",")
-        if ADDR_RE.fullmatch(a.strip())
+        a
+        for a in (clean_address(x) for x in str(msg.get("X-Failed-Recipients", "")).split(","))
+        if a
     ]
     spans: dict[str, None] = {}
+    not_rcpt: set[str] = set(ids)
     for m in ADDR_RE.finditer(own):
-        a = m.group(0).strip(".").lower()
+        if m.start() and _LOCAL_CHAR_RE.match(own, m.start() - 1):
+            continue  # the tail of a local part longer than 64: no address
+        a = clean_address(m.group(0))
+        if not a:
+            continue
+        before = own[max(0, m.start() - 40) : m.start()]
+        if _HELP_DESK.search(before) or _SENDER_CONTEXT.search(before):
+            not_rcpt.add(a)  # the receiver's help desk, or the envelope sender
+            continue
         if re.match(r"(?:mailer-daemon|postmaster)$", a.split("@")[0]):
             continue
-        if _HELP_DESK.search(own[max(0, m.start() - 40) : m.start()]):
-            continue  # the receiver's help desk, not a recipient
         spans.setdefault(a, None)
+    for a in not_rcpt:
+        spans.pop(a, None)
     if not named:
         named = [a for a in spans if a not in senders] or list(spans)[:1]
-    if not named:
-        named = [
-            a.lower() for n, v in original if n.lower() == "to" for _, a in getaddresses([v]) if a
-        ][:1]
+    own_low = own.lower()
     out = []
-    for a in named:
-        reason = _span_for(own, a)
+    for a in named[:MAX_FAILURES]:
+        reason = _span_for(own, a, own_low)
         if not _says_something(reason):
             reason = own
-        command = command_of(reason) or _command_near(own, a)
+        command = command_of(reason) or _command_near(own, a, own_low)
         line = _diagnostic_line(reason)
         if _says_something(line):
             reason = line
         status = find_status(reason)
+        diag_line = _diagnostic_line(reason)
+        reply = re.search(r"(?<![\d.])[245]\d\d(?:[ -].*|$)", diag_line)
         out.append(
             Failure(
                 address=a,
                 status=status,
-                diagnostic=_one_line(_diagnostic_line(reason) or reason),
+                diagnostic=_one_line(diag_line or reason),
                 hard=is_hard(status, reason, command),
                 reply_code=find_reply(reason),
+                # the remote reply the prose quotes, from its code on, as SES would type it
+                diagnostic_code=f"smtp; {_one_line(reply.group(0))}" if reply else "",
             )
         )
     return out

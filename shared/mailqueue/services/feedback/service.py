@@ -15,6 +15,7 @@ the receipt's message id), so downstream de-duplication holds.
 from __future__ import annotations
 
 import logging
+import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -61,6 +62,25 @@ def bounce_class(f: Failure) -> tuple[str, str]:
     if f.status.startswith(("5.7.", "5.6.")) or "spam" in text or "content" in text:
         return ("Transient", "ContentRejected")
     return ("Transient", "General")
+
+
+def reply_text(code: int, diagnostic: str) -> str:
+    """The reply's text without its code (`550 5.1.1 unknown` -> `5.1.1 unknown`): the
+    event writes code and text together, so a code left in the text would repeat."""
+    if code:
+        return re.sub(rf"^{code}[ -]", "", diagnostic.strip(), count=1)
+    return diagnostic
+
+
+def dsn_fields(f: Failure) -> dict[str, str]:
+    """SES's bounce fields from the receiver's DSN as sent (core/events.py writes them in
+    place of the queue's own): Diagnostic-Code, Reporting-MTA, Remote-MTA's IP."""
+    out = {
+        "diagnosticCode": f.diagnostic_code,
+        "reportingMTA": f.reporting_mta,
+        "remoteMtaIp": f.remote_mta_ip,
+    }
+    return {k: v for k, v in out.items() if v}
 
 
 @dataclass
@@ -174,6 +194,9 @@ class FeedbackService:
                 )
                 self._suppress(out, address, f"complaint: {c.feedback_type}", "", d.mail_id, now)
             return
+        if report.kind == "delay":  # delayed, not failed: counted, no event (operations.md)
+            out.counts["delayed"] += 1
+            return
         if report.kind != "bounce":
             out.counts["unparsed"] += 1
             return
@@ -187,10 +210,11 @@ class FeedbackService:
                 continue
             btype, bsub = bounce_class(f)
             out.counts["bounce_hard" if f.hard else "bounce_soft"] += 1
+            code = f.reply_code if 200 <= f.reply_code <= 599 else 0
             result = Result(
-                f.reply_code if 200 <= f.reply_code <= 599 else 0,
+                code,
                 f.status if f.status[:1] in ("4", "5") else ("5.0.0" if f.hard else "4.0.0"),
-                f.diagnostic[:500],
+                reply_text(code, f.diagnostic)[:500],
                 f.remote_mta[:255] or None,
             )
             out.events.append(
@@ -204,11 +228,16 @@ class FeedbackService:
                     extra={
                         "bounce_class": (btype, bsub),
                         "reporting_mta": self.s.hostname,
+                        "dsn": dsn_fields(f),
                         "feedback": {**feedback, "diagnostic": f.diagnostic[:500]},
                     },
                 )
             )
-            if f.hard:
+            if f.hard and not known:
+                # the mail's record is gone (its TTL): the address cannot be checked against
+                # whom the queue sent to, so it is not suppressed on the report's word
+                out.counts["suppression_unverified"] += 1
+            elif f.hard:
                 self._suppress(
                     out, address, f.diagnostic or "late hard bounce", result.status, d.mail_id, now
                 )
@@ -227,13 +256,26 @@ class FeedbackService:
     def _failures(
         self, d: Decoded, known: Mapping[str, str], failures: tuple[Failure, ...]
     ) -> list[tuple[str, Failure]]:
+        # a failure is known by its final address or by the one the queue sent to (a DSN's
+        # Original-Recipient, when the receiver forwarded or expanded it)
+        by: dict[str, Failure] = {}
+        for f in failures:
+            by.setdefault(f.address, f)
+            if f.original_recipient:
+                by.setdefault(f.original_recipient, f)
         if d.rid is not None and d.rid in known:
             address = known[d.rid]
-            match = [f for f in failures if f.address == address.lower()]
-            return [(address, (match or list(failures))[0])] if failures else []
-        rcpts = self._recipients(d, known, [f.address for f in failures])
-        by = {f.address: f for f in failures}
-        return [(a, by[a.lower()]) for a in rcpts if a.lower() in by]
+            match = by.get(address.lower())
+            return [(address, match or failures[0])] if failures else []
+        named = list(by) if known else [f.address for f in failures]
+        out: list[tuple[str, Failure]] = []
+        seen: set[int] = set()
+        for a in dict.fromkeys(self._recipients(d, known, named)):
+            got = by.get(a.lower())
+            if got is not None and id(got) not in seen:  # one event per failure
+                seen.add(id(got))
+                out.append((a, got))
+        return out
 
     def _info(
         self, mail_id: str, mail: dict[str, Any] | None, groups: list[Group], report: Report

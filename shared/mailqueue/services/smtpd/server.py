@@ -6,7 +6,9 @@ Each listener speaks for one kind of client:
   store; the user's principal is the API's caller, so the sender policy, priority and
   tags of that principal apply unchanged;
 - ``submissions`` (465, optional): the same over implicit TLS;
-- ``receive`` (25, optional): no AUTH; only recipients in the receiving domains, as SES
+- ``receive`` (25, optional): no AUTH; STARTTLS offered, never required (opportunistic,
+  as MX hosts do: RFC 3207 §4 says a publicly referenced server must not require it), with
+  the submission listeners' TLS context; only recipients in the receiving domains, as SES
   receipt takes them, and on the bounce domains (the return path policy's): those are
   receivers' reports (late bounces, complaints), handed to the feedback service as SES
   receipt hands them (`IngressService.submit_smtp`), never queued. A transaction is one
@@ -22,7 +24,7 @@ content, state and trigger are durable (for a report: its events and suppression
 entries are written). The service's calls block (AWS requests): they run on a thread
 pool, never on the event loop.
 
-One piece (~830 lines): almost all of it is `FrontDoor`, one aiosmtpd session whose
+One piece (~900 lines): almost all of it is `FrontDoor`, one aiosmtpd session whose
 command handlers share its transaction and limits, and the small server that runs it;
 what stands apart (DATA reading, replies, credentials, settings) is in modules beside it.
 """
@@ -100,31 +102,57 @@ class Refused(Exception):
 
 @dataclass
 class Gate:
-    """What the listeners of one server share: connections per client address and AUTH
-    failures per client address. Touched only from the event loop's thread."""
+    """What the listeners of one server share: connections per client address, the stress
+    mode, and AUTH failures per client address. Touched only from the event loop's thread.
+
+    Stress mode is Postfix's (STRESS_README, "Automatic stress-adaptive behavior"; its
+    default ``smtpd_timeout = ${stress?{10}:{300}}s``): once the sessions reach
+    `stress_threshold` of `max_connections`, every session's timeout is `stress_timeout`
+    (10 s) instead of `idle_timeout` (300 s), the sessions open at that moment included,
+    so idle clients give their slots back in seconds and new clients get in. It ends when
+    the sessions fall below the threshold again."""
 
     settings: SmtpdSettings
     clock: Callable[[], float] = time.monotonic
     active: collections.Counter[str] = field(default_factory=collections.Counter)
     failures: dict[str, collections.deque[float]] = field(default_factory=dict)
     counters: collections.Counter[str] = field(default_factory=collections.Counter)
+    sessions: set[FrontDoor] = field(default_factory=set)
+    stressed: bool = False
 
     @property
     def total(self) -> int:
         return sum(self.active.values())
 
-    def enter(self, ip: str) -> bool:
+    @property
+    def timeout(self) -> float:
+        s = self.settings
+        return min(s.stress_timeout, s.idle_timeout) if self.stressed else s.idle_timeout
+
+    def enter(self, ip: str, session: FrontDoor) -> bool:
         s = self.settings
         if self.total >= s.max_connections or self.active[ip] >= s.max_connections_per_ip:
             self.counters["connection_refused"] += 1
             return False
         self.active[ip] += 1
+        self.sessions.add(session)
+        if not self.stressed and self.total >= s.stress_threshold * s.max_connections:
+            self.stressed = True
+            self.counters["stress"] += 1
+            log.warning("stress mode on", extra={"sessions": self.total, "timeout": self.timeout})
+            for other in self.sessions:
+                other.shorten_timeout()
         return True
 
-    def leave(self, ip: str) -> None:
+    def leave(self, ip: str, session: FrontDoor) -> None:
         self.active[ip] -= 1
         if self.active[ip] <= 0:
             del self.active[ip]
+        self.sessions.discard(session)
+        s = self.settings
+        if self.stressed and self.total < s.stress_threshold * s.max_connections:
+            self.stressed = False
+            log.info("stress mode off", extra={"sessions": self.total})
 
     def _recent(self, ip: str) -> collections.deque[float]:
         q = self.failures.setdefault(ip, collections.deque())
@@ -218,6 +246,15 @@ def _xtext(value: str | None, what: str, limit: int) -> str:
     return decoded
 
 
+class _Session(AioSession):
+    """aiosmtpd's session without its deprecated `login_data` property: aiosmtpd 1.4.6's
+    own smtp_AUTH still assigns it after every successful AUTH, and the property logs
+    "Session.login_data is deprecated" at WARNING each time. Who authenticated is
+    `auth_data` (and our `FrontDoor.principal`)."""
+
+    login_data: Any = None
+
+
 class FrontDoor(SMTP):
     """One SMTP session. aiosmtpd's protocol engine (TLS, AUTH exchanges, the command
     loop); MAIL, RCPT, DATA and EHLO are ours, as are the limits."""
@@ -237,17 +274,21 @@ class FrontDoor(SMTP):
             decode_data=False,
             hostname=door.hostname,
             ident="mailqueue ESMTP",
-            tls_context=tls_context if kind == "submission" else None,
+            # STARTTLS: required on submission, offered on receive (opportunistic)
+            tls_context=tls_context if kind in ("submission", "receive") else None,
             require_starttls=kind == "submission",
             timeout=s.idle_timeout,
             auth_required=submission,
-            # on the implicit TLS listener the whole session is TLS already
-            auth_require_tls=kind == "submission",
+            auth_require_tls=submission,
             auth_exclude_mechanism=[] if submission else None,
             authenticator=self._no_authenticator,
         )
         if not submission:
             self._auth_methods.clear()  # the receiving listener offers no AUTH
+        if kind == "submissions":
+            # the whole session is TLS already (aiosmtpd looks for a STARTTLS layer); set
+            # here, not passed, since aiosmtpd warns on every session given False
+            self._auth_require_tls = False
         self.command_size_limits = collections.defaultdict(lambda: MAX_COMMAND)
         self.door = door
         self.kind = kind
@@ -257,6 +298,8 @@ class FrontDoor(SMTP):
         self.auth_failures = 0
         self._ip = ""
         self._admitted = False
+        self._last_input = time.monotonic()
+        self._busy = False  # in a service call: the timeout is stopped
         self._tokens = float(s.command_burst)
         self._last = time.monotonic()
         for name, method in list(self._smtp_methods.items()):
@@ -267,7 +310,7 @@ class FrontDoor(SMTP):
         if self.transport is None and not self._admitted:  # a new connection, not STARTTLS
             peer = transport.get_extra_info("peername")
             self._ip = str(peer[0]) if isinstance(peer, tuple) and peer else "?"
-            if not self.door.gate.enter(self._ip):
+            if not self.door.gate.enter(self._ip, self):
                 log.warning("connection refused: too many connections", extra={"ip": self._ip})
                 assert isinstance(transport, asyncio.WriteTransport)
                 try:
@@ -283,9 +326,42 @@ class FrontDoor(SMTP):
     def connection_lost(self, error: Exception | None) -> None:
         if not self._admitted:
             return  # refused at connect: no session was started
-        self.door.gate.leave(self._ip)
+        self.door.gate.leave(self._ip, self)
         self._admitted = False
         super().connection_lost(error)
+
+    def _create_session(self) -> AioSession:
+        return _Session(self.loop)
+
+    def _reset_timeout(self, duration: float | None = None) -> None:
+        """Every line read restarts the timer: the idle timeout, or stress mode's."""
+        self._last_input = time.monotonic()
+        super()._reset_timeout(duration or self.door.gate.timeout)
+
+    async def _service(self, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
+        """A call to the ingress service (or the credentials check) off the event loop.
+        The timeout counts the client's silence only (as Postfix's smtpd_timeout bounds
+        its waits for the client): it is stopped while we work, restarted after, so a
+        slow store under stress mode's 10 s never cuts a session whose mail is being
+        written (the client would retry a mail we may have stored)."""
+        if self._timeout_handle is not None:
+            self._timeout_handle.cancel()
+        self._busy = True
+        try:
+            return await self.door.call(fn, *args, **kw)
+        finally:
+            self._busy = False
+            if self.transport is not None and not self.transport.is_closing():
+                self._reset_timeout()
+
+    def shorten_timeout(self) -> None:
+        """Stress mode began: this session's timer runs to `stress_timeout` after its
+        last input (at once for a session idle that long already)."""
+        if self._timeout_handle is None or self.transport is None or self._busy:
+            return  # (a session in a service call gets the short timeout after it)
+        left = self._last_input + self.door.gate.timeout - time.monotonic()
+        self._timeout_handle.cancel()
+        self._timeout_handle = self.loop.call_later(max(0.0, left), self._timeout_cb)
 
     def _timeout_cb(self) -> None:
         if isinstance(self.transport, asyncio.WriteTransport):
@@ -360,8 +436,12 @@ class FrontDoor(SMTP):
             lines.append("STARTTLS")
         if self._auth_methods and (self.tls or not self._auth_require_tls):
             lines.append("AUTH " + " ".join(sorted(self._auth_methods)))
-        for i, line in enumerate(lines):
-            await super().push(f"250{'-' if i < len(lines) - 1 else ' '}{line}")
+        # the whole reply in one write, so one TCP segment (as Postfix sends it): a client
+        # that reads one segment and parses it (sslscan's STARTTLS probe) sees every line
+        last = len(lines) - 1
+        await super().push(
+            "\r\n".join(f"250{'-' if i < last else ' '}{x}" for i, x in enumerate(lines))
+        )
 
     async def smtp_STARTTLS(self, arg: str) -> None:
         """A failed handshake is the client's problem: logged at INFO, the connection
@@ -400,7 +480,7 @@ class FrontDoor(SMTP):
         store = self.door.credentials
         principal = None
         if store is not None:
-            principal = await self.door.call(authenticate, store, login, password)
+            principal = await self._service(authenticate, store, login, password)
         user = hashlib.sha256(login).hexdigest()[:12]
         if principal is not None:
             self.principal = principal
@@ -466,7 +546,7 @@ class FrontDoor(SMTP):
             await self.push(e.reply)
             return
         try:
-            await self.door.call(
+            await self._service(
                 self.door.service.smtp_check_sender,
                 tx.sender,
                 principal=self.principal,
@@ -542,7 +622,7 @@ class FrontDoor(SMTP):
             await self.push(e.reply)
             return
         try:
-            report = await self.door.call(
+            report = await self._service(
                 self.door.service.smtp_check_recipient,
                 rcpt.address,
                 sender=tx.sender,
@@ -666,7 +746,7 @@ class FrontDoor(SMTP):
         """250 only when the service answered 202 (durable); a refusal its reply; any
         failure 451, so the client keeps the mail and tries again."""
         try:
-            answer = await self.door.call(self.door.service.submit_smtp, mail)
+            answer = await self._service(self.door.service.submit_smtp, mail)
         except Exception as e:  # noqa: BLE001  storage down or unforeseen: never a 250
             log.warning("submission not stored", extra={"cause": type(e).__name__})
             self.door.gate.counters["unavailable"] += 1
@@ -754,7 +834,10 @@ class SmtpServer:
             def factory(kind: str = kind) -> FrontDoor:
                 return FrontDoor(self.door, kind, self.tls_context)
 
-            server = await loop.create_server(factory, s.host, port, ssl=ssl_ctx)
+            # the accept queue takes a burst of every session at once (asyncio's 100 would
+            # drop SYNs past it, and the clients retry a second later)
+            backlog = max(128, s.max_connections)
+            server = await loop.create_server(factory, s.host, port, ssl=ssl_ctx, backlog=backlog)
             self._servers.append(server)
             bound = server.sockets[0].getsockname()
             self.listening.append(Listening(kind, str(bound[0]), int(bound[1])))

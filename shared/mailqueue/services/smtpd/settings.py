@@ -30,9 +30,16 @@ class SmtpdSettings:
     tls_secret: str = ""
     credentials: str = ""  # file:/path | secretsmanager:<secret id or ARN>
     max_connections: int = 200
-    max_connections_per_ip: int = 50
+    # a tenth of the total: a handful of addresses holding idle connections cannot take
+    # every slot (at 50 of 200, four could; Postfix's anvil default is 50 of its 100)
+    max_connections_per_ip: int = 20
     max_recipients: int = 100  # per transaction (452 4.5.3 past it)
     idle_timeout: float = 300.0  # seconds without a command (421 4.4.2)
+    # stress mode (Postfix's STRESS_README): from this share of max_connections on, every
+    # session's timeout is stress_timeout (Postfix: ${stress?{10}:{300}}s; never longer
+    # than idle_timeout)
+    stress_threshold: float = 0.8
+    stress_timeout: float = 10.0
     command_rate: float = 50.0  # commands a second a session may sustain …
     command_burst: int = 300  # … after this many at once (421 4.7.0 past it)
     max_auth_failures: int = 3  # per session, then 421 4.7.0 and close
@@ -68,9 +75,11 @@ class SmtpdSettings:
         ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"smtpd {name} must be positive")
-        for name in ("idle_timeout", "command_rate", "auth_failure_window"):
+        for name in ("idle_timeout", "stress_timeout", "command_rate", "auth_failure_window"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"smtpd {name} must be positive")
+        if not 0 < self.stress_threshold <= 1:
+            raise ConfigError("smtpd stress_threshold must be within (0, 1] of max_connections")
         if not 0 <= self.auth_failure_delay <= 30:
             raise ConfigError("smtpd auth_failure_delay must be within 0..30 s")
 

@@ -1,0 +1,254 @@
+"""The bounce parser on two public corpora (`make bench`; issue 42).
+
+    .venv/bin/python -m bench.bounce_corpora [--misses]
+
+* **Sisimai's set-of-emails** (tests/data/sisimai, BSD 2-clause): the corpus the rules
+  are tuned on. Its answers are Sisimai's own verdicts (Debian's libsisimai-perl, run by
+  tests/feedback/sisimai_verdicts.pl); skipped, and said so, when perl or Sisimai is
+  missing.
+* **Mail::DeliveryStatus::BounceParser's t/corpus** (tests/data/bounceparser, Perl's
+  licence): held out, never tuned on. Its answers are those the project's .t files
+  state, transcribed unchanged (expected-check_report.jsonl by transcribe/run.sh,
+  expected-manual.jsonl by hand from the .t files that call the parser directly).
+
+Figures, per corpus: address precision (of the addresses we report as failed where the
+corpus states the answer — its addresses, "no report", or "not a bounce" — the share it
+names), recall (of the addresses it names, the share we report), hard/soft agreement
+(files with a verdict; a file we report nothing for counts as a disagreement), and the
+delay reports dropped. There is no queue record here, so the rule that an address must be
+one the mail was sent to (services/feedback/service.py) does not apply: only the parser's
+own normalisation and validation do.
+
+BounceParser's reasons are mapped to hard/soft by what they say about the address, as our
+verdict is defined (docs/feedback.md "Hard or soft"): `user_unknown` and `domain_error`
+hard; `over_quota`, `user_disabled`, `spam`, `message_too_large` soft; `unknown` is no
+answer. The mapping was fixed before the corpus was first measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mailqueue.services.feedback.parse import Report, parse
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "data"
+BP = DATA / "bounceparser"
+SISIMAI = DATA / "sisimai" / "messages"
+SISIMAI_SCRIPT = ROOT / "tests" / "feedback" / "sisimai_verdicts.pl"
+
+BP_HARD = {"user_unknown": True, "domain_error": True}
+BP_SOFT = {"over_quota", "user_disabled", "spam", "message_too_large"}
+SISIMAI_UNDECIDED = ("onhold", "undefined")
+
+
+@dataclass
+class Figures:
+    corpus: str
+    files: int = 0
+    reported: int = 0  # addresses we report where the corpus states the answer
+    reported_right: int = 0
+    expected: int = 0  # addresses the corpus names
+    found: int = 0
+    verdicts: int = 0
+    verdicts_agree: int = 0
+    delays_dropped: int = 0
+    no_answer: int = 0  # files the corpus gives no answer for (left out)
+    misses: list[str] = field(default_factory=list)
+
+    @property
+    def precision(self) -> float:
+        return self.reported_right / self.reported if self.reported else 1.0
+
+    @property
+    def recall(self) -> float:
+        return self.found / self.expected if self.expected else 1.0
+
+    @property
+    def agreement(self) -> float:
+        return self.verdicts_agree / self.verdicts if self.verdicts else 1.0
+
+    def row(self) -> str:
+        return (
+            f"| {self.corpus} | {self.files} | {self.reported_right}/{self.reported} = "
+            f"{self.precision:.1%} | {self.found}/{self.expected} = {self.recall:.1%} | "
+            f"{self.verdicts_agree}/{self.verdicts} = {self.agreement:.1%} | "
+            f"{self.delays_dropped} |"
+        )
+
+
+def failed(rep: Report) -> dict[str, bool]:
+    """The addresses a report makes the queue act on (a Bounce event; hard: suppressed)."""
+    if rep.kind != "bounce":
+        return {}
+    return {f.address: f.hard for f in rep.failures if f.action != "delayed"}
+
+
+def bounceparser_expectations() -> dict[str, dict[str, Any]]:
+    """file name -> the project's answers (both transcriptions; a file in both: merged)."""
+    out: dict[str, dict[str, Any]] = {}
+    for name in ("expected-check_report.jsonl", "expected-manual.jsonl"):
+        for line in (BP / name).read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                e = json.loads(line)
+                out.setdefault(Path(e["file"]).name, {}).update(e)
+    return out
+
+
+def bp_verdict(e: dict[str, Any]) -> bool | None:
+    """hard (True) / soft (False) / no answer, from the project's std_reason (the message
+    too large files' key is spelt `std_reaons` in t/message-too-large.t: kept)."""
+    reason = e.get("std_reason") or e.get("std_reaons")
+    if reason in BP_HARD:
+        return True
+    if reason in BP_SOFT:
+        return False
+    return None
+
+
+def measure_bounceparser() -> Figures:
+    fig = Figures("BounceParser t/corpus (held out)")
+    for name, e in sorted(bounceparser_expectations().items()):
+        raw = (BP / "t" / "corpus" / name).read_bytes()
+        rep = parse(raw)
+        fig.files += 1
+        if rep.kind == "delay":
+            fig.delays_dropped += 1
+        mine = failed(rep)
+        want: list[str] | None = None
+        if e.get("is_bounce") == 0 or e.get("reports") == 0:
+            want = []
+        elif "addresses" in e:
+            want = [a.lower() for a in e["addresses"]]
+        if want is not None:
+            fig.reported += len(mine)
+            fig.reported_right += sum(a in want for a in mine)
+            fig.expected += len(want)
+            fig.found += sum(a in mine for a in want)
+            for a in mine:
+                if a not in want:
+                    fig.misses.append(f"{name}: reported {a} (corpus: {want})")
+            for a in want:
+                if a not in mine:
+                    fig.misses.append(f"{name}: missed {a} (ours: {sorted(mine)}, {rep.kind})")
+        hard = bp_verdict(e)
+        if hard is not None and e.get("is_bounce") != 0:
+            fig.verdicts += 1
+            ours = set(mine.values())
+            if ours == {hard}:
+                fig.verdicts_agree += 1
+            else:
+                fig.misses.append(
+                    f"{name}: verdict {e.get('std_reason') or e.get('std_reaons')}, ours "
+                    f"{ {a: ('hard' if h else 'soft') for a, h in mine.items()} or rep.kind }"
+                )
+    return fig
+
+
+def sisimai_verdicts(files: list[Path]) -> list[dict[str, Any]] | None:
+    if shutil.which("perl") is None:
+        return None
+    if subprocess.run(["perl", "-MSisimai", "-e", "1"], capture_output=True).returncode:
+        return None
+    out = subprocess.run(
+        ["perl", str(SISIMAI_SCRIPT), *map(str, files)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    ).stdout
+    return [json.loads(line) for line in out.splitlines()[1:] if line.strip()]
+
+
+def measure_sisimai() -> Figures | None:
+    files = sorted(SISIMAI.glob("*.eml"))
+    verdicts = sisimai_verdicts(files)
+    if verdicts is None:
+        return None
+    fig = Figures("Sisimai set-of-emails (tuned on)")
+    by_file: dict[str, list[dict[str, Any]]] = {}
+    for v in verdicts:
+        by_file.setdefault(Path(v["file"]).name, []).append(v)
+    for p in files:
+        rep = parse(p.read_bytes())
+        fig.files += 1
+        if rep.kind == "delay":
+            fig.delays_dropped += 1
+        vs = by_file.get(p.name, [])
+        if any(v["reason"] in ("feedback", "vacation", "delivered") for v in vs):
+            continue
+        if not vs:  # Sisimai found no bounce in it (a newer MTA than 4.25 knows): no answer
+            fig.no_answer += 1
+            continue
+        if rep.kind == "delay":
+            # Sisimai lists delays with the bounces (its action is not a reliable tell:
+            # "expired" is "delayed", Exim's "delayed 24 hours" warning "failed"): a report
+            # we drop as a delay is counted apart, in neither precision nor recall
+            fig.misses.append(f"{p.name}: dropped as a delay (sisimai: {vs[0]['reason']})")
+            continue
+        undecided = {
+            v["recipient"].lower().replace('"', "") for v in vs if v["reason"] in SISIMAI_UNDECIDED
+        }
+        mine = {a: h for a, h in failed(rep).items() if a not in undecided}
+        want = {
+            v["recipient"].lower().replace('"', ""): v
+            for v in vs
+            if v["reason"] not in SISIMAI_UNDECIDED
+        }
+        fig.reported += len(mine)
+        fig.reported_right += sum(a in want for a in mine)
+        fig.expected += len(want)
+        fig.found += sum(a in mine for a in want)
+        for a in mine:
+            if a not in want:
+                fig.misses.append(f"{p.name}: reported {a} (sisimai: {sorted(want)})")
+        for a, v in want.items():
+            if a not in mine:
+                fig.misses.append(f"{p.name}: missed {a} (ours: {sorted(mine)}, {rep.kind})")
+                continue
+            if v["softbounce"] not in (0, 1):
+                continue
+            fig.verdicts += 1
+            if mine[a] == (v["softbounce"] == 0):
+                fig.verdicts_agree += 1
+            else:
+                fig.misses.append(f"{p.name}: verdict sisimai {v['reason']}, ours hard={mine[a]}")
+    return fig
+
+
+HEADER = (
+    "| corpus | files | address precision | address recall | hard/soft agreement "
+    "| delay reports dropped |\n|---|---:|---:|---:|---:|---:|"
+)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--misses", action="store_true", help="list every disagreement")
+    args = ap.parse_args(argv)
+    figs = [measure_bounceparser()]
+    sis = measure_sisimai()
+    print(HEADER)
+    if sis is None:
+        print("| Sisimai set-of-emails | skipped: perl or Sisimai (libsisimai-perl) missing |")
+    else:
+        print(sis.row())
+        figs.append(sis)
+    print(figs[0].row())
+    if args.misses:
+        for f in figs:
+            print(f"\n{f.corpus}:")
+            for m in f.misses:
+                print("  " + m)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
