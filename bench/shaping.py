@@ -93,6 +93,7 @@ class Result:
     block: int
     concurrency: int
     peer_limit: int
+    connections: int = 10  # the site's max_connections
     delivered: int = 0
     throttled: int = 0  # the peer's 421s
     wall_s: float = 0.0
@@ -236,6 +237,7 @@ def measure(
     shaping: bool = True,
     book_slots: bool = True,
     warm: int = 0,
+    connections: int = 10,
 ) -> Result:
     from mailqueue.backends.aws.backend import AwsStorage
     from mailqueue.backends.aws.clients import make_clients
@@ -245,11 +247,11 @@ def measure(
 
     from tests.support.smtp_peers import Behaviour, smtp_sink
 
-    res = Result(mails, rate, burst, block, concurrency, peer_limit)
+    res = Result(mails, rate, burst, block, concurrency, peer_limit, connections=connections)
     rules = {
         "version": 1,
         "default": {
-            "max_connections": 10,
+            "max_connections": connections,
             "rates": [{"messages": int(rate), "per": "1s", "burst": burst}],
             "block": block,
         },
@@ -258,7 +260,9 @@ def measure(
     hooks = cost._Hooks(run)
     site = _SiteHooks()
     # shaping off: the machine's own ceiling (the peer takes everything)
-    peer_b = Behaviour(rate_limit=(peer_limit, 1.0) if shaping else None, max_connections=10)
+    peer_b = Behaviour(
+        rate_limit=(peer_limit, 1.0) if shaping else None, max_connections=max(10, connections)
+    )
     with tempfile.TemporaryDirectory(prefix="mq-shaping-") as tmp, smtp_sink(peer_b) as peer:
         options = StackOptions(
             var_dir=Path(tmp),
@@ -412,7 +416,12 @@ def waits(ns: argparse.Namespace, argv: list[str] | None) -> int:
     whether the site gets its limit at every burst size."""
     rows = []
     wave = ns.mails if ns.warm is None else ns.warm
-    for burst in (int(b) for b in ns.bursts.split(",") if b.strip()):
+    cases = [
+        (conns, burst)
+        for conns in (int(c) for c in ns.connections.split(",") if c.strip())
+        for burst in (int(b) for b in ns.bursts.split(",") if b.strip())
+    ]
+    for conns, burst in cases:
         r = measure(
             ns.mails,
             ns.rate,
@@ -422,10 +431,12 @@ def waits(ns: argparse.Namespace, argv: list[str] | None) -> int:
             ns.peer_limit,
             book_slots=ns.book_slots,
             warm=wave,
+            connections=conns,
         )
         ok = abs(r.rate_steady - r.rate) <= 0.05 * r.rate
         print(
-            f"burst {burst}: {r.delivered}/{r.mails + wave} delivered, steady {r.rate_steady:.3f}/s "
+            f"{conns} connections, burst {burst}: {r.delivered}/{r.mails + wave} delivered, "
+            f"steady {r.rate_steady:.3f}/s "
             f"(all {r.rate_all:.3f}/s, middle 80 % {r.rate_mid:.3f}/s; within 5 %: {ok}), "
             f"limiter {r.limiter_per_mail:.2f} requests/mail {dict(r.site_ops)} "
             f"(warm: {r.warm_limiter_per_mail:.2f}), "
@@ -435,7 +446,7 @@ def waits(ns: argparse.Namespace, argv: list[str] | None) -> int:
             flush=True,
         )
         rows.append(
-            f"| {burst} | {r.delivered}/{r.mails + wave} | **{r.rate_steady:.3f}/s** "
+            f"| {conns} | {burst} | {r.delivered}/{r.mails + wave} | **{r.rate_steady:.3f}/s** "
             f"({(r.rate_steady / r.rate - 1) * 100:+.1f} %) | {r.rate_mid:.3f}/s | "
             f"{r.limiter_per_mail:.2f} | **{r.warm_limiter_per_mail:.2f}** | "
             f"{r.rearms_per_mail:.2f} | **{r.warm_rearms_per_mail:.2f}** | {r.throttled} |"
@@ -446,8 +457,9 @@ def waits(ns: argparse.Namespace, argv: list[str] | None) -> int:
     lines = [
         WAITS_SECTION,
         "",
-        f"{ns.mails} one-recipient mails to one site limited at {ns.rate:g}/s and 10 "
-        f"connections, all queued at once (the limit binds from the start), then a second "
+        f"{ns.mails} one-recipient mails to one site limited at {ns.rate:g}/s and "
+        f"{' or '.join(ns.connections.split(','))} connections, all queued at once (the "
+        "limit binds from the start), then a second "
         f"wave queued at once when the first has been sent (warm), "
         f"{ns.concurrency} delivery invocations polling the queue, {booking}. Steady rate: "
         "(mails − burst) / (last − first MAIL FROM), what GCRA allows after its burst. "
@@ -461,10 +473,10 @@ def waits(ns: argparse.Namespace, argv: list[str] | None) -> int:
         "site and may hold slots): what a limit binding all day costs, against issue 25 "
         "item 6's bound of 1.2 requests and 1 re-arm a mail. Rates: the first wave's.",
         "",
-        "| burst | delivered | steady rate (vs limit) | middle 80 % | limiter requests "
-        "per mail, whole run | limiter requests per mail, warm | re-arms per mail, whole run "
-        "| re-arms per mail, warm | 421s |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| connections | burst | delivered | steady rate (vs limit) | middle 80 % | limiter "
+        "requests per mail, whole run | limiter requests per mail, warm | re-arms per mail, "
+        "whole run | re-arms per mail, warm | 421s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
         *rows,
         "",
         f"_Run {datetime.now():%Y-%m-%d %H:%M} on {platform.machine()}, "
@@ -501,6 +513,12 @@ def main(argv: list[str] | None = None) -> int:
         default="",
         help="a binding limit at each of these bursts (e.g. 1,2,5): limiter requests and "
         "re-arms per mail, the achieved rate",
+    )
+    p.add_argument(
+        "--connections",
+        default="10,2",
+        help="with --bursts: the site's max_connections, each a case of its own (10: not "
+        "binding; 2: issue 25's Postfix site, where a container keeps no slot)",
     )
     p.add_argument(
         "--no-book-slots",

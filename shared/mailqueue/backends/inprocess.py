@@ -15,6 +15,7 @@ import json
 import secrets
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -291,17 +292,20 @@ class MemoryShapingStore:
 
     def __init__(self) -> None:
         self.requests = 0
+        self.requests_by_key: Counter[str] = Counter()  # per item (a site's shards too)
         self._items: dict[str, SiteState] = {}
         self._lock = threading.Lock()
 
     def load(self, site: str) -> SiteState:
         with self._lock:
             self.requests += 1
+            self.requests_by_key[site] += 1
             return self._items.get(site, SiteState())
 
     def save(self, site: str, state: SiteState, expected_version: int) -> SiteState | None:
         with self._lock:
             self.requests += 1
+            self.requests_by_key[site] += 1
             current = self._items.get(site, SiteState())
             if current.version != expected_version:
                 return current
@@ -321,6 +325,7 @@ class MemoryShapingStore:
         `slot` in the same write, under `take`'s condition."""
         with self._lock:
             self.requests += 1
+            self.requests_by_key[site] += 1
             current = self._items.get(site, SiteState())
             value = new_tat(current.tats.get(key))
             if (
@@ -376,6 +381,7 @@ class MemoryShapingStore:
     ) -> tuple[bool, SiteState]:
         with self._lock:
             self.requests += 1
+            self.requests_by_key[site] += 1
             current = self._items.get(site, SiteState())
             if (
                 current.version == 0
@@ -392,6 +398,7 @@ class MemoryShapingStore:
     def give_back(self, site: str, holder: str) -> SiteState | None:
         with self._lock:
             self.requests += 1
+            self.requests_by_key[site] += 1
             current = self._items.get(site, SiteState())
             if holder not in current.slots:
                 return None

@@ -613,6 +613,59 @@ def apply_action(state: SiteState, now: float, limits: Limits, rule: BackoffRule
     return state
 
 
+# ----------------------------------------------------------------------------- site shards
+
+# Grants a second one shard item of a site takes (issue 40). DynamoDB serves one partition
+# key value at most 1,000 write units a second ("Quotas in Amazon DynamoDB", Read/write
+# throughput: "1,000 WCU per partition"; "Best practices for designing and using
+# partition keys effectively": one key value is served by one partition). A grant is one
+# write (booking or compare-and-set); 200 a second is 20 % of that, leaving room for
+# refused writes, re-arms' give-backs, connection takes and the backoff writes on shard 0.
+# bench/scale.py uses the same constant.
+SITE_SHARD_MAX_RATE = 200.0
+SITE_SHARDS_MAX = 64
+
+
+def _per_second(limits: Limits) -> float:
+    """The long-run rate the site may be sent at: its slowest rate (all must hold)."""
+    return min((r.messages / r.per for r in limits.rates), default=0.0)
+
+
+def site_shards(limits: Limits, max_rate: float = SITE_SHARD_MAX_RATE) -> int:
+    """How many items a site's GCRA state is spread over: N = min(64, max(1,
+    ceil(rate / max_rate))). A site of 200 grants/s or less keeps its one item."""
+    rate = _per_second(limits)
+    if rate <= 0 or max_rate <= 0:
+        return 1
+    return min(SITE_SHARDS_MAX, max(1, math.ceil(rate / max_rate - _EPS)))
+
+
+def shard_limits(limits: Limits, n: int) -> Limits:
+    """What one of n shards of a site holds: each rate at 1/n (the same messages over n
+    times the period, so its interval is n times the site's) and burst // n (at least 1);
+    no connection limit (connections are counted on the site's own item, shard 0). The
+    shards' rates add up to the site's; their bursts to at most the site's (more only
+    where a burst is smaller than n: one each)."""
+    if n <= 1:
+        return limits
+    rates = tuple(Rate(r.messages, r.per * n, max(1, r.burst // n)) for r in limits.rates)
+    return replace(limits, rates=rates, max_connections=None)
+
+
+def shard_key(site: str, i: int) -> str:
+    """The store key of shard i of `site` (an opaque string: a pool-scoped "pool|site"
+    works alike): shard 0 is the site's own item (connection slots live there), the
+    others `<site>#<i>`."""
+    return site if i == 0 else f"{site}#{i}"
+
+
+def shard_of(record: str, n: int) -> int:
+    """The shard a record hashes to (stable: a record asks the same item every time)."""
+    if n <= 1:
+        return 0
+    return int.from_bytes(hashlib.blake2b(record.encode(), digest_size=8).digest(), "big") % n
+
+
 # ----------------------------------------------------------------------------- the port
 
 
@@ -716,6 +769,14 @@ _WRITE_RETRIES = 8
 _KEEP_MIN_CONNECTIONS = 3
 _KEEP_MIN_LEASE = 60.0
 _READ_FIRST = 10.0  # seconds after a refused write during which a write is preceded by a read
+# A booked slot is sent on up to this long after its time, and never more than one
+# interval of the site's fastest rate (LATE_FLOOR at sites faster than 20/s): a send late
+# by d bunches with the on-time ones after it, d / interval more in a window than GCRA
+# allows (issue 40: a 450 from Postfix's anvil at load 36, when the grace was 10 s).
+# Later, the group books a fresh slot.
+LATE_TOLERANCE = 1.0
+LATE_FLOOR = 0.05
+LATE_GRACE_OFF = 10.0  # late_tolerance 0: a slot is sent on up to 10 s late, as before
 
 
 class Shaper:
@@ -730,7 +791,11 @@ class Shaper:
         slot_lease: float = 360.0,
         clock: Callable[[], float] = time.time,
         inline_wait: float = 2.0,
+        shard_max_rate: float = SITE_SHARD_MAX_RATE,
+        late_tolerance: float = LATE_TOLERANCE,
     ) -> None:
+        self.shard_max_rate = shard_max_rate  # a setting only so tests can scale it down
+        self.late_tolerance = late_tolerance  # see late_by
         self.rules = rules
         self.backoff = backoff
         self.store = store
@@ -815,11 +880,14 @@ class Shaper:
         *,
         reserve: bool = False,
         announced: bool = False,
+        record: str = "",
     ) -> Permit | Wait:
         """Permit, or how long to wait. `reserve`: a refusal for the rate books the
         earliest slot instead (`Wait.slot`, in the same conditional write a grant would
         be), and the caller sends then with `redeem`, no further request. `announced`:
-        the caller announced itself (`announce`) while it waited to ask."""
+        the caller announced itself (`announce`) while it waited to ask. `record`: what
+        the asking record is (its mail and group): at a site spread over shards
+        (`site_shards`), the shard it asks first."""
         if reserve and not announced:
             self.announce(site)  # records of this container about to ask for the site
         with self._lock:
@@ -832,10 +900,88 @@ class Shaper:
                 if spare:  # booked by another record's write a moment ago, for us
                     slot = spare.pop(0)
                     return Wait(site, max(0.0, slot - self.clock()), "rate", slot)
-            got = self._admit(site, holder, messages, reserve, extra)
+            limits = self.limits(site)
+            n = site_shards(limits, self.shard_max_rate)
+            if n == 1:
+                got = self._admit(site, holder, messages, reserve, extra)
+            else:
+                got = self._admit_sharded(site, holder, messages, reserve, extra, record, n)
             if isinstance(got, Permit):
                 self._permit_at[site] = self.clock()
             return got
+
+    def shards(self, site: str) -> int:
+        """How many items the site's state is spread over (1: its own item only)."""
+        return site_shards(self.limits(site), self.shard_max_rate)
+
+    def _shard_order(self, site: str, first: int, n: int) -> list[int]:
+        """The record's own shard and one other, the one this container last saw less
+        booked ahead first (two random choices: the shards' loads stay even, so the
+        site's total is its limit when demand is above it, whatever the hash's luck).
+        A shard never seen counts as idle."""
+        other = (first + 1 + self._rng.randrange(n - 1)) % n
+
+        def ahead(i: int) -> float:
+            state = self._known.get(shard_key(site, i))
+            return max(state.tats.values(), default=0.0) if state is not None else 0.0
+
+        return [first, other] if ahead(first) <= ahead(other) else [other, first]
+
+    def _admit_sharded(
+        self, site: str, holder: str, messages: int, book: bool, extra: int, record: str, n: int
+    ) -> Permit | Wait:
+        """`_admit` at a site spread over n shard items, each holding 1/n of its rates
+        (`shard_limits`). The rate is taken from one shard: a booking books on the
+        record's shard or the other choice (`_shard_order`); a grant without booking
+        asks the first and, refused for the rate, borrows from the second. Connection
+        slots stay site-wide on shard 0 (the site's own item: `redeem`, `release`,
+        `reuse_kept` use it as at a site of one item); a booking takes none (its sender
+        takes one with `redeem` when its slot comes), a grant takes one after its tokens
+        (refused a connection, the tokens are lost: the site under its rate, never over;
+        a slot taken first would be held with no grant to use it). Suspensions and slowdowns
+        are written to every shard (`on_reply`), so each shard's own conditions see them.
+        """
+        limits = self.limits(site)
+        now = self.clock()
+        until = max(
+            self._suspended.get(site, 0.0),
+            *(self._suspended.get(shard_key(site, i), 0.0) for i in range(1, n)),
+        )
+        if until > now:
+            self._suspended[site] = until
+            return Wait(site, until - now, "suspended")
+        has_slot = limits.max_connections is None or self._slots.get((site, holder), 0.0) > now + 5
+        part = shard_limits(limits, n)
+        first = shard_of(record, n) if record else self._rng.randrange(n)
+        got: Permit | Wait = Wait(site, limits.connection_wait, "contention")
+        for i in self._shard_order(site, first, n)[: 1 if book else 2]:
+            key = shard_key(site, i)
+            # no booking for the container's other waiting records (`extra`) in this
+            # write: they would all be paced by this one shard's 1/n of the rate while
+            # the others idle; each books its own shard (one write a record, spread)
+            got = self._admit(key, holder, messages, book, 0, part)
+            if key != site and self._spare.get(key):  # booked for this container's records
+                self._spare.setdefault(site, []).extend(self._spare.pop(key))
+            if isinstance(got, Wait) and got.reason == "suspended":
+                self._suspended[site] = max(self._suspended.get(site, 0.0), now + got.seconds)
+            if isinstance(got, Permit) or got.reason != "rate":
+                break
+        if isinstance(got, Wait):
+            return Wait(site, got.seconds, got.reason, got.slot)
+        if not has_slot:  # a grant (not a booking): its connection now
+            return self._connect(site, holder, limits, 0.0)
+        return Permit(site, limits)
+
+    def late_by(self, site: str, slot: float) -> bool:
+        """A booked slot is missed: now is past it by more than the tolerance (the
+        smaller of `late_tolerance` and one interval of the site's fastest rate, at
+        least LATE_FLOOR). The group books a fresh slot instead of sending late."""
+        if self.late_tolerance <= 0:  # off: the grace before issue 40
+            return self.clock() > slot + LATE_GRACE_OFF
+        limits = self.limits(site)
+        interval = min((r.interval() for r in limits.rates), default=self.late_tolerance)
+        tolerance = min(self.late_tolerance, max(LATE_FLOOR, interval))
+        return self.clock() > slot + tolerance
 
     def holds_slot(self, site: str, holder: str) -> bool:
         """Whether `holder` has a connection slot at `site` (to give back at the end)."""
@@ -845,7 +991,9 @@ class Shaper:
     def redeem(self, site: str, holder: str, slot: float) -> Permit | Wait:
         """Send on a slot booked by `admit(reserve=True)`. No request unless a connection
         slot must be taken; a suspension this container knows of still holds (the booking
-        is then given up: the caller waits it out and asks afresh)."""
+        is then given up: the caller waits it out and asks afresh); a slot missed by more
+        than the tolerance (`late_by`) is given up too: Wait(0, "late"), the caller books
+        again (sent now it would bunch with the on-time sends after it)."""
         with self._lock:
             limits = self.limits(site)
             now = self.clock()
@@ -854,45 +1002,59 @@ class Shaper:
                 return Wait(site, until - now, "suspended")
             if slot > now + _EPS:
                 return Wait(site, slot - now, "reserved", slot)
-            if limits.max_connections is None or self._slots.get((site, holder), 0.0) > now + 5:
+            if self.late_by(site, slot):
+                return Wait(site, 0.0, "late")
+            return self._connect(site, holder, limits, slot)
+
+    def _connect(self, site: str, holder: str, limits: Limits, slot: float) -> Permit | Wait:
+        """A connection slot for `holder` at the site (on its own item, shard 0), unless
+        it has one or the site has no connection limit. Refused, the Wait keeps `slot`
+        (a booking stands: a connection frees within connection_wait)."""
+        now = self.clock()
+        if limits.max_connections is None or self._slots.get((site, holder), 0.0) > now + 5:
+            return Permit(site, limits)
+        state = self._known.get(site)
+        if state is not None and state.version > 0:
+            # one write that cannot conflict with other takers (only a full site or
+            # a suspension refuses it); refused, decide on the state it returns
+            ok, state = self.store.take(
+                site, holder, now + self.slot_lease, limits.max_connections, now
+            )
+            if ok:
+                self._known[site] = state
+                self._slots[(site, holder)] = state.slots.get(holder, 0.0)
                 return Permit(site, limits)
-            state = self._known.get(site)
-            if state is not None and state.version > 0:
-                # one write that cannot conflict with other takers (only a full site or
-                # a suspension refuses it); refused, decide on the state it returns
-                ok, state = self.store.take(
-                    site, holder, now + self.slot_lease, limits.max_connections, now
-                )
-                if ok:
-                    self._known[site] = state
-                    self._slots[(site, holder)] = state.slots.get(holder, 0.0)
-                    return Permit(site, limits)
-            else:
-                state = self.store.load(site)
-            for _ in range(_WRITE_RETRIES):
-                a = take_slot(
-                    state, self.clock(), limits, holder=holder, slot_lease=self.slot_lease
-                )
-                if not a.allowed:
-                    if a.reason == "suspended":
-                        self._suspended[site] = state.suspended_until
-                    # the booking stands: a connection frees within connection_wait
-                    return Wait(site, a.wait, a.reason, slot if a.reason != "suspended" else 0.0)
-                current = self.store.save(site, a.state, state.version)
-                if current is None:
-                    stored = replace(a.state, version=state.version + 1)
-                    self._known[site] = stored
-                    self._slots[(site, holder)] = stored.slots.get(holder, 0.0)
-                    return Permit(site, limits)
-                state = current
-            return Wait(site, limits.connection_wait, "contention", slot)
+        else:
+            state = self.store.load(site)
+        for _ in range(_WRITE_RETRIES):
+            a = take_slot(state, self.clock(), limits, holder=holder, slot_lease=self.slot_lease)
+            if not a.allowed:
+                if a.reason == "suspended":
+                    self._suspended[site] = state.suspended_until
+                # the booking stands: a connection frees within connection_wait
+                return Wait(site, a.wait, a.reason, slot if a.reason != "suspended" else 0.0)
+            current = self.store.save(site, a.state, state.version)
+            if current is None:
+                stored = replace(a.state, version=state.version + 1)
+                self._known[site] = stored
+                self._slots[(site, holder)] = stored.slots.get(holder, 0.0)
+                return Permit(site, limits)
+            state = current
+        return Wait(site, limits.connection_wait, "contention", slot)
 
     def _admit(
-        self, site: str, holder: str, messages: int, book: bool = False, extra: int = 0
+        self,
+        site: str,
+        holder: str,
+        messages: int,
+        book: bool = False,
+        extra: int = 0,
+        limits: Limits | None = None,
     ) -> Permit | Wait:
         """`extra`: records of this container waiting to ask the same (booking for them
-        too, in the same write, saves their writes and the conflicts between them)."""
-        limits = self.limits(site)
+        too, in the same write, saves their writes and the conflicts between them).
+        `limits`: a shard's (`shard_limits`), else the site's own."""
+        limits = limits or self.limits(site)
         now = self.clock()
         until = self._suspended.get(site, 0.0)
         if until > now:
@@ -1145,18 +1307,13 @@ class Shaper:
         if rule is None:
             return None
         if rule.suspend or rule.slowdown:
+            # the whole site: every shard item (each shard's own writes are conditioned
+            # on its suspension and scale), all from the same moment
             limits = self.limits(site)
-            self._blocks.pop(site, None)  # tokens taken before the push-back: drop them
-            state = self._known.get(site) or self.store.load(site)
-            for _ in range(_WRITE_RETRIES):
-                new = apply_action(state, self.clock(), limits, rule)
-                current = self.store.save(site, new, state.version)
-                if current is None:
-                    self._known[site] = replace(new, version=state.version + 1)
-                    if new.suspended_until > self.clock():
-                        self._suspended[site] = new.suspended_until
-                    break
-                state = current
+            n = site_shards(limits, self.shard_max_rate)
+            at = self.clock()
+            for key in (shard_key(site, i) for i in range(n)):
+                self._apply(key, site, shard_limits(limits, n) if key != site else limits, rule, at)
         log.warning(
             "backoff rule matched",
             extra={
@@ -1167,3 +1324,18 @@ class Shaper:
             },
         )
         return rule
+
+    def _apply(self, key: str, site: str, limits: Limits, rule: BackoffRule, at: float) -> None:
+        """A backoff rule's action on one item of the site (compare-and-set)."""
+        self._blocks.pop(key, None)  # tokens taken before the push-back: drop them
+        state = self._known.get(key) or self.store.load(key)
+        for _ in range(_WRITE_RETRIES):
+            new = apply_action(state, at, limits, rule)
+            current = self.store.save(key, new, state.version)
+            if current is None:
+                self._known[key] = replace(new, version=state.version + 1)
+                if new.suspended_until > self.clock():
+                    self._suspended[key] = new.suspended_until
+                    self._suspended[site] = max(self._suspended.get(site, 0.0), new.suspended_until)
+                break
+            state = current

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -62,15 +63,18 @@ class DynamoShapingStore:
         self.clock = clock
         self.requests = 0  # every request, refused writes included
         self.writes = 0  # writes that took effect
+        # requests per item (a site's shards are items of their own: site_shards)
+        self.requests_by_key: Counter[str] = Counter()
         self._lock = threading.Lock()
 
-    def _count(self) -> None:
+    def _count(self, site: str) -> None:
         with self._lock:
             self.requests += 1
+            self.requests_by_key[site] += 1
 
     def load(self, site: str) -> SiteState:
         key = _key(site)
-        self._count()
+        self._count(site)
         with translate("dynamodb:Query"):
             resp = self.ddb.query(
                 TableName=self.table,
@@ -97,7 +101,7 @@ class DynamoShapingStore:
         else:
             cond = "ver = :old"
             values[":old"] = {"N": str(expected_version)}
-        self._count()
+        self._count(site)
         with translate("dynamodb:UpdateItem"):
             try:
                 self.ddb.update_item(
@@ -127,7 +131,7 @@ class DynamoShapingStore:
         """One UpdateItem that bumps `ver` (so a compare-and-set writer on an older state
         is refused) under `condition` instead of a version check: (True, the item
         written) or (False, the stored item, returned by the refusal: no extra read)."""
-        self._count()
+        self._count(site)
         with translate("dynamodb:UpdateItem"):
             try:
                 resp = self.ddb.update_item(
