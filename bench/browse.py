@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import re
 import statistics
 import tempfile
 import threading
@@ -33,6 +32,8 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from bench.sections import write_section as _write_section
 
 ROOT = Path(__file__).resolve().parent.parent
 SECTION = "## Admin browse"
@@ -182,17 +183,8 @@ def section(rows: list[dict[str, Any]], repeat: int) -> list[str]:
     return out
 
 
-def write_section(lines: list[str]) -> None:
-    path = ROOT / "docs" / "benchmarks.md"
-    text = path.read_text()
-    block = "\n".join(lines).rstrip() + "\n\n"
-    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
-    text = (
-        pattern.sub(lambda _: block, text)
-        if pattern.search(text)
-        else text.rstrip() + "\n\n" + block
-    )
-    path.write_text(text.rstrip() + "\n")
+def write_section(lines: list[str], section: str = SECTION) -> None:
+    _write_section(lines, section)
 
 
 def main(argv: list[str] | None = None) -> int:

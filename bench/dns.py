@@ -41,7 +41,6 @@ import itertools
 import json
 import platform
 import random
-import re
 import sys
 import tempfile
 import threading
@@ -55,6 +54,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from bench.sections import write_section as _write_section
 
 ROOT = Path(__file__).resolve().parent.parent
 SECTION = "## DNS cache (issue 40)"
@@ -527,16 +528,8 @@ def markdown(r: Result, command: str) -> list[str]:
     return lines
 
 
-def write_section(lines: list[str]) -> None:
-    path = ROOT / "docs" / "benchmarks.md"
-    text = path.read_text()
-    block = "\n".join(lines).rstrip() + "\n\n"
-    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
-    if pattern.search(text):
-        text = pattern.sub(lambda _: block, text)
-    else:
-        text = text.rstrip() + "\n\n" + block
-    path.write_text(text)
+def write_section(lines: list[str], section: str = SECTION) -> None:
+    _write_section(lines, section)
 
 
 def to_json(r: Result, command: str) -> dict[str, Any]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import platform
-import re
 import socket
 import statistics
 import subprocess
@@ -29,6 +28,7 @@ from mailqueue.services.delivery import DeliveryService, DeliverySettings
 from mailqueue_local.runtime import LocalContext, sqs_event
 
 from bench import coldstart, cost, egress_cost
+from bench.sections import write_section as _write_section
 from functions.delivery import app as delivery_app
 from tests.support.aws import AwsEnv, make_env, reset_moto
 from tests.support.smtp_peers import smtp_sink
@@ -233,19 +233,7 @@ def main() -> None:
 
 
 def write_section(lines: list[str], section: str = SECTION) -> None:
-    path = ROOT / "docs" / "benchmarks.md"
-    text = (
-        path.read_text()
-        if path.exists()
-        else "# Benchmarks\n\nEach section is written by its own `make` target.\n\n"
-    )
-    block = "\n".join(lines) + "\n"
-    pattern = re.compile(rf"^{re.escape(section)}\n.*?(?=^## |\Z)", re.S | re.M)
-    if pattern.search(text):
-        text = pattern.sub(block + "\n", text)
-    else:
-        text = text.rstrip("\n") + "\n\n" + block
-    path.write_text(text)
+    _write_section(lines, section)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import re
 import sys
 import tempfile
 import threading
@@ -40,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import cost
+from bench.sections import write_section as _write_section
 
 ROOT = Path(__file__).resolve().parent.parent
 SECTION = "## Traffic shaping"
@@ -395,16 +395,7 @@ def markdown(results: list[Result], command: str, ceiling: Result | None = None)
 
 
 def write_section(lines: list[str], section: str = SECTION) -> None:
-    path = ROOT / "docs" / "benchmarks.md"
-    text = path.read_text()
-    block = "\n".join(lines).rstrip() + "\n\n"
-    pattern = re.compile(rf"^{re.escape(section)}\n.*?(?=^## |\Z)", re.S | re.M)
-    text = (
-        pattern.sub(lambda _: block, text)
-        if pattern.search(text)
-        else text.rstrip() + "\n\n" + block
-    )
-    path.write_text(text)
+    _write_section(lines, section)
 
 
 WAITS_SECTION = "## Traffic shaping: a binding limit waits once"
