@@ -32,6 +32,7 @@ import json
 import shutil
 import subprocess
 import sys
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,19 @@ class Figures:
     delays_dropped: int = 0
     no_answer: int = 0  # files the corpus gives no answer for (left out)
     misses: list[str] = field(default_factory=list)
+
+    def score(
+        self, where: str, mine: Collection[str], want: Collection[str], theirs: str, kind: str
+    ) -> None:
+        """Count one file's addresses, ours against the corpus's, and note each difference."""
+        self.reported += len(mine)
+        self.reported_right += sum(a in want for a in mine)
+        self.expected += len(want)
+        self.found += sum(a in mine for a in want)
+        self.misses += [f"{where}: reported {a} ({theirs})" for a in mine if a not in want]
+        self.misses += [
+            f"{where}: missed {a} (ours: {sorted(mine)}, {kind})" for a in want if a not in mine
+        ]
 
     @property
     def precision(self) -> float:
@@ -128,16 +142,7 @@ def measure_bounceparser() -> Figures:
         elif "addresses" in e:
             want = [a.lower() for a in e["addresses"]]
         if want is not None:
-            fig.reported += len(mine)
-            fig.reported_right += sum(a in want for a in mine)
-            fig.expected += len(want)
-            fig.found += sum(a in mine for a in want)
-            for a in mine:
-                if a not in want:
-                    fig.misses.append(f"{name}: reported {a} (corpus: {want})")
-            for a in want:
-                if a not in mine:
-                    fig.misses.append(f"{name}: missed {a} (ours: {sorted(mine)}, {rep.kind})")
+            fig.score(name, mine, want, f"corpus: {want}", rep.kind)
         hard = bp_verdict(e)
         if hard is not None and e.get("is_bounce") != 0:
             fig.verdicts += 1
@@ -202,16 +207,9 @@ def measure_sisimai() -> Figures | None:
             for v in vs
             if v["reason"] not in SISIMAI_UNDECIDED
         }
-        fig.reported += len(mine)
-        fig.reported_right += sum(a in want for a in mine)
-        fig.expected += len(want)
-        fig.found += sum(a in mine for a in want)
-        for a in mine:
-            if a not in want:
-                fig.misses.append(f"{p.name}: reported {a} (sisimai: {sorted(want)})")
+        fig.score(p.name, mine, want, f"sisimai: {sorted(want)}", rep.kind)
         for a, v in want.items():
             if a not in mine:
-                fig.misses.append(f"{p.name}: missed {a} (ours: {sorted(mine)}, {rep.kind})")
                 continue
             if v["softbounce"] not in (0, 1):
                 continue
