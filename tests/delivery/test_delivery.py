@@ -186,7 +186,9 @@ def test_duplicate_receipt_of_a_claimed_group_delivers_nothing_more(rig: RigFact
         # someone else (a concurrent invocation) holds the claim
         other = st.send_start(ref, utcnow(), lease_seconds=300)
         res = r.poll()
-        assert (res.failed, res.deleted) == (0, 1)  # skipped, not an error
+        # the copy is left on the queue (a batch item failure, issue 43 item 14): deleting it
+        # would drop the trigger the holder re-arms by visibility; nothing was sent
+        assert (res.failed, res.deleted) == (1, 0)
         assert peer.messages == []
         assert r.service is not None
         # the holder finishes: exactly one delivery in all

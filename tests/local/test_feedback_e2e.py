@@ -23,6 +23,7 @@ import os
 import re
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from email import message_from_bytes
 from pathlib import Path
@@ -43,6 +44,18 @@ BOUNCES = "bounces.example.org"
 UNSUB_KEYS = json.dumps({"k1": base64.b64encode(b"0123456789abcdef0123456789abcdef").decode()})
 
 
+def _open(req: urllib.request.Request) -> Any:
+    """urlopen, with a refusal's reason and body in the failure (a 4xx says why)."""
+    try:
+        return urllib.request.urlopen(req, timeout=30)
+    except urllib.error.HTTPError as e:
+        detail = e.read()[:2000].decode("utf-8", "replace")
+        raise AssertionError(
+            f"{req.get_method()} {req.full_url}: {e.code} "
+            f"{e.headers.get('X-Mailqueue-Error', '')} {detail}"
+        ) from e
+
+
 def _post(stack: LocalStack, body: dict[str, Any]) -> dict[str, Any]:
     req = urllib.request.Request(
         stack.api_url + "/v1/messages",
@@ -50,7 +63,7 @@ def _post(stack: LocalStack, body: dict[str, Any]) -> dict[str, Any]:
         {"content-type": "application/json", "authorization": f"Bearer {stack.token}"},
         method="POST",
     )
-    with urllib.request.urlopen(req, timeout=30) as resp:
+    with _open(req) as resp:
         assert resp.status == 202
         answer: dict[str, Any] = json.loads(resp.read())
         return answer
@@ -92,7 +105,7 @@ def _one_click(stack: LocalStack, path: str) -> int:
         {"content-type": "application/x-www-form-urlencoded"},
         method="POST",
     )
-    with urllib.request.urlopen(req, timeout=30) as resp:
+    with _open(req) as resp:
         return int(resp.status)
 
 

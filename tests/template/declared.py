@@ -71,8 +71,17 @@ DECLARED: dict[str, dict[tuple[str, str], str]] = {
         ("PollReports", "sqs:DeleteMessage"): ESM_SQS,
         ("PollReports", "sqs:GetQueueAttributes"): ESM_SQS,
         ("MissingKeysAre404", "s3:ListBucket"): NOT_FOUND,
+        ("State", "dynamodb:DeleteItem"): (
+            "a DSN's release (dsn_sent -> settle) that finishes a mail of several groups "
+            "takes its mail item by a conditional DeleteItem (AwsStorage.cleanup); the "
+            "e2e's bounced mail has one group"
+        ),
     },
     "SweeperFunction": {
+        ("StateIndex", "dynamodb:Query"): (
+            "a by_state index past one Scan page (> 500 entries) is walked by shard Queries "
+            "(index_walk.py); the e2e's index is small"
+        ),
         ("State", "dynamodb:BatchGetItem"): (
             "find_orphans checks content older than orphan_grace (>= 1 h) against the "
             "table; the e2e has none that old"
@@ -87,8 +96,16 @@ DECLARED: dict[str, dict[tuple[str, str], str]] = {
             "with MQ_SOLO_DELETE=true, a solo mail the sweeper finishes (expired, "
             "NOTIFY=NEVER) is deleted at once; by default DynamoDB's TTL does"
         ),
+        ("State", "dynamodb:PutItem"): (
+            "an expired keyed mail of several groups: its last group's finisher makes the "
+            "mail item a tombstone under a condition (AwsStorage._take_mail_item)"
+        ),
     },
     "AdminFunction": {
+        ("StateIndex", "dynamodb:Query"): (
+            "a by_state index past one Scan page (> 500 entries) is walked by shard Queries "
+            "(index_walk.py); the e2e's index is small"
+        ),
         ("RunJobs", "lambda:InvokeFunction"): (
             "bulk jobs run in async self-invocations (MQ_JOB_RUNNER=lambda); the e2e runs "
             "them inline because moto cannot run Lambda code"

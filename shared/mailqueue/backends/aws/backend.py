@@ -1759,9 +1759,15 @@ class AwsStorage:
             # a finisher's read without the mail item: a cleaner has taken it (a mail of
             # several groups, or a keyed one, always has one) and removes the rest; if it
             # died, the groups left `done` are the sweeper's (no `_items` there)
-            if mail_item is None or not self._take_mail_item(mail_id, mail_item):
+            if mail_item is None:
+                if len(groups) > 1 or mail_id.startswith("K"):
+                    return True  # another finisher of this mail is cleaning it
+                # a mail of one group stored without a mail item (solo): this finisher is
+                # its only cleaner (a DSN's release reaches here through `settle`)
+            elif not self._take_mail_item(mail_id, mail_item):
                 return True  # another finisher of this mail is cleaning it
-            rest = [it for it in items if it is not mail_item]
+            else:
+                rest = [it for it in items if it is not mail_item]
         key = next((it.get("content_key") for it in items if it.get("content_key")), None)
         if not is_inline(key):  # inline content is deleted (or tombstoned) with the mail item
             # no item names the key (an orphan): both places it may be (deletes are free)
