@@ -21,6 +21,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from bench import cost
+from bench.model.bill import model, path_requests
+from bench.model.prices import VOLUMES
+from bench.model.run import Run
+from bench.model.template import Template
 
 
 @contextmanager
@@ -61,7 +65,7 @@ def prose(i: int, size: int) -> bytes:
     return head + body[: max(0, size - len(head))]
 
 
-def _measure(mails: int, inline: str | None, body: Callable[[int, int], bytes] | None) -> cost.Run:
+def _measure(mails: int, inline: str | None, body: Callable[[int, int], bytes] | None) -> Run:
     saved = cost._content
     if body is not None:
         cost._content = body  # type: ignore[assignment]
@@ -72,17 +76,17 @@ def _measure(mails: int, inline: str | None, body: Callable[[int, int], bytes] |
         cost._content = saved  # type: ignore[assignment]
 
 
-def row(name: str, run: cost.Run, tpl: cost.Template) -> str:
-    vals = [sum(x.per_month for x in cost.model(run, v, tpl)) / v * 1e6 for v in cost.VOLUMES]
-    req = sum(cost.path_requests(run, tpl, cost.VOLUMES[-1]).values())
+def row(name: str, run: Run, tpl: Template) -> str:
+    vals = [sum(x.per_month for x in model(run, v, tpl)) / v * 1e6 for v in VOLUMES]
+    req = sum(path_requests(run, tpl, VOLUMES[-1]).values())
     return f"| {name} | " + " | ".join(f"{v:.2f}" for v in vals) + f" | {req:.2f} |"
 
 
-def lines(run: cost.Run, tpl: cost.Template) -> list[str]:
-    v = cost.VOLUMES[-1]
+def lines(run: Run, tpl: Template) -> list[str]:
+    v = VOLUMES[-1]
     return [
         f"  {x.service} / {x.item}: {x.per_month / v * 1e6:.3f}"
-        for x in cost.model(run, v, tpl)
+        for x in model(run, v, tpl)
         if x.service in ("S3", "DynamoDB", "Lambda") and x.per_month
     ]
 
@@ -106,11 +110,11 @@ def main() -> None:
     save_and_print(runs, "var/cost-content.pkl")
 
 
-def save_and_print(runs: dict[str, cost.Run], path: str) -> None:
+def save_and_print(runs: dict[str, Run], path: str) -> None:
     """Keep the runs (for bench.compare) and print them priced: totals, then line by line."""
     Path(path).parent.mkdir(exist_ok=True)
     Path(path).write_bytes(pickle.dumps(runs))
-    tpl = cost.Template.load()
+    tpl = Template.load()
     print("| run | $/M at 1 M/month | at 10 M | at 100 M | requests per mail |")
     print("|---|---:|---:|---:|---:|")
     for name, run in runs.items():
@@ -118,7 +122,7 @@ def save_and_print(runs: dict[str, cost.Run], path: str) -> None:
     for name, run in runs.items():
         print(f"\n{name} (100 M/month, $ per million):")
         print("\n".join(lines(run, tpl)))
-        reqs = cost.path_requests(run, tpl, cost.VOLUMES[-1])
+        reqs = path_requests(run, tpl, VOLUMES[-1])
         print("  requests: " + ", ".join(f"{k} {n:.2f}" for k, n in reqs.items()))
 
 

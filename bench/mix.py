@@ -3,7 +3,7 @@
     python -m bench.mix [MAILS]          # `make bench` runs it after bench.run
 
 Four shapes of real text, each measured through the local stack (bench.cost.measure)
-and priced by bench.cost.model; a mix of 60 / 25 / 10 / 5 % of them; one temporary
+and priced by bench.model.bill.model; a mix of 60 / 25 / 10 / 5 % of them; one temporary
 failure before success; the same 10 KB mail to 3 domains. The text is real prose that
 ships with Python: the docstrings of standard-library modules (PSF licence), a
 different stretch per mail from a seeded offset, so no two mails repeat a letter and
@@ -29,7 +29,14 @@ from email.utils import format_datetime
 from functools import cache
 from pathlib import Path
 
-from bench import autoscale, cost, limits, scale
+from bench import cost
+from bench.model import autoscale, limits, scale
+from bench.model.bill import model, path_requests
+from bench.model.prices import SECONDS_PER_MONTH, VOLUMES
+from bench.model.run import Run
+from bench.model.state_table import state_write_units
+from bench.model.template import Template
+from bench.scale import measure_parallelism
 
 MIX = {
     "notification 2 KB": 0.60,
@@ -188,9 +195,9 @@ def ratios() -> dict[str, tuple[int, float]]:
     return out
 
 
-def runs(mails: int) -> dict[str, cost.Run]:
+def runs(mails: int) -> dict[str, Run]:
     """The measured runs: each shape, the retry and the 3-domain cases."""
-    out: dict[str, cost.Run] = {}
+    out: dict[str, Run] = {}
     for name, make in SHAPES.items():
         out[name] = cost.measure(mails, body=lambda i, _s, m=make: m(i))
     out["prose 10 KB, one temporary failure"] = cost.measure(
@@ -219,21 +226,19 @@ def runs(mails: int) -> dict[str, cost.Run]:
     return out
 
 
-def per_million(run: cost.Run, tpl: cost.Template, egress: str = "relay") -> list[float]:
-    return [
-        sum(x.per_month for x in cost.model(run, v, tpl, egress)) / v * 1e6 for v in cost.VOLUMES
-    ]
+def per_million(run: Run, tpl: Template, egress: str = "relay") -> list[float]:
+    return [sum(x.per_month for x in model(run, v, tpl, egress)) / v * 1e6 for v in VOLUMES]
 
 
-def _table_units_per_s(rs: dict[str, cost.Run], tpl: cost.Template, volume: int) -> float:
+def _table_units_per_s(rs: dict[str, Run], tpl: Template, volume: int) -> float:
     """The mix's write units per second on the state table at `volume` mails a month."""
     per_mail = sum(
-        w * cost.state_write_units(rs[n], tpl)[0] / max(1, rs[n].mails) for n, w in MIX.items()
+        w * state_write_units(rs[n], tpl)[0] / max(1, rs[n].mails) for n, w in MIX.items()
     )
-    return per_mail * volume / cost.SECONDS_PER_MONTH
+    return per_mail * volume / SECONDS_PER_MONTH
 
 
-def report(rs: dict[str, cost.Run], tpl: cost.Template) -> list[str]:
+def report(rs: dict[str, Run], tpl: Template) -> list[str]:
     rat = ratios()
     L = [
         "_`make bench` (its last step: `python -m bench.mix $(BENCH_MIX_MAILS)`, 20 mails per "
@@ -259,26 +264,26 @@ def report(rs: dict[str, cost.Run], tpl: cost.Template) -> list[str]:
     L.append("")
     L.append(
         "| shape | size | zlib ratio | AWS requests per mail | "
-        + " | ".join(f"$/M at {v // 1_000_000} M" for v in cost.VOLUMES)
+        + " | ".join(f"$/M at {v // 1_000_000} M" for v in VOLUMES)
         + " |"
     )
-    L.append("|---|---:|---:|---:|" + "---:|" * len(cost.VOLUMES))
+    L.append("|---|---:|---:|---:|" + "---:|" * len(VOLUMES))
     prices = {n: per_million(r, tpl) for n, r in rs.items()}
     for name, r in rs.items():
         size, ratio = rat.get(name, (0, 0.0))
-        req = sum(cost.path_requests(r, tpl, cost.VOLUMES[-1]).values())
+        req = sum(path_requests(r, tpl, VOLUMES[-1]).values())
         L.append(
             f"| {name} | {size / 1024:.0f} KB | {ratio:.1f} | {req:.2f} | "
             if size
             else f"| {name} | | | {req:.2f} | "
         )
         L[-1] += " | ".join(f"{x:.2f}" for x in prices[name]) + " |"
-    mix_relay = [sum(w * prices[n][k] for n, w in MIX.items()) for k in range(len(cost.VOLUMES))]
+    mix_relay = [sum(w * prices[n][k] for n, w in MIX.items()) for k in range(len(VOLUMES))]
 
-    def mix_of(t: cost.Template, egress: str = "relay") -> list[float]:
+    def mix_of(t: Template, egress: str = "relay") -> list[float]:
         """The mix's $/M at each volume (each shape priced once)."""
         each = {n: per_million(rs[n], t, egress) for n in MIX}
-        return [sum(w * each[n][k] for n, w in MIX.items()) for k in range(len(cost.VOLUMES))]
+        return [sum(w * each[n][k] for n, w in MIX.items()) for k in range(len(VOLUMES))]
 
     mix_direct = mix_of(tpl, "direct")
     L.append(
@@ -292,7 +297,7 @@ def report(rs: dict[str, cost.Run], tpl: cost.Template) -> list[str]:
         + " |"
     )
     # the deployment choice docs/deploy.md names for steady volume: provisioned capacity
-    # with auto scaling (StateTableCapacity=provisioned), at the use bench/autoscale.py
+    # with auto scaling (StateTableCapacity=provisioned), at the use bench/model/autoscale.py
     # simulates for the named traffic profile (and at the former assumption, 50 %)
     prov = replace(tpl, state_capacity="provisioned")  # its minimum units: the template's
     mix_prov = mix_of(prov)
@@ -302,7 +307,7 @@ def report(rs: dict[str, cost.Run], tpl: cost.Template) -> list[str]:
             target=prov.state_target,
             minimum=max(1, prov.state_min_units[0]),
         )
-        for v in cost.VOLUMES
+        for v in VOLUMES
     ]
     L.append(
         f"| mix, relay, `StateTableCapacity=provisioned` (auto scaling simulated, "
@@ -324,14 +329,14 @@ def report(rs: dict[str, cost.Run], tpl: cost.Template) -> list[str]:
     three = prices["prose 10 KB to 3 domains"]
     L.append("| floor (issue 25) | measured | met |")
     L.append("|---|---:|:---:|")
-    for k, v in enumerate(cost.VOLUMES):
+    for k, v in enumerate(VOLUMES):
         fl = FLOORS[v]
         L.append(
             f"| mix ≤ ${fl:g}/M at {v // 1_000_000} M/month | ${mix_relay[k]:.2f} | "
             f"{'yes' if mix_relay[k] <= fl else '**no**'} |"
         )
     # the floors of provisioned capacity, docs/deploy.md's choice from ~10 M a month
-    for k, vol in enumerate(cost.VOLUMES[1:], start=1):
+    for k, vol in enumerate(VOLUMES[1:], start=1):
         fl = PROVISIONED_FLOORS[vol]
         L.append(
             f"| mix ≤ ${fl:g}/M at {vol // 1_000_000} M/month, `StateTableCapacity="
@@ -369,8 +374,8 @@ def report(rs: dict[str, cost.Run], tpl: cost.Template) -> list[str]:
     )
     L.append("")
     even = []
-    for vol in cost.VOLUMES[1:]:
-        k = cost.VOLUMES.index(vol)
+    for vol in VOLUMES[1:]:
+        k = VOLUMES.index(vol)
         met = next(
             (
                 u / 100
@@ -404,19 +409,19 @@ def report(rs: dict[str, cost.Run], tpl: cost.Template) -> list[str]:
     L.append("| shape | " + " | ".join(_LINES) + " |")
     L.append("|---|" + "---:|" * len(_LINES))
     for name, r in rs.items():
-        lines = cost.model(r, cost.VOLUMES[-1], tpl)
+        lines = model(r, VOLUMES[-1], tpl)
         cells = []
         for key in _LINES:
             v = sum(x.per_month for x in lines if x.item.startswith(_LINES[key]))
-            cells.append(f"{v / cost.VOLUMES[-1] * 1e6:.2f}")
+            cells.append(f"{v / VOLUMES[-1] * 1e6:.2f}")
         L.append(f"| {name} | " + " | ".join(cells) + " |")
     return L
 
 
-def fixed_lines(run: cost.Run, tpl: cost.Template) -> list[tuple[str, float]]:
+def fixed_lines(run: Run, tpl: Template) -> list[tuple[str, float]]:
     """The model's lines that cost the same each month at 10 M and 100 M mails."""
-    a = {x.item: x.per_month for x in cost.model(run, cost.VOLUMES[1], tpl)}
-    b = {x.item: x.per_month for x in cost.model(run, cost.VOLUMES[2], tpl)}
+    a = {x.item: x.per_month for x in model(run, VOLUMES[1], tpl)}
+    b = {x.item: x.per_month for x in model(run, VOLUMES[2], tpl)}
     return [
         (k, v) for k, v in a.items() if v >= 0.005 and abs(b.get(k, 0.0) - v) < 1e-6 * max(1.0, v)
     ]
@@ -434,7 +439,7 @@ _LINES = {
 }
 
 
-def scale_profile(rs: dict[str, cost.Run], tpl: cost.Template) -> scale.Profile:
+def scale_profile(rs: dict[str, Run], tpl: Template) -> scale.Profile:
     """The scale model's profile of the mix (the shapes' profiles weighted)."""
     return scale.mix(((w, scale.profile(rs[n], tpl, n)) for n, w in MIX.items()), "mix")
 
@@ -443,9 +448,9 @@ LIMITS_SECTION = "## The limits that bind first at 10,000 mails/s (issue 40)"
 
 
 def limits_section(
-    rs: dict[str, cost.Run], tpl: cost.Template, par: float, note: str, mails: int
+    rs: dict[str, Run], tpl: Template, par: float, note: str, mails: int
 ) -> list[str]:
-    """bench/limits.py's table for the mix: the default template and docs/deploy.md's
+    """bench/model/limits.py's table for the mix: the default template and docs/deploy.md's
     settings for 10,000 mails/s, relay and direct."""
     sizes = {n: float(s) for n, (s, _) in ratios().items()}
     size = limits.mix_bytes(sizes, MIX)
@@ -479,8 +484,8 @@ def main() -> None:
         rs = runs(mails)
         Path("var").mkdir(exist_ok=True)
         Path("var/cost-mix.pkl").write_bytes(pickle.dumps(rs))
-    tpl = cost.Template.load()
-    par, note = scale.measure_parallelism()
+    tpl = Template.load()
+    par, note = measure_parallelism()
     for r in rs.values():
         r.smtp_parallel = par
     lines = report(rs, tpl)

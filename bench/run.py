@@ -28,6 +28,10 @@ from mailqueue.services.delivery import DeliveryService, DeliverySettings
 from mailqueue_local.runtime import LocalContext, sqs_event
 
 from bench import coldstart, cost, egress_cost
+from bench.model.memory import memory_report
+from bench.model.report import batch_report, capacity_report, report
+from bench.model.run import with_ingress_of
+from bench.model.template import FUNCTIONS, Template
 from bench.sections import write_section as _write_section
 from functions.delivery import app as delivery_app
 from tests.support.aws import AwsEnv, make_env, reset_moto
@@ -209,21 +213,21 @@ def main() -> None:
     # the cost model: a measured run through the local stack (bench/cost.py), and the
     # handlers' cold import times (bench/coldstart.py)
     run = cost.measure(20)
-    tpl = cost.Template.load()
-    lines.extend(cost.report(run, tpl, title="### Cost model (bench/cost.py)"))
+    tpl = Template.load()
+    lines.extend(report(run, tpl, title="### Cost model (bench/cost.py)"))
     lines.append("")
     # the same mails through the batch route, all 20 in one call (issue 18)
     batch_run = cost.measure(20, per_call=20)
-    lines.extend(cost.batch_report(run, batch_run, tpl))
+    lines.extend(batch_report(run, batch_run, tpl))
     lines.append("")
-    lines.extend(cost.capacity_report(run, tpl, batch=cost.with_ingress_of(run, batch_run)))
+    lines.extend(capacity_report(run, tpl, batch=with_ingress_of(run, batch_run)))
     lines.append("")
     lines += [
         "#### Lambda memory sizes (bench.cost.memory_sweep; docs: issue 18, second round)",
         "",
     ]
-    rss = {f: cost.handler_rss_mb(f) for f in cost.FUNCTIONS}
-    lines.extend(cost.memory_report(run, tpl, rss))
+    rss = {f: cost.handler_rss_mb(f) for f in FUNCTIONS}
+    lines.extend(memory_report(run, tpl, rss))
     lines.append("")
     lines.extend(coldstart.report())
     lines.append("")

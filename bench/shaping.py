@@ -39,6 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from bench import cost
+from bench.model.prices import PRICES
+from bench.model.run import Run
 from bench.sections import write_section as _write_section
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -256,7 +258,7 @@ def measure(
             "block": block,
         },
     }
-    run = cost.Run(mails=mails)
+    run = Run(mails=mails)
     hooks = cost._Hooks(run)
     site = _SiteHooks()
     # shaping off: the machine's own ceiling (the peer takes everything)
@@ -334,7 +336,7 @@ def measure(
 
 
 def markdown(results: list[Result], command: str, ceiling: Result | None = None) -> list[str]:
-    prices = cost.PRICES
+    prices = PRICES
     r0 = results[0]
     lines = [
         SECTION,

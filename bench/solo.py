@@ -14,11 +14,12 @@ import sys
 
 from bench import cost
 from bench.content import _env, save_and_print
+from bench.model.run import Run
 
 
 def main() -> None:
     mails = int(sys.argv[1]) if len(sys.argv) > 1 else 20
-    runs: dict[str, cost.Run] = {}
+    runs: dict[str, Run] = {}
     with _env("MQ_SOLO_ITEM_MAX_BYTES", "0"):
         runs["a mail item and a group item (MQ_SOLO_ITEM_MAX_BYTES=0)"] = cost.measure(mails)
     runs["solo: one item (default)"] = cost.measure(mails)

@@ -13,7 +13,12 @@ from typing import Any
 import pytest
 from mailqueue_local.cfn import default_template_path, deploy_stack, load_template
 
-from bench import autoscale, cost
+from bench.model import autoscale
+from bench.model.bill import model
+from bench.model.prices import PRICES, SECONDS_PER_MONTH
+from bench.model.report import capacity_report
+from bench.model.run import Run
+from bench.model.template import Template
 from tests.support.aws import REGION, reset_moto, session
 
 
@@ -132,14 +137,14 @@ def test_auto_scaling_tracks_each_capacity_of_the_table_and_the_index(
 
 
 def test_the_default_is_on_demand_and_the_model_reads_it() -> None:
-    tpl = cost.Template.load()
+    tpl = Template.load()
     assert tpl.state_capacity == "on-demand" and tpl.state_min_units == (10, 5)
 
 
-def _run(mails: int, wru_per_mail: int) -> cost.Run:
+def _run(mails: int, wru_per_mail: int) -> Run:
     """A run whose only cost inputs are `wru_per_mail` 1 KB writes on the table and the
     index per mail (an INSERT with a `st`/`due` key: one unit on each)."""
-    run = cost.Run(mails=mails)
+    run = Run(mails=mails)
     for i in range(mails * wru_per_mail):
         keys = {"pk": {"S": f"M#{i}"}, "sk": {"S": "G#a.example"}}
         img = {**keys, "st": {"S": "queued"}, "due": {"N": "1"}}
@@ -148,19 +153,19 @@ def _run(mails: int, wru_per_mail: int) -> cost.Run:
 
 
 def test_provisioned_capacity_is_priced_by_the_hour_at_the_simulated_utilization() -> None:
-    tpl = replace(cost.Template.load(), state_capacity="provisioned")
+    tpl = replace(Template.load(), state_capacity="provisioned")
     run = _run(10, 4)
     volume = 100_000_000
-    lines = {x.item: x.per_month for x in cost.model(run, volume, tpl)}
-    mean = 4 * volume / cost.SECONDS_PER_MONTH  # 4 units per mail: 400 M units a month
+    lines = {x.item: x.per_month for x in model(run, volume, tpl)}
+    mean = 4 * volume / SECONDS_PER_MONTH  # 4 units per mail: 400 M units a month
     util = autoscale.average_use(mean, target=0.7, minimum=10, profile=autoscale.PRICED_PROFILE)
     assert 0.5 < util < 0.7
-    wcu_h = cost.PRICES["dynamodb_provisioned"]["write_capacity_unit_hour"]
+    wcu_h = PRICES["dynamodb_provisioned"]["write_capacity_unit_hour"]
     expected = mean / util * 730 * wcu_h
     table = next(v for k, v in lines.items() if k.startswith("state writes, table"))
     assert table == pytest.approx(expected)
     # a use given by hand (the capacity report's comparison rows) is priced as given
-    fixed = {x.item: x.per_month for x in cost.model(run, volume, replace(tpl, state_use=0.5))}
+    fixed = {x.item: x.per_month for x in model(run, volume, replace(tpl, state_use=0.5))}
     assert next(v for k, v in fixed.items() if k.startswith("state writes, table")) == (
         pytest.approx(mean / 0.5 * 730 * wcu_h)
     )
@@ -168,11 +173,11 @@ def test_provisioned_capacity_is_priced_by_the_hour_at_the_simulated_utilization
     on_demand = replace(tpl, state_capacity="on-demand")
     od = next(
         x.per_month
-        for x in cost.model(run, volume, on_demand)
+        for x in model(run, volume, on_demand)
         if x.item.startswith("state writes, table")
     )
     assert table < od
-    small = cost.model(run, 1_000_000, tpl)
+    small = model(run, 1_000_000, tpl)
     floor = next(x.per_month for x in small if x.item.startswith("state writes, table"))
     # the minimum capacity, and a little more where the bulk sends' peaks pass it
     least = tpl.state_min_units[0] * 730 * wcu_h
@@ -180,9 +185,9 @@ def test_provisioned_capacity_is_priced_by_the_hour_at_the_simulated_utilization
 
 
 def test_the_capacity_report_prices_each_utilization_and_finds_the_break_even() -> None:
-    tpl = cost.Template.load()
+    tpl = Template.load()
     run = _run(10, 8)
-    lines = cost.capacity_report(run, tpl)
+    lines = capacity_report(run, tpl)
     rows = [x for x in lines if x.startswith("| one mail per call |")]
     assert [r.split("|")[2].strip() for r in rows] == [
         "on demand",

@@ -21,7 +21,7 @@ from mailqueue.compose.events import event_writer
 from mailqueue.core.model import Claim, MailRef, Result, utcnow
 from mailqueue.services.eventlog import EventWriterSettings, iter_jsonl
 
-from bench import limits
+from bench.model import limits
 from tests.support import factories as f
 from tests.support.aws import AwsEnv
 from tests.support.streams import StreamReader

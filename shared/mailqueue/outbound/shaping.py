@@ -621,7 +621,7 @@ def apply_action(state: SiteState, now: float, limits: Limits, rule: BackoffRule
 # partition keys effectively": one key value is served by one partition). A grant is one
 # write (booking or compare-and-set); 200 a second is 20 % of that, leaving room for
 # refused writes, re-arms' give-backs, connection takes and the backoff writes on shard 0.
-# bench/scale.py uses the same constant.
+# bench/model/limits.py uses the same constant.
 SITE_SHARD_MAX_RATE = 200.0
 SITE_SHARDS_MAX = 64
 

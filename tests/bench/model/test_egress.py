@@ -1,10 +1,10 @@
-"""bench/egress_cost.py: each item recomputed here from the price list, by hand."""
+"""bench/model/egress.py (NAT and data transfer): each item recomputed from the price list."""
 
 from __future__ import annotations
 
 import pytest
 
-from bench.egress_cost import (
+from bench.model.egress import (
     API_BYTES_PER_MAIL,
     GB,
     HOURS_PER_MONTH,

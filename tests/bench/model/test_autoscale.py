@@ -1,4 +1,4 @@
-"""The auto scaling simulation that gives provisioned capacity its price (bench/autoscale.py).
+"""The auto scaling simulation that gives provisioned capacity its price (bench/model/autoscale.py).
 
 Each test checks one documented rule against a load made for it, or an invariant of the
 simulation (work is conserved: what is throttled is done later, never dropped).
@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import pytest
 
-from bench import autoscale as a
-from bench import cost
+from bench.model import autoscale as a
+from bench.model.assumptions import ASSUMPTIONS
+from bench.model.template import Template
 
 WEEK = a.DAYS * a.MINUTES_PER_DAY
 
@@ -65,6 +66,6 @@ def test_a_day_curve_leaves_the_use_below_the_target() -> None:
 
 
 def test_the_cost_model_prices_provisioned_capacity_at_the_simulated_use() -> None:
-    tpl = cost.Template.load()
+    tpl = Template.load()
     assert tpl.state_use is None and tpl.state_target == pytest.approx(0.7)
-    assert cost.ASSUMPTIONS["provisioned_traffic_profile"] == a.PRICED_PROFILE
+    assert ASSUMPTIONS["provisioned_traffic_profile"] == a.PRICED_PROFILE

@@ -1,4 +1,4 @@
-"""bench/limits.py: every limit at 10,000 mails/s, on synthetic per-mail loads shaped
+"""bench/model/limits.py: every limit at 10,000 mails/s, on synthetic per-mail loads shaped
 like the measured mix's (docs/benchmarks.md), so each row's arithmetic is checked."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import limits, scale
+from bench.model import limits, scale
 
 #: per mail of a mix like the measured one: ~6 table and ~2.2 index write units, the
 #: sharded index spread, delivery 20 ms of work and one SMTP transaction a mail

@@ -5,7 +5,7 @@ and keeps only what AWS's limits are counted in: the table or index and the key 
 DynamoDB request touched (with the read units of what it returned), the error a write
 met (a failed conditional write is billed), the queue, the S3 object key, the secret or
 parameter, and the time the request took. Nothing about the layout is assumed here:
-the key attributes are kept by name and `bench.scale` resolves them against the
+the key attributes are kept by name and `bench.model.scale` resolves them against the
 template's key schemas, so a new layout is read from the run, not from this file.
 """
 
@@ -16,6 +16,8 @@ import math
 import re
 from collections.abc import Mapping
 from typing import Any
+
+from bench.model.dynamodb import item_size
 
 #: an equality in a key condition: `#n = :v` or `name = :v`
 _EQ = re.compile(r"(#?[A-Za-z_][A-Za-z0-9_]*)\s*=\s*(:[A-Za-z0-9_]+)")
@@ -34,8 +36,6 @@ def _val(v: Mapping[str, Any] | None) -> str:
 
 
 def _size(item: Mapping[str, Any] | None) -> int:
-    from bench.cost import item_size
-
     return item_size(item)
 
 

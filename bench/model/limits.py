@@ -1,8 +1,8 @@
 """The limits that bind first at 10,000 mails/s (issue 40, deliverables 3 and 4).
 
-    python -m bench.mix            # `make bench`: prints this table after bench.scale's
+    python -m bench.mix            # `make bench`: prints this table after the scale model's
 
-bench/scale.py models what the measured runs put on AWS's per-request limits (DynamoDB
+bench/model/scale.py models what the measured runs put on AWS's per-request limits (DynamoDB
 per key value and per table, Lambda, SQS, API Gateway, S3, Secrets Manager, SSM, NAT
 connections per destination). This module adds every other limit on the path of a mail
 at 10,000 mails/s, each with its documentation page (title and URL below), and evaluates
@@ -26,11 +26,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from bench import cost, scale
+from bench.model import assumptions as cost_model
+from bench.model import scale
+from bench.model.awslambda import FULL_VCPU_MB, cpu_factor, lambda_seconds
+from bench.model.run import Run
+from bench.model.state_table import state_write_units
+from bench.model.template import Template
 
 TARGET = 10_000.0
 HEADROOM = 0.5  # the named settings keep every limit at or under this use
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parent.parent.parent
 
 # ---------------------------------------------------------------- documented limits
 #: The events function's stream: Lambda reads each shard with one batch at a time by
@@ -45,9 +50,9 @@ PARALLELIZATION_MAX = 10
 #: A stream shard per table partition (an assumption AWS does not state as a rule: "each
 #: DynamoDB partition maps to a single stream shard", AWS Database Blog, "Build scalable,
 #: event-driven architectures with Amazon DynamoDB and AWS Lambda", 2024); a partition
-#: serves 1,000 WCU and 3,000 RCU (bench.scale.PARTITION_WCU/RCU) and a new on-demand
-#: table starts with 4,000 WRU/s: 4 partitions (bench.cost.ASSUMPTIONS["stream_shards"]).
-NEW_TABLE_PARTITIONS = float(cost.ASSUMPTIONS["stream_shards"])  # type: ignore[arg-type]
+#: serves 1,000 WCU and 3,000 RCU (bench.model.scale.PARTITION_WCU/RCU) and a new on-demand
+#: table starts with 4,000 WRU/s: 4 partitions (bench.model.assumptions.ASSUMPTIONS["stream_shards"]).
+NEW_TABLE_PARTITIONS = float(cost_model.ASSUMPTIONS["stream_shards"])  # type: ignore[arg-type]
 #: The VPC resolver: "Each EC2 instance can send 1024 packets per second per network
 #: interface to Route 53 Resolver (specifically the .2 address ...). This quota cannot
 #: be increased." "Amazon VPC quotas", DNS:
@@ -89,7 +94,7 @@ SMTP_TASK_VCPU = 0.25
 SMTP_TASKS_MAX = 50
 SMTP_CPU_MS = {1: 9.9, 100: 20.8}  # KB -> ms
 #: Lambda: 1,000 concurrent executions per Region (adjustable); each function scales by
-#: 1,000 environments every 10 s (bench.scale.ACCOUNT_CONCURRENCY, SCALE_PER_10S).
+#: 1,000 environments every 10 s (bench.model.scale.ACCOUNT_CONCURRENCY, SCALE_PER_10S).
 
 # ---------------------------------------------------------------- the site limiter
 #: The shaping state of a site spread over N items (issue 40, deliverable 2: another
@@ -147,7 +152,7 @@ ASSUMPTIONS: dict[str, Any] = {
 # ---------------------------------------------------------------- deployments
 @dataclass(frozen=True)
 class Deployment:
-    """What a deployment allows, beyond bench.scale.Settings."""
+    """What a deployment allows, beyond bench.model.scale.Settings."""
 
     name: str
     scale: scale.Settings
@@ -205,11 +210,11 @@ def dns_queries_per_mail(path: Path = DNS_MEASURED) -> tuple[float, str]:
 
 
 @functools.cache
-def _template(tpl_path: Path) -> tuple[dict[str, Any], cost.Template]:
+def _template(tpl_path: Path) -> tuple[dict[str, Any], Template]:
     from mailqueue_local.cfn import load_template
 
     params = load_template(tpl_path).get("Parameters", {})
-    return {k: v.get("Default") for k, v in params.items()}, cost.Template.load(tpl_path)
+    return {k: v.get("Default") for k, v in params.items()}, Template.load(tpl_path)
 
 
 def dns_steady(path: Path = DNS_MEASURED) -> dict[float, float]:
@@ -270,7 +275,7 @@ def default_deployment(
 
 
 #: the settings docs/deploy.md names for 10,000 mails/s (section "10,000 mails a second");
-#: beyond bench.scale.HIGH_VOLUME (concurrency, batch submission, Lambda and DynamoDB
+#: beyond bench.model.scale.HIGH_VOLUME (concurrency, batch submission, Lambda and DynamoDB
 #: quotas, the table's warm throughput)
 NAMED = {
     "EventsParallelizationFactor": 1,  # the model: 1 suffices at one vCPU (the stream row)
@@ -312,7 +317,7 @@ def named_deployment(egress: str, smtp_parallel: float = 1.0) -> Deployment:
 
 def _smtp_ms(egress: str) -> float:
     key = "smtp_ms_per_mail_direct" if egress == "direct" else "smtp_ms_per_mail_relay"
-    return float(cost.ASSUMPTIONS[key])  # type: ignore[arg-type]
+    return float(cost_model.ASSUMPTIONS[key])  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------- the stream
@@ -328,13 +333,11 @@ class StreamCost:
     table_rru_per_mail: float
 
     def seconds_per_mail(self, memory_mb: int, batch: float) -> float:
-        per_record = self.cpu_s_per_record * cost.cpu_factor(memory_mb)
+        per_record = self.cpu_s_per_record * cpu_factor(memory_mb)
         return self.records_per_mail * (per_record + self.fixed_s_per_batch / max(1.0, batch))
 
 
-def stream_cost(
-    runs: Mapping[str, cost.Run], weights: Mapping[str, float], tpl: cost.Template
-) -> StreamCost:
+def stream_cost(runs: Mapping[str, Run], weights: Mapping[str, float], tpl: Template) -> StreamCost:
     """The events function's cost per mail of a weighted mix of measured runs."""
     rec = cpu = fixed = wru = rru = 0.0
     for name, w in weights.items():
@@ -343,11 +346,11 @@ def stream_cost(
         records = max(1, r.records_in.get("events", 0) or len(r.records))
         inv = max(1, r.invocations.get("events", 1))
         c = r.cpu_s.get("events", 0.0)
-        total = cost.lambda_seconds(r, "events", cost.FULL_VCPU_MB, smtp=False)
+        total = lambda_seconds(r, "events", FULL_VCPU_MB, smtp=False)
         rec += w * records / n
         cpu += w * c / records * (records / n)
         fixed += w * max(0.0, total - c) / inv * (records / n)
-        table_w, _ = cost.state_write_units(r, tpl)
+        table_w, _ = state_write_units(r, tpl)
         wru += w * table_w / n
         rru += w * sum(r.rru.values()) / n
     return StreamCost(
@@ -450,7 +453,7 @@ def rows(
     tpl_mem = _template(ROOT / "template.yaml")[1].memory_mb.get("delivery", 512)
     if d.delivery_memory_mb != tpl_mem:  # its CPU at the deployment's memory
         cpu = p.fn_cpu.get("delivery", 0.0)
-        deliv += cpu * (cost.cpu_factor(d.delivery_memory_mb) - cost.cpu_factor(tpl_mem))
+        deliv += cpu * (cpu_factor(d.delivery_memory_mb) - cpu_factor(tpl_mem))
     prof = replace(p, fn_seconds={**p.fn_seconds, "events": ev_s, "delivery": deliv})
     out = [
         Row(x.limit, x.scope, x.at(rate), x.capacity, x.doc, x.adjustable)

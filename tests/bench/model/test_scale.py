@@ -1,4 +1,4 @@
-"""The scale model's arithmetic (bench/scale.py), on synthetic runs whose answer is known."""
+"""The scale model's arithmetic (bench/model/scale.py), on synthetic runs whose answer is known."""
 
 from __future__ import annotations
 
@@ -7,46 +7,17 @@ from typing import Any
 
 import pytest
 
-from bench import cost, scale
-from bench.trace import entry, family
-
-IX = cost.Index("by_state", ("st", "due"), "ALL")
-TPL = cost.Template(
-    memory_mb={f: 512 for f in cost.FUNCTIONS},
-    architecture="arm64",
-    tracing=False,
-    alarms=0,
-    dashboards=0,
-    schedules={},
-    log_retention_days=30,
-    events_batch_size=100,
-    events_window_s=5,
-    events_filters=[],
-    delivery_batch_size=10,
-    indexes=(IX,),
-)
+from bench.model import scale
+from bench.model.dynamodb import Index
+from bench.model.run import Run
+from bench.model.state_table import failed_writes
+from bench.model.template import Template
+from bench.model.trace import entry, family
+from tests.bench.model.synthetic import TPL, _item, _rec
 
 
-def _item(pk: str, st: str | None, pad: int = 100) -> dict[str, Any]:
-    item: dict[str, Any] = {"pk": {"S": pk}, "sk": {"S": "G#x"}, "body": {"S": "x" * pad}}
-    if st is not None:
-        item["st"] = {"S": st}
-        item["due"] = {"N": "1"}
-    return item
-
-
-def _rec(old: dict[str, Any] | None, new: dict[str, Any] | None) -> dict[str, Any]:
-    keys = {k: v for k, v in (new or old or {}).items() if k in ("pk", "sk")}
-    ddb: dict[str, Any] = {"Keys": keys}
-    if old:
-        ddb["OldImage"] = old
-    if new:
-        ddb["NewImage"] = new
-    return {"eventName": "MODIFY", "dynamodb": ddb}
-
-
-def _run(records: list[dict[str, Any]], mails: int) -> cost.Run:
-    run = cost.Run(mails=mails)
+def _run(records: list[dict[str, Any]], mails: int) -> Run:
+    run = Run(mails=mails)
     run.records = records
     run.invocations = Counter({"delivery": mails, "ingress": mails})
     run.cpu_s = {"delivery": 0.0, "ingress": 0.0}
@@ -85,8 +56,8 @@ def test_large_items_cost_units_per_kb_on_table_and_index() -> None:
     # a transactional write bills twice
     assert ("table", pk, 6) in scale.record_key_units(_rec(None, big), TPL, transactional=True)
     # a keys-only projection writes only the keys to the index
-    ko = cost.Index("by_state", ("st", "due"), "KEYS_ONLY")
-    t = cost.Template(**{**TPL.__dict__, "indexes": (ko,)})
+    ko = Index("by_state", ("st", "due"), "KEYS_ONLY")
+    t = Template(**{**TPL.__dict__, "indexes": (ko,)})
     assert ("by_state", "queued", 1) in scale.record_key_units(_rec(None, big), t)
 
 
@@ -119,7 +90,7 @@ def test_failed_conditional_writes_are_billed_from_the_trace() -> None:
     params = {"TableName": "x-state", "Key": {"pk": {"S": pk}, "sk": {"S": "G#x"}}}
     failed = {"Error": {"Code": "ConditionalCheckFailedException"}}
     run.trace = [entry("delivery", "dynamodb", "UpdateItem", params, failed, 0.01)]
-    n, u = cost.failed_writes(run)
+    n, u = failed_writes(run)
     assert (n, u) == (1, 2)  # the item is ~1.6 KB: 2 units
     assert scale.profile(run, TPL).failed_wru == pytest.approx(2.0)
 
@@ -143,20 +114,6 @@ def test_burst_drains_at_the_ramp_then_the_ceiling() -> None:
     assert b.peak_concurrency == pytest.approx(30)
     assert 1000 <= b.drained_s <= 1010
     assert b.submitted_s == pytest.approx(60)
-
-
-def test_trace_entry_reads_the_key_condition_and_units() -> None:
-    params = {
-        "TableName": "x-state",
-        "IndexName": "by_state",
-        "KeyConditionExpression": "#s = :s AND due <= :d",
-        "ExpressionAttributeNames": {"#s": "st"},
-        "ExpressionAttributeValues": {":s": {"S": "queued"}, ":d": {"N": "5"}},
-    }
-    items = [{"pk": {"S": "a"}, "b": {"S": "x" * 5000}}]
-    e = entry("sweeper", "dynamodb", "Query", params, {"Items": items}, 0.01)
-    assert e["reads"][0]["attrs"] == {"st": "queued"}
-    assert e["reads"][0]["ru"] == 1.0  # 5 KB eventually consistent: 2 x 0.5
 
 
 def test_mix_weights_per_mail_loads() -> None:
