@@ -251,7 +251,7 @@ def report(rs: dict[str, Run], tpl: Template) -> list[str]:
     mails = next(iter(rs.values())).mails
     L.append(
         f"Measured: {mails} mails per shape through the local stack, one per API call, "
-        "accepted → delivered → cleaned, priced by bench/cost.py's model (relay mode; "
+        "accepted → delivered → cleaned, priced by the cost model, bench/model/ (relay mode; "
         "SMTP 30 ms per transaction to the relay, assumed; direct: 400 ms, issue 25's "
         "figure, not measured here). Text: standard-library docstrings (real prose, a "
         "different stretch per mail); the attachment: compressed octets in base64. "
@@ -392,7 +392,7 @@ def report(rs: dict[str, Run], tpl: Template) -> list[str]:
     L.append(
         "With provisioned capacity the mix meets its floor "
         + "; ".join(even)
-        + f" (bench/autoscale.py simulates {uses[-1]:.0%} for the table's writes at 100 M on "
+        + f" (bench/model/autoscale.py simulates {uses[-1]:.0%} for the table's writes at 100 M on "
         f"the '{autoscale.PRICED_PROFILE}' profile)."
     )
     L.append("")
@@ -465,7 +465,7 @@ def limits_section(
     return [
         LIMITS_SECTION,
         "",
-        f"_`make bench` (bench.mix's last table: `python -m bench.mix {mails}`; bench/limits.py). "
+        f"_`make bench` (bench.mix's last table: `python -m bench.mix {mails}`; bench/model/limits.py). "
         f"SMTP transactions at once per delivery invocation: {par:.1f} {note}._",
         "",
         *limits.report(p, sc, size, ds),

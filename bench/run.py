@@ -214,7 +214,7 @@ def main() -> None:
     # handlers' cold import times (bench/coldstart.py)
     run = cost.measure(20)
     tpl = Template.load()
-    lines.extend(report(run, tpl, title="### Cost model (bench/cost.py)"))
+    lines.extend(report(run, tpl, title="### Cost model (bench/model/, measured by bench/cost.py)"))
     lines.append("")
     # the same mails through the batch route, all 20 in one call (issue 18)
     batch_run = cost.measure(20, per_call=20)
@@ -223,7 +223,7 @@ def main() -> None:
     lines.extend(capacity_report(run, tpl, batch=with_ingress_of(run, batch_run)))
     lines.append("")
     lines += [
-        "#### Lambda memory sizes (bench.cost.memory_sweep; docs: issue 18, second round)",
+        "#### Lambda memory sizes (bench.model.memory.memory_sweep; docs: issue 18, second round)",
         "",
     ]
     rss = {f: cost.handler_rss_mb(f) for f in FUNCTIONS}

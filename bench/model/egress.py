@@ -161,7 +161,7 @@ def markdown_section(
     lines = [
         f"### Egress per month: direct ({nat_gateways} NAT gateway{'s' if nat_gateways > 1 else ''})"
         " vs relay through SES "
-        "(bench/egress_cost.py)",
+        "(bench/model/egress.py)",
         "",
         "| mail size | mails / month | direct | direct + interface endpoints | relay via SES |",
         "|---|---|---|---|---|",
@@ -219,7 +219,7 @@ def lines(egress: str | None, volume: int) -> list[Line]:
 
     eg = egress_monthly(egress, volume) if egress else None
     if eg is not None:
-        add("Egress", f"{egress} mode (bench/egress_cost.py; the relay's own price excluded)", eg)
+        add("Egress", f"{egress} mode (bench/model/egress.py; the relay's own price excluded)", eg)
     else:
-        add("Egress", "not included (bench/egress_cost.py not present)", 0.0)
+        add("Egress", "not included (priced without egress)", 0.0)
     return lines

@@ -666,8 +666,8 @@ def report(
     L = [
         f"Per mail of the measured mix ({size_bytes / 1024:.1f} KB on average), at "
         f"{rate:,.0f} mails/s: each limit's need, capacity and use under four deployments. "
-        "Each limit's page is cited in bench/limits.py (title and URL) and bench/scale.py; "
-        "what no one publishes is an assumption (bench.limits.ASSUMPTIONS, with its "
+        "Each limit's page is cited in bench/model/limits.py (title and URL) and bench/model/scale.py; "
+        "what no one publishes is an assumption (bench.model.limits.ASSUMPTIONS, with its "
         f"source): top sites' shares {ASSUMPTIONS['site_shares']} "
         f"({ASSUMPTIONS['site_shares_source']}), {ASSUMPTIONS['receiver_mails_per_s_per_ip']:g} "
         "mails/s accepted per sending IP by a big receiver. Stream: "

@@ -149,7 +149,7 @@ def report(run: Run, tpl: Template, title: str = "### Cost model") -> list[str]:
         f"({', '.join(f'{k} {v:.0f} ms' for k, v in LATENCY_MS.items())}) and SMTP to the "
         "relay (moto's own answer time, slow and load-dependent here, is left out); "
         "the SQS event source's receive and delete counted once per "
-        "invocation, delivery's batches filled from the volume (bench.cost.delivery_batch: "
+        "invocation, delivery's batches filled from the volume (bench.model.sqs.delivery_batch: "
         "the template's batching window, 5 pollers); X-Ray at Lambda's default sampling (1/s then 5 %) when tracing is on; "
         "storage of content (deleted after delivery) and of state items not included; "
         "a BatchGetItem is priced per key requested (a key without an item costs the "
@@ -157,7 +157,7 @@ def report(run: Run, tpl: Template, title: str = "### Cost model") -> list[str]:
         "priced: no steady cost); "
         + (
             "egress: relay mode sends from outside any VPC (no NAT, no transfer charge); "
-            "direct mode's NAT and transfer are in bench/egress_cost.py's section."
+            "direct mode's NAT and transfer are in bench/model/egress.py's section."
             if egress is not None
             else "egress not included: bench/egress_cost.py (branch `egress`) has not landed; "
             "`egress_monthly()` is the hook."
@@ -198,7 +198,7 @@ def capacity_report(
         "The state table and its index at provisioned capacity with auto scaling (target "
         "70 %), priced by the hour (bench/aws-prices.json `dynamodb_provisioned`: "
         "$0.00065 per WCU-hour, $0.00013 per RCU-hour, us-east-1) at the average use of "
-        "what is provisioned that bench/autoscale.py simulates (auto scaling's documented "
+        "what is provisioned that bench/model/autoscale.py simulates (auto scaling's documented "
         "rules, minute by minute, over a week of the '"
         + str(ASSUMPTIONS["provisioned_traffic_profile"])
         + "' traffic profile: it follows a daily curve with a lag and scales in at most 27 "

@@ -838,14 +838,14 @@ def report(
     d = Settings.default(smtp_parallel=smtp_parallel)
     h = Settings.high_volume(smtp_parallel=smtp_parallel)
     L = [
-        "### Scale: AWS's documented limits under the measured mix (bench/scale.py)",
+        "### Scale: AWS's documented limits under the measured mix (bench/model/scale.py)",
         "",
         "Per mail of the mix, from the runs' request traces and the table's stream (keys "
         "read from the template's key schemas and the items written: a new layout is "
         "measured, not assumed); SMTP at "
         f"{d.smtp_ms:.0f} ms per transaction to a direct MX, {d.smtp_parallel:.1f} "
         f"transaction(s) at once per invocation {parallel_note}. Each limit's page is cited "
-        "in bench/scale.py. Per key: the load on each value of a key family (values folded "
+        "in bench/model/scale.py. Per key: the load on each value of a key family (values folded "
         "on their ids, numbers and short suffixes), spread over the values the run saw; families with "
         "a value per mail (the table's M#<id>) do not grow with the rate and are left out. "
         "The sweeper's requests (every 5 minutes, whatever the rate) and reads made once per "
