@@ -40,11 +40,11 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from boto3.dynamodb.types import TypeDeserializer
 
@@ -221,6 +221,16 @@ def message(label: str, recipient: str) -> bytes:
     ).encode()
 
 
+
+def _progress_to(out: TextIO) -> Callable[[str], None]:
+    """The stack's start-up steps, each on its own line as it begins (issue 44, friction 3)."""
+
+    def say(step: str) -> None:
+        out.write(f"  starting the stack {step}\n")
+        out.flush()
+
+    return say
+
 def run(var: Path, timeout: float, out: Any = sys.stdout) -> int:
     sink_events: queue.Queue[SinkEvent] = queue.Queue()
     options = StackOptions(
@@ -230,7 +240,7 @@ def run(var: Path, timeout: float, out: Any = sys.stdout) -> int:
         sweep_interval=15.0,
         sink_rules=SinkRules.demo(2),
         on_sink_event=sink_events.put,
-        progress=lambda step: (out.write(f"  starting the stack {step}\n"), out.flush()),
+        progress=_progress_to(out),
         settings=feedback_settings(),
         smtpd_receive_port=0,  # the receiving listener: where receivers' reports arrive
     )
