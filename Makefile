@@ -45,6 +45,7 @@ bench: $(STAMP)  ## request counts, cost per message, throughput -> docs/benchma
 	$(PY) -m bench.shaping --bursts 1,2,5 --mails 40 --rate 2 --concurrency 5
 	$(PY) -m bench.mix $(BENCH_MIX_MAILS)
 	$(PY) -m bench.dns
+	$(PY) -m bench.browse
 	$(MAKE) --no-print-directory bench-smtp
 	$(PIPELINE_ENV) $(PY) -m bench.report_speed
 

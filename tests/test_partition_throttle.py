@@ -196,3 +196,33 @@ def test_batch_write_returns_what_is_over_budget_as_unprocessed(ddb: Any) -> Non
     assert len(left) == 5  # the index key `q` takes 10 of 15
     assert ddb.scan(TableName=TABLE, Select="COUNT")["Count"] == 10
     assert sum(t.recorder.throttled().values()) == 5
+
+
+def test_the_largest_item_is_written_then_claimed_and_recorded_a_second_apart(ddb: Any) -> None:
+    """An item near DynamoDB's 400 KB (~390 write units, 39 s of a key value's budget at
+    ÷ 100) passes on a full bucket and is charged one second's budget, not 39 s of it: the
+    claim and the result a second later pass too (issue 43 item 17); a second write in
+    the same second is still refused, and so is a hot key of small items."""
+    clock = Clock()
+    t = _throttled(PartitionThrottle(scale=100, clock=clock), ddb)
+    big = 390 * 1024
+    assert _put(ddb, "big", size=big) is None  # the enqueue
+    for step in ("claim", "record"):
+        clock.t += 1.0
+        try:
+            ddb.update_item(
+                TableName=TABLE,
+                Key={"pk": {"S": "big"}, "sk": {"S": "G"}},
+                UpdateExpression="SET #s = :s",
+                ExpressionAttributeNames={"#s": "step"},
+                ExpressionAttributeValues={":s": {"S": step}},
+            )
+        except ClientError as e:
+            pytest.fail(f"{step} throttled: {e}")
+    clock.t += 0.5  # half a second after the last: the bucket holds 5 of 10
+    assert _put(ddb, "big", size=big) == "TableWriteKeyRangeThroughputExceeded"
+    # the units recorded are the real ones (3 writes of ~391 units), not the charge
+    assert t.recorder.totals()[(TABLE, None, "big")] == pytest.approx(3 * 391, abs=3)
+    # small items on one key are charged exactly: 10 pass a full bucket, the 11th not
+    clock.t += 1.0
+    assert [_put(ddb, "small") for _ in range(11)].count(None) == 10

@@ -133,3 +133,83 @@ def install_atomic_dynamodb() -> bool:
     call_action.mailqueue_atomic = True  # type: ignore[attr-defined]
     setattr(DynamoHandler, "call_action", call_action)  # noqa: B010 - moto's class, not ours
     return True
+
+
+#: the operations whose answers are items (what browse, size, shape and every claim read)
+FAST_ANSWERS = frozenset({"GetItem", "BatchGetItem", "Query", "Scan"})
+
+
+def _plain(value: Any) -> Any:
+    """An item answer as DynamoDB's JSON: binary values base64, None-valued keys left out
+    (what moto's serializer makes of them)."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, bytes | bytearray):
+        import base64
+
+        return base64.b64encode(bytes(value)).decode("ascii")
+    return value
+
+
+def install_fast_item_answers() -> bool:
+    """moto's item reads made to cost what they return (GetItem, BatchGetItem, Query, Scan).
+
+    Where `list`, `size` and `shape` of 100 groups spent their 1-3 s on the local stack
+    (issue 43 item 15), profiled: moto, inside the lock that keeps DynamoDB one request at
+    a time (install_atomic_dynamodb). Two costs, both changed here, outcomes unchanged:
+
+    * moto 5.2 serializes every answer by walking botocore's shape model value by value:
+      a BatchGetItem of 100 group items took ~0.4 s. An item answer is already DynamoDB's
+      JSON (moto's `dynamo_to_dict`), so it is written with json.dumps (binary values in
+      base64, None-valued keys left out, as the serializer does). Errors and every other
+      operation keep moto's serializer.
+    * a Scan of a keys-only index deep-copied each whole item (recipients, history,
+      inline content) before cutting it to its keys: ~2 ms an item. The index's entries
+      are made from the key attributes alone instead (a keys-only entry is just those),
+      which also sizes the 1 MB page by the entries, as DynamoDB does.
+
+    `tests/local/test_motopatch.py` checks that botocore reads the same answers from
+    patched and unpatched moto."""
+    import json
+
+    try:
+        from moto.dynamodb.models.dynamo_type import Item
+        from moto.dynamodb.models.table import Table
+        from moto.dynamodb.responses import DynamoResult
+    except ImportError:
+        return False
+    if getattr(DynamoResult.execute_result, "mailqueue_fast", False):
+        return True
+    original = DynamoResult.execute_result
+    original_idx_items = Table.has_idx_items
+
+    def execute_result(self: Any, context: Any) -> Any:
+        name = getattr(context.operation_model, "name", None)
+        result = self.result
+        if name not in FAST_ANSWERS or not isinstance(result, dict):
+            return original(self, context)
+        body = json.dumps(_plain(result), separators=(",", ":"))
+        return 200, {"Content-Type": "application/x-amz-json-1.0"}, body
+
+    def has_idx_items(self: Any, index_name: str) -> list[Any]:
+        items = original_idx_items(self, index_name)
+        idx = self.get_index(index_name)
+        if (idx.projection or {}).get("ProjectionType") != "KEYS_ONLY":
+            return list(items)
+        names = [self.hash_key_attr, self.range_key_attr] + [k["AttributeName"] for k in idx.schema]
+        keep = [n for n in dict.fromkeys(names) if n]
+        return [
+            Item(
+                hash_key=it.hash_key,
+                range_key=it.range_key,
+                attrs={n: {it.attrs[n].type: it.attrs[n].value} for n in keep if n in it.attrs},
+            )
+            for it in items
+        ]
+
+    execute_result.mailqueue_fast = True  # type: ignore[attr-defined]
+    setattr(DynamoResult, "execute_result", execute_result)  # noqa: B010 - moto's class
+    setattr(Table, "has_idx_items", has_idx_items)  # noqa: B010 - moto's class
+    return True

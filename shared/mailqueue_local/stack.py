@@ -468,11 +468,16 @@ class LocalStack:
         if o.moto == "thread":
             from moto.server import ThreadedMotoServer
 
-            from mailqueue_local.motopatch import install, install_atomic_dynamodb
+            from mailqueue_local.motopatch import (
+                install,
+                install_atomic_dynamodb,
+                install_fast_item_answers,
+            )
 
             install_atomic_dynamodb()  # concurrent containers: conditional writes atomic
             if o.moto_patch:
                 install()  # this process is the stack's own
+                install_fast_item_answers()
 
             logging.getLogger("werkzeug").setLevel(logging.WARNING)
             server = ThreadedMotoServer(ip_address=o.host, port=o.moto_port, verbose=False)
@@ -768,12 +773,13 @@ def parse_concurrency(values: Iterable[str]) -> dict[str, int]:
 
 # `python -m moto.server` without werkzeug's line per request (errors still logged),
 # DynamoDB one request at a time (conditional writes atomic, as in DynamoDB), optionally
-# with the transaction patch (mailqueue_local.motopatch)
+# with the transaction patch and the item answers' direct JSON (mailqueue_local.motopatch)
 _MOTO_MAIN = (
     "import logging, os, sys; logging.getLogger('werkzeug').setLevel(logging.WARNING)\n"
     "from mailqueue_local.motopatch import install_atomic_dynamodb; install_atomic_dynamodb()\n"
     "if os.environ.get('MQ_LOCAL_MOTO_PATCH') == '1':\n"
-    "    from mailqueue_local.motopatch import install; install()\n"
+    "    from mailqueue_local.motopatch import install, install_fast_item_answers\n"
+    "    install(); install_fast_item_answers()\n"
     "from moto.server import main; main(sys.argv[1:])"
 )
 

@@ -15,6 +15,18 @@ budget per second and refuses what goes over, with DynamoDB's own error:
   scale factor (default 100: 10 write units/s per key value), so a laptop reaches the
   ceiling. A token bucket of one second's budget: the 300 s burst of the docs is for a
   table's unused provisioned capacity, not for one partition's hard limit.
+- What one request is charged (issue 43 item 17). Dividing the budget scales time, not
+  item sizes: an item of 400 KB (DynamoDB's largest, 400 write units, under half of one
+  partition's second) would take 40 s of a key value's scaled budget, longer than the
+  SDK's retries wait (4 attempts, a few seconds), so the 111-recipient group the data
+  model says fits could not be written, or once written not claimed. So a request's share
+  on one key value is charged at most one second's scaled budget (the bucket's
+  capacity): it passes when the bucket is full and empties it, never leaving the key in
+  debt. Requests up to a second's budget (every index write: keys only, 1 unit; a
+  typical group) are charged exactly as before; on one key value the largest items pass
+  at one request a second, where AWS ÷ 100 would allow one each 40 s. No key value of
+  this layout takes large items often (a table key is one mail's), so the throttle still
+  finds what it is for: many requests on one key value.
 - The error. "Troubleshooting throttling in Amazon DynamoDB" / "DynamoDB throttling
   resolution guide" (troubleshooting-throttling-diagnostics.html) and the API reference's
   `ThrottlingReason`: a request over a key range's limit, in on-demand and in provisioned
@@ -301,8 +313,9 @@ class PartitionThrottle:
         with self._lock:
             over = self._over(plan.touches, now) if self.enforce else None
             if over is None:
-                for t in plan.touches:
-                    self._bucket(t, now).tokens -= t.units
+                for k, units in _per_key(plan.touches).items():
+                    b = self._bucket(_Touch(*k, 0), now)
+                    b.tokens -= min(units, b.capacity)
                 plan.admitted = True
                 return None
         self.recorder.add(
@@ -332,14 +345,14 @@ class PartitionThrottle:
             actual = self._actual_read(plan, parsed)
         now = self.clock()
         with self._lock:
-            est: defaultdict[tuple[str, str | None, str, Kind], float] = defaultdict(float)
-            for t in plan.touches:
-                est[(t.table, t.index, t.key, t.kind)] += t.units
-            for t in actual:
-                est[(t.table, t.index, t.key, t.kind)] -= t.units
-            for (table, index, key, kind), diff in est.items():
+            # what was charged at send (the estimate, capped) against what the answer
+            # says it cost (capped alike): the difference goes back to (or from) the bucket
+            est, got = _per_key(plan.touches), _per_key(actual)
+            for k in est.keys() | got.keys():
+                b = self._bucket(_Touch(*k, 0), now)
+                diff = min(est.get(k, 0.0), b.capacity) - min(got.get(k, 0.0), b.capacity)
                 if diff:
-                    self._bucket(_Touch(table, index, key, kind, 0), now).tokens += diff
+                    b.tokens += diff
         for t in actual:
             if t.units:
                 self.recorder.add(
@@ -362,8 +375,8 @@ class PartitionThrottle:
 
         `before`: what earlier items of the same request take. A key value's share is
         admitted while its bucket holds it, or when the bucket is full and nothing else of
-        the request takes from it (an item larger than a second's budget still passes
-        once, as DynamoDB serves an item larger than its partition's units a second)."""
+        the request takes from it (an item larger than a second's scaled budget passes
+        then, charged that second's budget: see "What one request is charged")."""
         need: defaultdict[tuple[str, str | None, str, Kind], float] = defaultdict(float)
         prior: defaultdict[tuple[str, str | None, str, Kind], float] = defaultdict(float)
         for t in before:
@@ -556,6 +569,14 @@ class PartitionThrottle:
 
 
 # ====================================================================== helpers
+def _per_key(touches: Sequence[_Touch]) -> dict[tuple[str, str | None, str, Kind], float]:
+    """Units by (table, index, key value, kind): what one request takes from each bucket."""
+    out: defaultdict[tuple[str, str | None, str, Kind], float] = defaultdict(float)
+    for t in touches:
+        out[(t.table, t.index, t.key, t.kind)] += t.units
+    return out
+
+
 def _hash_range(keys: Sequence[Mapping[str, Any]]) -> tuple[str | None, str | None]:
     h = next((k["AttributeName"] for k in keys if k.get("KeyType") == "HASH"), None)
     r = next((k["AttributeName"] for k in keys if k.get("KeyType") == "RANGE"), None)

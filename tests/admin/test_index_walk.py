@@ -71,10 +71,31 @@ def test_a_small_index_is_walked_without_a_query(aws_admin: Admin) -> None:
     page = admin.service.browse(admin_filter(), limit=50)
     assert len(page.items) >= 6
     ops = admin.aws.counter.snapshot()
-    assert "dynamodb:Query" not in ops and ops["dynamodb:Scan"] == 3  # queued, inflight, held
+    # one Scan for the page's three walks (queued, inflight, held): one read scope
+    assert "dynamodb:Query" not in ops and ops["dynamodb:Scan"] == 1
 
 
 def admin_filter():  # type: ignore[no-untyped-def]
     from mailqueue.services.admin.filters import parse_filter
 
     return parse_filter({})
+
+
+def test_a_read_scope_lasts_one_operator_read(aws_admin: Admin) -> None:
+    """Each browse or size reads the index afresh (its scope ends with it): a hold made
+    between two sizes shows in the second, and a size outside any scope keeps nothing."""
+    from mailqueue.core.storage import read_scope_cache
+    from mailqueue.services.admin.service import Action, OpContext
+
+    from tests.admin.conftest import ACTOR
+
+    admin = aws_admin
+    q = admin.enqueue("bob@example.net")
+    assert admin.service.size().groups == {"queued": 1}
+    admin.service.act(q.mail_id, Action.HOLD, OpContext(actor=ACTOR), group="example.net")
+    admin.aws.counter.reset()
+    assert admin.service.size().groups == {"held": 1}
+    assert admin.aws.counter.snapshot()["dynamodb:Scan"] == 1  # read again, once
+    page = admin.service.browse(admin_filter(), limit=50)
+    assert [(g.mail_id, g.state) for g in page.items] == [(q.mail_id, GroupState.HELD)]
+    assert read_scope_cache() is None

@@ -138,3 +138,105 @@ def test_patched_moto_transactions_end_like_unpatched_ones(
     }
     # the stream holds the committed writes only: 2 puts, then 2 + 3 from the commits
     assert len(records) == 7
+
+
+def _reads(endpoint: str) -> list[Any]:
+    """Every item read the queue makes, on items of every attribute type (binary too)."""
+    ddb, _ = _clients(endpoint)
+    ddb.create_table(
+        TableName="r",
+        AttributeDefinitions=[
+            {"AttributeName": "pk", "AttributeType": "S"},
+            {"AttributeName": "sk", "AttributeType": "S"},
+            {"AttributeName": "st", "AttributeType": "S"},
+            {"AttributeName": "due", "AttributeType": "N"},
+        ],
+        KeySchema=[
+            {"AttributeName": "pk", "KeyType": "HASH"},
+            {"AttributeName": "sk", "KeyType": "RANGE"},
+        ],
+        GlobalSecondaryIndexes=[
+            {
+                "IndexName": "by_state",
+                "KeySchema": [
+                    {"AttributeName": "st", "KeyType": "HASH"},
+                    {"AttributeName": "due", "KeyType": "RANGE"},
+                ],
+                "Projection": {"ProjectionType": "KEYS_ONLY"},
+            }
+        ],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    for i in range(12):
+        item = {
+            **_key(f"m{i:02d}"),
+            "st": {"S": f"queued#{i % 3}"},
+            "due": {"N": str(1000 + i)},
+            "body": {"B": bytes(range(i, i + 40))},
+            "bs": {"BS": [b"\x00\xff", bytes([i])]},
+            "ss": {"SS": ["x", f"y{i}"]},
+            "ns": {"NS": ["1", "2.50"]},
+            "n": {"N": "-0.125"},
+            "l": {"L": [{"NULL": True}, {"BOOL": False}, {"S": "é€\U0001d538"}]},
+            "m": {"M": {"e": {"S": ""}, "r": {"M": {"a": {"S": f"u{i}@example.net"}}}}},
+        }
+        ddb.put_item(TableName="r", Item=item)
+    out: list[Any] = []
+
+    def strip(resp: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in resp.items() if k != "ResponseMetadata"}
+
+    out.append(strip(ddb.get_item(TableName="r", Key=_key("m03"), ConsistentRead=True)))
+    out.append(strip(ddb.get_item(TableName="r", Key=_key("nope"))))
+    got = ddb.batch_get_item(
+        RequestItems={
+            "r": {"Keys": [_key(f"m{i:02d}") for i in (5, 1, 99)], "ConsistentRead": True}
+        }
+    )
+    got["Responses"]["r"].sort(key=lambda it: it["pk"]["S"])
+    out.append(strip(got))
+    first = ddb.scan(TableName="r", IndexName="by_state", Limit=5)
+    out.append(strip(first))
+    out.append(  # the next page, from the cursor
+        strip(
+            ddb.scan(
+                TableName="r", IndexName="by_state", ExclusiveStartKey=first["LastEvaluatedKey"]
+            )
+        )
+    )
+    out.append(strip(ddb.scan(TableName="r", ProjectionExpression="pk, body")))
+    q = {
+        "KeyConditionExpression": "st = :s",
+        "ExpressionAttributeValues": {":s": {"S": "queued#1"}},
+    }
+    out.append(strip(ddb.query(TableName="r", IndexName="by_state", Limit=2, **q)))
+    out.append(strip(ddb.query(TableName="r", IndexName="by_state", Select="COUNT", **q)))
+    out.append(
+        strip(
+            ddb.query(
+                TableName="r",
+                KeyConditionExpression="pk = :p",
+                ExpressionAttributeValues={":p": {"S": "m07"}},
+            )
+        )
+    )
+    try:  # an error keeps moto's own serializer
+        ddb.query(TableName="missing", KeyConditionExpression="pk = :p", **{
+            "ExpressionAttributeValues": {":p": {"S": "x"}}})  # fmt: skip
+    except ClientError as e:
+        out.append(e.response["Error"]["Code"])
+    return out
+
+
+def test_patched_moto_item_answers_parse_like_unpatched_ones(servers: dict[str, str]) -> None:
+    """The direct JSON of item answers (install_fast_item_answers) is what moto's own
+    serializer sends, as botocore reads it: items, binary values, cursors, counts."""
+    patched, plain = _reads(servers["patched"]), _reads(servers["plain"])
+    assert patched == plain
+    assert patched[0]["Item"]["body"]["B"] == bytes(range(3, 43))
+    assert patched[3]["LastEvaluatedKey"] and patched[6]["LastEvaluatedKey"]
+    assert {tuple(sorted(e)) for e in patched[3]["Items"] + patched[4]["Items"]} == {
+        ("due", "pk", "sk", "st")
+    }  # keys only, all 12 entries over the two pages
+    assert len(patched[3]["Items"]) + len(patched[4]["Items"]) == 12
+    assert patched[7]["Count"] == 4 and patched[-1] == "ResourceNotFoundException"

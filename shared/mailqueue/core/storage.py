@@ -8,6 +8,8 @@ cannot finish. Claims are leases: a crashed holder's claim expires and is taken 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, BinaryIO, Protocol, runtime_checkable
@@ -22,6 +24,30 @@ from mailqueue.core.model import (
     QueuedMail,
     Result,
 )
+
+#: the cache of the read scope in force, if any (see `read_scope`)
+_READ_SCOPE: ContextVar[dict[str, Any] | None] = ContextVar("mailqueue_read_scope", default=None)
+
+
+@contextmanager
+def read_scope() -> Iterator[None]:
+    """One operator read (a browse page, a size, a shape) over several `list_queue` calls.
+
+    Within it a storage may answer them from one read of its index and read each group
+    once (`size` walks five states, and a claimed group's `queued` entry again for
+    `inflight`): the answers are those of reading everything at the scope's start, which
+    an eventually consistent index never promised better than. Outside a scope nothing
+    is kept (issue 43 item 15)."""
+    token = _READ_SCOPE.set({})
+    try:
+        yield
+    finally:
+        _READ_SCOPE.reset(token)
+
+
+def read_scope_cache() -> dict[str, Any] | None:
+    """The scope's cache for a storage to keep its reads in; None outside a scope."""
+    return _READ_SCOPE.get()
 
 
 @dataclass(frozen=True, slots=True)

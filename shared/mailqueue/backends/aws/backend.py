@@ -131,7 +131,13 @@ from mailqueue.core.model import (
     to_iso,
     utcnow,
 )
-from mailqueue.core.storage import ClaimRefused, InflightMail, PendingCleanup, Transition
+from mailqueue.core.storage import (
+    ClaimRefused,
+    InflightMail,
+    PendingCleanup,
+    Transition,
+    read_scope_cache,
+)
 from mailqueue.core.transitions import envelope_digest
 from mailqueue.core.validate import check_no_ctl
 
@@ -847,7 +853,14 @@ class AwsStorage:
     def _index_snapshot(self) -> index_walk.Snapshot | None:
         if self.index_snapshot_limit <= 0:
             return None
-        return index_walk.snapshot(self.c.dynamodb, self.s.table, self.index_snapshot_limit)
+        scope = read_scope_cache()  # one operator read: one Scan for all its walks
+        if scope is not None and "index_snapshot" in scope:
+            cached: index_walk.Snapshot | None = scope["index_snapshot"]
+            return cached
+        snap = index_walk.snapshot(self.c.dynamodb, self.s.table, self.index_snapshot_limit)
+        if scope is not None:
+            scope["index_snapshot"] = snap
+        return snap
 
     def _hydrate(self, entries: list[dict[str, Any]], state: str) -> list[Group]:
         """The groups behind index entries, read whole from the table in the index's order.
@@ -860,12 +873,20 @@ class AwsStorage:
         keys = [{"pk": e["pk"], "sk": e["sk"]} for e in entries if "pk" in e and "sk" in e]
         if not keys:
             return []
-        got = (
-            entries  # projection ALL: the entries are the items
-            if all(k in e for e in entries for k in ("rcpts", "sender"))
-            else [it for i in range(0, len(keys), 100) for it in self._batch_get(keys[i : i + 100])]
-        )
-        found = {(it["pk"]["S"], it["sk"]["S"]): it for it in got}
+        found: dict[tuple[str, str], dict[str, Any] | None]
+        if all(k in e for e in entries for k in ("rcpts", "sender")):
+            found = {(it["pk"]["S"], it["sk"]["S"]): it for it in entries}  # projection ALL
+        else:
+            # within one operator read (core.storage.read_scope) each group is read once:
+            # `inflight` walks the `queued` entries again
+            scope = read_scope_cache()
+            found = scope.setdefault("groups", {}) if scope is not None else {}
+            missing = [k for k in keys if (k["pk"]["S"], k["sk"]["S"]) not in found]
+            for i in range(0, len(missing), 100):
+                part = missing[i : i + 100]
+                got = {(it["pk"]["S"], it["sk"]["S"]): it for it in self._batch_get(part)}
+                for k in part:  # a key not found is remembered as gone
+                    found[(k["pk"]["S"], k["sk"]["S"])] = got.get((k["pk"]["S"], k["sk"]["S"]))
         out: list[Group] = []
         for k in keys:
             it = found.get((k["pk"]["S"], k["sk"]["S"]))

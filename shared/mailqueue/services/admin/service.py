@@ -48,7 +48,7 @@ from mailqueue.core.model import (
     utcnow,
 )
 from mailqueue.core.ports import BounceHandoff
-from mailqueue.core.storage import ClaimRefused, Transition
+from mailqueue.core.storage import ClaimRefused, Transition, read_scope
 from mailqueue.outbound.suppression import SuppressionStore
 from mailqueue.outbound.suspensions import SuspensionStore
 
@@ -373,7 +373,12 @@ class QueueAdmin:
         end, held by time held), states one after the other. A page may hold fewer than
         `limit` items when the filter is selective; only a null cursor ends the listing.
         sort=arrival: oldest first, read whole (up to `arrival_sort_max` groups).
+        One read scope (core.storage.read_scope): the page's walks share one index read.
         """
+        with read_scope():
+            return self._browse(flt, sort=sort, limit=limit, cursor=cursor)
+
+    def _browse(self, flt: QueueFilter, *, sort: str, limit: int, cursor: str | None) -> BrowsePage:
         if sort not in ("next", "arrival"):
             raise InvalidInput("invalid_sort", "sort must be next or arrival", "sort")
         if not 1 <= limit <= 1000:
@@ -450,7 +455,8 @@ class QueueAdmin:
                 page, pos = self.walk(SIZE_STATES, pos, 1000)
                 yield from page
 
-        return count_groups(pages())
+        with read_scope():  # five states, one index read, each group read once
+            return count_groups(pages())
 
     def shape(
         self,
@@ -464,9 +470,10 @@ class QueueAdmin:
         now = self.clock()
         groups: list[Group] = []
         pos: Position | None = (0, None)
-        while pos is not None:
-            page, pos = self.walk(flt.states, pos, 500)
-            groups.extend(g for g in page if flt.matches(g, now))
+        with read_scope():  # the filter's states, one index read, each group read once
+            while pos is not None:
+                page, pos = self.walk(flt.states, pos, 500)
+                groups.extend(g for g in page if flt.matches(g, now))
         return build_shape(groups, now, flt, bucket_minutes=bucket_minutes, buckets=buckets, by=by)
 
     def inspect(self, mail_id: str, *, body: bool = False) -> dict[str, Any]:
