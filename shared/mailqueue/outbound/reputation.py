@@ -55,7 +55,7 @@ from mailqueue.core.config import ConfigError
 from mailqueue.core.errors import MailqueueError
 from mailqueue.core.events import REPUTATION_EVENT, bounce_class, event_id
 from mailqueue.core.model import Result, to_iso
-from mailqueue.core.trace import principal_tag
+from mailqueue.core.trace import principal_key
 from mailqueue.outbound.suspensions import MAX_SECONDS, Suspension, SuspensionStore
 
 log = logging.getLogger(__name__)
@@ -263,7 +263,10 @@ def window(per_bucket: Mapping[int, Counts], t: Thresholds) -> Counts:
 
 
 def rep_key(scope: RepScope, target: str) -> str:
-    return f"{scope}#{target}"
+    """The counters' key. A principal's is its digest (core/trace.principal_key) whether
+    the mail's tag holds the ARN (trace_private off) or the digest (on), so the ARN and
+    the digest read the same counters whatever trace_private says."""
+    return f"{scope}#{principal_key(target) if scope == 'principal' else target}"
 
 
 def targets(principal: str, sender: str) -> list[tuple[RepScope, str]]:
@@ -277,13 +280,10 @@ def targets(principal: str, sender: str) -> list[tuple[RepScope, str]]:
     return out
 
 
-def principal_keys(principal: str) -> list[str]:
-    """The keys a principal's counters and pause may be under: its ARN as given and the
-    digest the `mailqueue:principal` tag holds when traces are private (core/trace.py);
-    a digest is itself only. Lets an operator name the ARN whatever trace_private says."""
-    if principal.startswith("sha256:"):
-        return [principal]
-    return [principal, principal_tag(principal)]
+def same_target(scope: RepScope, a: str, b: str) -> bool:
+    """Whether two targets name the same key: principals by their digest (an ARN and its
+    `sha256:` digest are one principal), domains as written (parse_target lowers them)."""
+    return principal_key(a) == principal_key(b) if scope == "principal" else a == b
 
 
 def counts_of(results: Mapping[str, Result]) -> Counts:
@@ -436,7 +436,7 @@ class ReputationGuard:
             held = [
                 x
                 for x in self.suspensions.all()
-                if x.scope == scope and x.target == target and x.active(now)
+                if x.scope == scope and same_target(scope, x.target, target) and x.active(now)
             ]
             if not held:
                 self.suspensions.put(
@@ -562,7 +562,7 @@ __all__: Sequence[str] = (
     "Thresholds",
     "feedback_counts",
     "judge",
-    "principal_keys",
+    "same_target",
     "record_feedback",
     "window",
 )

@@ -242,7 +242,6 @@ class UnsubscribeService:
         self._count(origin)
         return _page(200, "Unsubscribed", f"{_mask(u.recipient)} is unsubscribed from {what}.")
 
-
     def _origin(self, mail_id: str) -> Origin | None:
         if self.reputation is None:
             return None

@@ -5,9 +5,9 @@ operator's resume of an automatic pause (outbound/reputation.py says why and how
   POST /v1/queue/reputation/{scope}/{target}/resume   end the pause, restart the counting
 
 A principal may be named by its ARN or by the digest (``sha256:…``) its mail's
-`mailqueue:principal` tag holds when traces are private: counters and pauses are under the
-tag's value, so an ARN is looked up under both (reputation.principal_keys), whatever
-trace_private says.
+`mailqueue:principal` tag holds when traces are private, whatever trace_private says: its
+counters are under the digest either way (reputation.rep_key), and a pause, under the
+tag's value, is found by digest (reputation.same_target).
 """
 
 from __future__ import annotations
@@ -18,17 +18,18 @@ from datetime import datetime
 from typing import Any
 
 from mailqueue.core.errors import NotFound
+from mailqueue.core.trace import principal_key
 from mailqueue.outbound.reputation import (
     ACTOR,
+    RepScope,
     ReputationEvents,
     ReputationGuard,
     ReputationStore,
-    Standing,
     Thresholds,
     parse_rep_scope,
-    principal_keys,
+    same_target,
 )
-from mailqueue.outbound.suspensions import SuspensionStore, parse_target
+from mailqueue.outbound.suspensions import Suspension, SuspensionStore, parse_target
 
 
 class ReputationApi:
@@ -45,37 +46,31 @@ class ReputationApi:
         )
         self.clock = clock
 
-    def _key(self, scope: str, target: str) -> tuple[Any, str, list[str]]:
-        """The scope, the target as named, and the keys it may be counted under."""
+    def _key(self, scope: str, target: str) -> tuple[RepScope, str]:
         sc = parse_rep_scope(scope)
-        t = parse_target(urllib.parse.unquote(target), sc)
-        return sc, t, principal_keys(t) if sc == "principal" else [t]
+        return sc, parse_target(urllib.parse.unquote(target), sc)
+
+    def _pauses(self, sc: RepScope, t: str) -> list[Suspension]:
+        """The active suspensions of this key, under whichever form names it."""
+        now = self.clock().timestamp()
+        return [
+            s
+            for s in self.guard.suspensions.all()
+            if s.scope == sc and same_target(sc, s.target, t) and s.active(now)
+        ]
 
     def show(self, scope: str, target: str) -> dict[str, Any]:
-        sc, t, keys = self._key(scope, target)
-        now = self.clock().timestamp()
-        active = [s for s in self.guard.suspensions.all() if s.scope == sc and s.active(now)]
-        seen: list[tuple[bool, int, int, Standing, Any]] = []
-        for i, k in enumerate(keys):
-            held = [s for s in active if s.target == k]
-            st = self.guard.standing(sc, k)
-            # the key in use: paused first, then the one with sends, then the name given
-            seen.append((bool(held), st.sends, -i, st, held[0] if held else None))
-        _, _, _, st, pause = max(seen, key=lambda x: x[:3])
-        doc = st.to_json()
-        doc["target"] = t
-        doc["key"] = st.target  # what the counters are under (the tag's value)
-        doc["paused"] = pause.to_json() if pause is not None else None
+        sc, t = self._key(scope, target)
+        held = self._pauses(sc, t)
+        doc = self.guard.standing(sc, t).to_json()
+        # what the counters are under: a principal's digest (reputation.rep_key)
+        doc["key"] = principal_key(t) if sc == "principal" else t
+        doc["paused"] = held[0].to_json() if held else None
         return doc
 
     def resume(self, scope: str, target: str, actor: str) -> dict[str, Any]:
-        sc, t, keys = self._key(scope, target)
-        now = self.clock().timestamp()
-        current = [
-            s
-            for s in self.guard.suspensions.all()
-            if s.scope == sc and s.target in keys and s.active(now)
-        ]
+        sc, t = self._key(scope, target)
+        current = self._pauses(sc, t)
         if not current:
             raise NotFound(f"{sc} {t} is not paused")
         ours = [s for s in current if s.actor == ACTOR]
