@@ -63,22 +63,33 @@ def test_reputation_feedback_an_unsubscribe_counts_against_the_mails_origin() ->
     ip = InProcess.new()
     store = MemoryReputationStore()
     delivery = ReputationGuard(store, ip.suspensions, T, remember=True)
-    delivery.note(P, "news@shop.example", Counts(sends=5),
-                  origin=Origin("m1", P, "news@shop.example", 1_700_000_000.0))
+    delivery.note(
+        P,
+        "news@shop.example",
+        Counts(sends=5),
+        origin=Origin("m1", P, "news@shop.example", 1_700_000_000.0),
+    )
     delivery.flush()
     guard = ReputationGuard(store, ip.suspensions, T)  # the unsubscribe route's
     s = UnsubscribeSettings(list_unsubscribe_keys=json.dumps({"k1": K1}), list_unsubscribe_kid="k1")
     events = ListEmitter()
-    svc = UnsubscribeService(s, MemorySuppressionStore(), events, reputation=guard,
-                             clock=lambda: 20001 * 86400.0)
+    svc = UnsubscribeService(
+        s, MemorySuppressionStore(), events, reputation=guard, clock=lambda: 20001 * 86400.0
+    )
     token = unsub.make_token(
-        keys(), unsub.Unsubscription("m1", "reader@example.net", "sender_domain",
-                                     "shop.example", 20000, "k1")
+        keys(),
+        unsub.Unsubscription(
+            "m1", "reader@example.net", "sender_domain", "shop.example", 20000, "k1"
+        ),
     )
     for _ in range(2):
-        page = svc.handle("POST", token, source_ip="192.0.2.1",
-                          body=b"List-Unsubscribe=One-Click",
-                          content_type="application/x-www-form-urlencoded")
+        page = svc.handle(
+            "POST",
+            token,
+            source_ip="192.0.2.1",
+            body=b"List-Unsubscribe=One-Click",
+            content_type="application/x-www-form-urlencoded",
+        )
         assert page.status == 200
     for scope, target in (("principal", P), ("sender_domain", "shop.example")):
         st = guard.standing(scope, target)  # type: ignore[arg-type]
