@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from mailqueue.compose.events import event_writer
 from mailqueue.core import events as ev
 from mailqueue.core.events import MailInfo, QueueEvent
 from mailqueue.core.model import Claim, MailRef, Result, from_iso, utcnow
+from mailqueue.core.trace import principal_tag
 from mailqueue.outbound.reputation import Thresholds
 from mailqueue.services.admin.service import Action, OpContext
 from mailqueue.services.eventlog import (
@@ -144,7 +146,10 @@ def drive_everything(aws: AwsEnv) -> dict[str, str]:
         FeedbackSettings(frozenset({"b.example.org"})), lambda: ring, st, emitter,
         reputation=guard,
     )
-    late = st.enqueue(f.envelope("late@x.example"), f.content())
+    # submitted by a principal (its tag as ingress writes it when traces are private)
+    tagged = f.envelope("late@x.example")
+    tagged = replace(tagged, tags=(("mailqueue:principal", principal_tag(ACTOR)),))
+    late = st.enqueue(tagged, f.content())
     cl = st.send_start(MailRef(late.mail_id, "x.example"), utcnow(), lease_seconds=60)
     assert isinstance(cl, Claim)
     st.send_done(cl, ["r0"], OK, tls=True)  # delivered: the mail leaves the queue
@@ -243,16 +248,32 @@ def test_every_record_the_producer_writes_is_in_ses_format(aws: AwsEnv) -> None:
         if d["eventType"] == "Bounce" and d["mailqueue"].get("feedback")
     )
     assert late_bounce["mail"]["source"] == "alice@example.org"
+    # the late bounce's fields from the DSN as sent: its Diagnostic-Code (the code once),
+    # its Reporting-MTA (the receiver's, not our hostname), the principal of the mail
+    lb = late_bounce["bounce"]
+    assert (lb["bounceType"], lb["bounceSubType"]) == ("Permanent", "NoEmail")
+    assert lb["bouncedRecipients"][0]["diagnosticCode"] == "smtp; 550 5.1.1 no such user"
+    assert lb["reportingMTA"] == "dns; mx.receiver.example"
+    assert late_bounce["mail"]["tags"]["mailqueue:principal"] == [sent_principal(fb["Send"])]
+    assert fb["Subscription"]["mail"]["tags"]["mailqueue:principal"] == [
+        sent_principal(fb["Send"])
+    ]
     # the ARF report's Arrival-Date (Thu, 8 Mar 2005 14:00:00 EDT) in ISO 8601, UTC
     assert fb["Complaint"]["complaint"]["arrivalDate"] == "2005-03-08T18:00:00.000Z"
     assert fb["Complaint"]["complaint"]["complaintSubType"] is None
-    # and the guard heard them: the late hard bounce (1 in 1 send) paused the sender
-    # domain, a real pause event (the complaint then found it paused already)
+    # and the guard heard them: the late hard bounce (1 in 1 send) paused the principal
+    # and the sender domain, real pause events (the complaint then found them paused)
     paused = [d["mailqueue"]["reputation"] for d in docs if d["eventType"] == ev.REPUTATION_EVENT]
-    assert [(r["action"], r["scope"], r["target"]) for r in paused] == [
-        ("paused", "sender_domain", "example.org")
+    assert sorted((r["action"], r["scope"], r["target"]) for r in paused) == [
+        ("paused", "principal", principal_tag(ACTOR)),
+        ("paused", "sender_domain", "example.org"),
     ]
-    assert (paused[0]["sends"], paused[0]["bounces"], paused[0]["complaints"]) == (1, 1, 0)
+    assert {(r["sends"], r["bounces"], r["complaints"]) for r in paused} == {(1, 1, 0)}
+
+
+def sent_principal(send: dict[str, Any]) -> str:
+    tag: list[str] = send["mail"]["tags"]["mailqueue:principal"]
+    return tag[0]
 
 
 def _rcpt(d: dict[str, Any]) -> str | None:
@@ -396,6 +417,15 @@ def test_schema_rejects_what_the_issue_found() -> None:
     bounce["bounce"].update(bounceType="Transient")
     bounce["bounce"]["bouncedRecipients"][0]["diagnosticCode"] = "smtp; 0 expired"
     assert errors(bounce)
+    bounce["bounce"].update(bounceSubType="General")
+    for diag, ok in (
+        ("smtp; 550 550 5.1.1 no such user", False),  # the code twice (issue 42)
+        ("smtp; 550-550 5.1.1 no such user", False),
+        ("smtp; 550 5.1.1 no such user", True),
+        ("smtp; 550 5505 is not a code", True),
+    ):
+        bounce["bounce"]["bouncedRecipients"][0]["diagnosticCode"] = diag
+        assert (errors(bounce) == []) is ok, diag
     # what issue 42 found: a Complaint's arrivalDate as the report wrote it (RFC 5322),
     # a Subscription from the null sender, an unknown complaint type or subtype
     complaint = QueueEvent(
