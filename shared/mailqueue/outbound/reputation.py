@@ -232,9 +232,18 @@ class Standing:
 def judge(scope: RepScope, target: str, c: Counts, t: Thresholds) -> Standing:
     """The verdict on one key's window (pure): hard bounces and complaints over sends;
     soft bounces and unsubscribes are shown, never judged."""
-    apart = {"soft_bounces": c.soft_bounces, "unsubscribes": c.unsubscribes}
+    soft, unsubs = c.soft_bounces, c.unsubscribes
     if c.sends < t.min_sends:
-        return Standing(scope, target, c.sends, c.bounces, c.complaints, "too_few", **apart)
+        return Standing(
+            scope,
+            target,
+            c.sends,
+            c.bounces,
+            c.complaints,
+            "too_few",
+            soft_bounces=soft,
+            unsubscribes=unsubs,
+        )
     br, cr = c.bounces / c.sends, c.complaints / c.sends
     over: list[str] = []
     verdict: Literal["ok", "review", "pause"] = "ok"
@@ -249,7 +258,17 @@ def judge(scope: RepScope, target: str, c: Counts, t: Thresholds) -> Standing:
             verdict = "review" if verdict == "ok" else verdict
             over.append(f"{name} rate {rate:.2%} >= review {review:.2%}")
     why = f"{'; '.join(over)} over the last {c.sends} sends" if over else ""
-    return Standing(scope, target, c.sends, c.bounces, c.complaints, verdict, why, **apart)
+    return Standing(
+        scope,
+        target,
+        c.sends,
+        c.bounces,
+        c.complaints,
+        verdict,
+        why,
+        soft_bounces=soft,
+        unsubscribes=unsubs,
+    )
 
 
 def window(per_bucket: Mapping[int, Counts], t: Thresholds) -> Counts:
