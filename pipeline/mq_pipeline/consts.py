@@ -51,6 +51,14 @@ PERCENTILES = (0.5, 0.9, 0.95, 0.99)
 
 # SES bounce-rate guidance: stay below 2 %, account review at 5 %, sending paused at 10 %.
 BOUNCE_BANDS = ((0.10, "pause"), (0.05, "review"), (0.02, "elevated"))
+# The reputation guards' bands (outbound/reputation.Thresholds' defaults, SES's: "Reputation
+# metrics messages", https://docs.aws.amazon.com/ses/latest/dg/reputationdashboardmessages.html:
+# bounce rate under review at 5 %, sending paused at 10 %; complaint rate 0.1 % / 0.5 %).
+# The bounce rate counts hard bounces only, as SES's does.
+REPUTATION_BOUNCE_BANDS = ((0.10, "pause"), (0.05, "review"))
+REPUTATION_COMPLAINT_BANDS = ((0.005, "pause"), (0.001, "review"))
+REPUTATION_MIN_SENDS = 200  # fewer sends: no verdict ("too_few"), as the guard's min_sends
+PRINCIPAL_TAG = "mailqueue:principal"  # = mailqueue.core.model.PRINCIPAL_TAG
 
 # qshape age buckets in minutes: 0-5, 5-10, 10-20, 20-40, ... doubling; the last is open.
 QSHAPE_EDGES_MIN = (5, 10, 20, 40, 80, 160, 320, 640, 1280)

@@ -38,12 +38,12 @@ from .consts import (
     lag_bucket_labels,
     qshape_labels,
 )
-from .schema import PARTITION_FIELDS, READ_SCHEMA
+from .schema import PARTITION_FIELDS, READ_SCHEMA, REPUTATION_SCHEMA
 from .transforms import UTC, TimeRange
 
 TABLES = (
     "volumes", "delivery", "attempts", "reasons", "sched_lag", "qshape", "senders", "rejects",
-    "timeline", "feedback",
+    "timeline", "feedback", "reputation",
 )
 REPORT_THREADS = 3  # report tables computed concurrently (Spark runs their jobs side by side)
 
@@ -436,6 +436,8 @@ def _run(
         "rejects": lambda: report.rejects(base, cfg.top_reasons),
         # complaints, late bounces (services/feedback), unsubscribes (services/unsubscribe)
         "feedback": lambda: report.feedback(events, broadcast=not small),
+        # what the reputation guards count, per principal and sender domain (SES's bands)
+        "reputation": lambda: report.reputation(events),
         "timeline": lambda: report.timeline(base, events, bucket_s),
     }
 
@@ -581,6 +583,12 @@ def _write_csvs(
                                          r["sender"] or "")
     )
     emit("feedback", fb, ["grain", "domain", "sender", *report.FEEDBACK_COUNTS])
+    worst = {"pause": 0, "review": 1, "ok": 2, "too_few": 3}
+    rep = sorted(
+        rows["reputation"],
+        key=lambda r: (r["scope"], worst.get(r["verdict"], 4), -r["sends"], r["target"]),
+    )
+    emit("reputation", rep, [f.name for f in REPUTATION_SCHEMA.fields])
     tl = sorted(rows["timeline"], key=lambda r: (r["bucket_start"], r["event_type"]))
     emit("timeline", tl, ["bucket_start", "bucket_s", "event_type", "events"])
     return counts

@@ -575,6 +575,32 @@ def feedback_table(feedback: list[dict[str, str]], top: int = 15) -> str:
     )
 
 
+def reputation_table(rows: list[dict[str, str]], top: int = 15) -> str:
+    """What the reputation guards count per principal and sender domain, worst verdict
+    first: hard-bounce and complaint rates against SES's review / pause bands (all rows
+    in csv/reputation.csv; absent in reports written before it existed)."""
+    if not rows:
+        return "<p class=ok>No sends from a principal or sender domain.</p>"
+    shown: list[dict[str, str]] = []
+    for scope in ("principal", "sender_domain"):
+        shown += [r for r in rows if r["scope"] == scope][:top]
+    cells = [
+        [esc(r["scope"].replace("_", " ")), esc(r["target"]), fmt_n(num(r.get("sends"))),
+         fmt_n(num(r.get("hard_bounces"))), fmt_pct(num(r.get("bounce_rate"))),
+         esc(r.get("bounce_band") or ""), fmt_n(num(r.get("complaints"))),
+         fmt_pct(num(r.get("complaint_rate"))), esc(r.get("complaint_band") or ""),
+         fmt_n(num(r.get("soft_bounces"))), fmt_n(num(r.get("unsubscribes"))),
+         esc(r.get("verdict") or "")]
+        for r in shown
+    ]
+    return _table(
+        ["by", "principal / sender domain", "sends", "hard bounces", "rate", "band",
+         "complaints", "rate", "band", "soft (apart)", "unsubscribes", "verdict"],
+        cells,
+        right_from=2,
+    )
+
+
 def dsn_block(dsn: dict[str, Any]) -> str:
     n = dsn.get("recipients") or 0
     if not n:
@@ -596,6 +622,7 @@ def render(out_dir: Path) -> str:
     summary: dict[str, Any] = json.loads((out_dir / "summary.json").read_text(encoding="utf-8"))
     csvs = {n: read_csv(out_dir / "csv" / f"{n}.csv") for n in CSV_NAMES}
     feedback = read_csv(out_dir / "csv" / "feedback.csv")
+    reputation = read_csv(out_dir / "csv" / "reputation.csv")
     h = summary["headline"]
     inp = summary["input"]
     lag = summary["sched_lag"]
@@ -667,6 +694,13 @@ def render(out_dir: Path) -> str:
          "late bounces) and recipients (one-click unsubscribe) reported after a mail was "
          "accepted, by recipient domain and by envelope sender; counted beside the "
          "outcomes above, which they do not change.", feedback_table(feedback)),
+        ("Reputation: what the guards count", "Per submitting principal and envelope "
+         "sender domain, as the reputation guards count them: sends = delivery's final "
+         "results; hard bounces = Permanent (remote 5xx or late), soft ones counted apart as "
+         "SES counts hard bounces only; rates against SES's bands (bounces 5 % review, 10 % "
+         "pause; complaints 0.1 % / 0.5 %: SES's \u201cReputation metrics messages\u201d); "
+         "too_few below 200 sends. Over this report's range, not the guard's window.",
+         reputation_table(reputation)),
         ("Delivery status notifications", "Mail the queue sent with the null sender (bounce "
          "and delay notices), counted here and not with the mail above.", dsn_block(dsn)),
         ("Top deferral reasons", "By enhanced status and normalised diagnostic text.",

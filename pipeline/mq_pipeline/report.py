@@ -27,8 +27,12 @@ from .consts import (
     PERCENTILE_ACCURACY,
     PERCENTILES,
     QSHAPE_EDGES_MIN,
+    REPUTATION_BOUNCE_BANDS,
+    REPUTATION_COMPLAINT_BANDS,
+    REPUTATION_MIN_SENDS,
     bounce_band,
 )
+from .schema import REPUTATION_SCHEMA
 from .transforms import UNSUBSCRIBED, normalise_reason_col, ts_lit
 
 GRAIN_COLS = ("grain", "day", "hour", "domain")
@@ -535,6 +539,88 @@ def feedback(events: DataFrame, broadcast: bool = True) -> DataFrame:
         *FEEDBACK_COUNTS,
     )
     return by_domain.unionByName(by_sender)
+
+
+def _rep_band(rate: Column, bands: Sequence[tuple[float, str]]) -> Column:
+    out = F.when(rate.isNull(), F.lit("ok"))
+    for limit, name in bands:
+        out = out.when(rate >= F.lit(limit), F.lit(name))
+    return out.otherwise(F.lit("ok"))
+
+
+def reputation(events: DataFrame, min_sends: int = REPUTATION_MIN_SENDS) -> DataFrame:
+    """What the reputation guards count (outbound/reputation.py), per principal and per
+    sender domain, against SES's review / pause bands (consts.REPUTATION_*_BANDS):
+
+    * sends: delivery's final results (Delivery, and a permanent Bounce of an attempt:
+      not a late one, not a refusal by the suppression list or an operator's, which have
+      none; not a 4.x.x expiry, which the guard does not count either);
+    * hard bounces: Permanent ones, from a remote 5xx reply or reported late; soft
+      (Transient) ones apart, as SES's bounce rate counts hard bounces only;
+    * complaints; unsubscribes (apart, no rate).
+
+    Over the report's range, not the guard's rolling window; under `min_sends` the
+    verdict is "too_few", as the guard's. Keys as the guard's: the mail's
+    `mailqueue:principal` tag and its sender's domain."""
+    et = F.col("event_type")
+    late = F.coalesce(F.col("feedback"), F.lit(False))
+    # a final result is a send when delivered or permanent (5.x.x), as counts_of: a
+    # 4.x.x final failure (lifetime expiry) is a Bounce but no send
+    permanent = F.coalesce(F.col("status").startswith("5"), F.lit(False))
+    attempted = (et == "Delivery") | (
+        (et == "Bounce") & ~late & F.col("attempt").isNotNull() & permanent
+    )
+    remote_5xx = F.coalesce(F.col("diag").startswith("smtp; 5"), F.lit(False))
+    bounced = (et == "Bounce") & ((~late & attempted & remote_5xx) | late)
+    hard = bounced & (F.col("bounce_type") == "Permanent")
+    soft = bounced & (F.col("bounce_type") == "Transient")
+    keyed = events.where(
+        F.col("principal").isNotNull() | F.col("sender_domain").isNotNull()
+    ).select(
+        F.explode(
+            F.array(
+                F.struct(F.lit("principal").alias("scope"), F.col("principal").alias("target")),
+                F.struct(
+                    F.lit("sender_domain").alias("scope"), F.col("sender_domain").alias("target")
+                ),
+            )
+        ).alias("k"),
+        attempted.alias("_send"),
+        hard.alias("_hard"),
+        soft.alias("_soft"),
+        (et == "Complaint").alias("_complaint"),
+        ((et == "Subscription") & (F.col("action") == UNSUBSCRIBED)).alias("_unsub"),
+    )
+    counted = keyed.where(F.col("k.target").isNotNull() & (F.col("k.target") != "")).groupBy(
+        F.col("k.scope").alias("scope"), F.col("k.target").alias("target")
+    ).agg(
+        F.count(F.when(F.col("_send"), 1)).alias("sends"),
+        F.count(F.when(F.col("_hard"), 1)).alias("hard_bounces"),
+        F.count(F.when(F.col("_soft"), 1)).alias("soft_bounces"),
+        F.count(F.when(F.col("_complaint"), 1)).alias("complaints"),
+        F.count(F.when(F.col("_unsub"), 1)).alias("unsubscribes"),
+    )
+    br = F.when(F.col("sends") > 0, F.col("hard_bounces") / F.col("sends"))
+    cr = F.when(F.col("sends") > 0, F.col("complaints") / F.col("sends"))
+    bb = _rep_band(br, REPUTATION_BOUNCE_BANDS)
+    cb = _rep_band(cr, REPUTATION_COMPLAINT_BANDS)
+    worst = (
+        F.when((bb == "pause") | (cb == "pause"), F.lit("pause"))
+        .when((bb == "review") | (cb == "review"), F.lit("review"))
+        .otherwise(F.lit("ok"))
+    )
+    verdict = F.when(F.col("sends") < F.lit(min_sends), F.lit("too_few")).otherwise(worst)
+    cols = {
+        "bounce_rate": br, "complaint_rate": cr, "bounce_band": bb, "complaint_band": cb,
+        "verdict": verdict,
+    }
+    out = counted.select(
+        *[
+            (cols[f.name] if f.name in cols else F.col(f.name)).cast(f.dataType).alias(f.name)
+            for f in REPUTATION_SCHEMA.fields
+        ]
+    )
+    return out
 
 
 def rejects(base: DataFrame, top_n: int = 10) -> DataFrame:

@@ -13,6 +13,7 @@ from pyspark.sql.types import (
     DoubleType,
     IntegerType,
     LongType,
+    MapType,
     StringType,
     StructField,
     StructType,
@@ -34,6 +35,8 @@ MAIL = StructType(
         _t("timestamp"),
         _s("source"),
         StructField("destination", ArrayType(StringType(), True), True),
+        # SES's tags; ours carry `mailqueue:principal` (the reputation table's key)
+        StructField("tags", MapType(StringType(), ArrayType(StringType(), True), True), True),
     ]
 )
 
@@ -201,7 +204,7 @@ READ_SCHEMA = _ts_as_string(
         EVENT_SCHEMA,
         {
             "eventType": 1,
-            "mail": {"messageId": 1, "timestamp": 1, "source": 1, "destination": 1},
+            "mail": {"messageId": 1, "timestamp": 1, "source": 1, "destination": 1, "tags": 1},
             "delivery": {"timestamp": 1, "recipients": 1},
             "bounce": {"timestamp": 1, "bounceType": 1, "bouncedRecipients": _RCPT},
             "deliveryDelay": {"timestamp": 1, "delayedRecipients": _RCPT},
@@ -253,6 +256,10 @@ NORMALISED_SCHEMA = StructType(
         # a receiver's report (a Complaint, a late Bounce: services/feedback) or the
         # recipient's (a Subscription: services/unsubscribe); null otherwise
         StructField("feedback", BooleanType(), True),
+        # what the reputation guards count under (outbound/reputation.py), on every row
+        # about a mail: its `mailqueue:principal` tag and its sender's domain (lower case)
+        _s("principal"),
+        _s("sender_domain"),
         StructField("copies", LongType(), True),  # how many times it was in the input
     ]
 )
@@ -273,5 +280,23 @@ OUTCOME_SCHEMA = StructType(
         StructField("dsn", BooleanType(), True),  # sent with the null sender
         StructField("size", LongType(), True),  # message octets
         StructField("first_rcpt", BooleanType(), True),  # counts the message once
+    ]
+)
+
+# The reputation table (report.reputation): what the reputation guards count, per key.
+REPUTATION_SCHEMA = StructType(
+    [
+        _s("scope"),  # principal | sender_domain
+        _s("target"),  # the principal's tag value (its sha256 digest when traces are private)
+        StructField("sends", LongType(), False),  # final results of delivery attempts
+        StructField("hard_bounces", LongType(), False),  # Permanent: remote 5xx and late
+        StructField("soft_bounces", LongType(), False),  # Transient: counted apart
+        StructField("complaints", LongType(), False),
+        StructField("unsubscribes", LongType(), False),  # counted apart
+        StructField("bounce_rate", DoubleType(), True),  # hard_bounces / sends
+        StructField("complaint_rate", DoubleType(), True),  # complaints / sends
+        _s("bounce_band"),  # ok | review | pause (SES's 5 % / 10 %)
+        _s("complaint_band"),  # ok | review | pause (SES's 0.1 % / 0.5 %)
+        _s("verdict"),  # the worse band, or too_few under min_sends
     ]
 )

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta, timezone
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from .consts import OPERATOR_EVENT, REPUTATION_EVENT
+from .consts import OPERATOR_EVENT, PRINCIPAL_TAG, REPUTATION_EVENT
 
 # Diagnostic text normalisation: applied in order, identically by Spark (Java regex) and
 # by `normalise_reason_py` (Python re); the patterns use only syntax both engines share.
@@ -159,7 +159,9 @@ def normalise(raw: DataFrame, ascii_lower: bool = False) -> DataFrame:
     destination's, `n_dest` the number of destinations. A Subscription (one-click
     unsubscribe) is its recipient's row (`mail.destination`), marked `feedback` like a
     complaint, its `action` "unsubscribed" or "subscribed" (`subscription_action`).
-    Reputation events (no mail) make no row. The wire type
+    Reputation events (no mail) make no row. `principal` (the mail's
+    `mailqueue:principal` tag) and `sender_domain` (its source's domain) are what the
+    reputation guards count under, on every row. The wire type
     `mailqueue:Operator` is called "Operator" from here on. Timestamps arrive as ISO
     strings (see schema.READ_SCHEMA); unparseable ones become null rather than failing
     the job. Rows without an eventId or type are dropped. `ts_raw` keeps the event time's
@@ -261,6 +263,12 @@ def normalise(raw: DataFrame, ascii_lower: bool = False) -> DataFrame:
         F.when(per_mail, ours.getField("size")).alias("size"),
         F.when(wire_type == "Send", F.col("_pos")).cast("int").alias("dest_pos"),
         F.when(feedback, F.lit(True)).alias("feedback"),
+        F.try_element_at(
+            m.getField("tags").getItem(PRINCIPAL_TAG), F.lit(1)
+        ).alias("principal"),
+        F.nullif(
+            _lower(F.substring_index(m.getField("source"), "@", -1), ascii_lower), F.lit("")
+        ).alias("_sdom"),
     )
     r = F.col("_rcpt")
     send = F.col("event_type") == "Send"
@@ -274,6 +282,9 @@ def normalise(raw: DataFrame, ascii_lower: bool = False) -> DataFrame:
         _lower(F.substring_index(r, "@", -1), ascii_lower).alias("domain"),
         "n_dest", "accepted_at", "ts", "status", "diag", "bounce_type", "action", "attempt",
         "sched_lag_s", "late", "ts_raw", "sender", "size", "dest_pos", "feedback",
+        "principal",
+        # a source without "@" (the null sender) has no domain
+        F.when(F.col("_sdom").contains("."), F.col("_sdom")).alias("sender_domain"),
     )
 
 

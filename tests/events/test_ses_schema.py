@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -16,10 +17,12 @@ import pytest
 from jsonschema import Draft202012Validator, FormatChecker
 from mailqueue.backends.aws.eventlog import batch_id
 from mailqueue.backends.aws.outbox import TableOutboxEmitter
+from mailqueue.backends.aws.suppression_store import DynamoSuppressionStore
 from mailqueue.compose.events import event_writer
 from mailqueue.core import events as ev
 from mailqueue.core.events import MailInfo, QueueEvent
 from mailqueue.core.model import Claim, MailRef, Result, from_iso, utcnow
+from mailqueue.core.trace import principal_tag
 from mailqueue.outbound.reputation import Thresholds
 from mailqueue.services.admin.service import Action, OpContext
 from mailqueue.services.eventlog import (
@@ -35,7 +38,7 @@ from tests.support import factories as f
 from tests.support.aws import AwsEnv
 from tests.support.streams import StreamReader
 
-SCHEMA = json.loads((Path(__file__).with_name("ses_event_schema.json")).read_text())
+SCHEMA = json.loads((Path(__file__).parents[1] / "events" / "ses_event_schema.json").read_text())
 VALIDATOR = Draft202012Validator(SCHEMA, format_checker=FormatChecker())
 ACTOR = "arn:aws:sts::123456789012:assumed-role/mailqueue-ops/alice"
 
@@ -116,35 +119,65 @@ def drive_everything(aws: AwsEnv) -> dict[str, str]:
             extra={"reason": "invalid_recipient", "field": "destination"},
         )
     ])
-    # a Complaint and a late Bounce through the feedback service (services/feedback)
+    # a Complaint and a late Bounce through the feedback service (services/feedback), about
+    # a mail delivered and gone: its `mail` from the origin delivery left (reputation.py)
+    from mailqueue.backends.aws.reputation_store import (
+        DynamoReputationStore,
+        OutboxReputationEvents,
+    )
+    from mailqueue.backends.aws.suspension_store import DynamoSuspensionStore
     from mailqueue.core.verp import KeyRing, encode
+    from mailqueue.outbound import unsubscribe as unsub
+    from mailqueue.outbound.reputation import Origin, ReputationGuard, counts_of
     from mailqueue.services.feedback.service import FeedbackService, FeedbackSettings
+    from mailqueue.services.unsubscribe import UnsubscribeService, UnsubscribeSettings
 
     from tests.feedback.messages import arf, dsn
     from tests.feedback.test_verp import ring_json
 
+    ddb, table = aws.clients.dynamodb, aws.resources.table
+    th = Thresholds(min_sends=1, window_sends=10, evaluate_seconds=0)
+    guard = ReputationGuard(
+        DynamoReputationStore(ddb, table), DynamoSuspensionStore(ddb, table), th,
+        events=OutboxReputationEvents(ddb, table), remember=True,
+    )
     ring = KeyRing.parse(ring_json())
     fb = FeedbackService(
-        FeedbackSettings(frozenset({"b.example.org"})), lambda: ring, st, emitter
+        FeedbackSettings(frozenset({"b.example.org"})), lambda: ring, st, emitter,
+        reputation=guard,
     )
-    late = st.enqueue(f.envelope("late@x.example"), f.content())
+    # submitted by a principal (its tag as ingress writes it when traces are private)
+    tagged = f.envelope("late@x.example")
+    tagged = replace(tagged, tags=(("mailqueue:principal", principal_tag(ACTOR)),))
+    late = st.enqueue(tagged, f.content())
+    cl = st.send_start(MailRef(late.mail_id, "x.example"), utcnow(), lease_seconds=60)
+    assert isinstance(cl, Claim)
+    st.send_done(cl, ["r0"], OK, tls=True)  # delivered: the mail leaves the queue
+    # what delivery notes for it (services/delivery.py): its send and its origin
+    guard.note(
+        cl.group.principal, cl.group.sender, counts_of({"r0": OK}),
+        origin=Origin(late.mail_id, cl.group.principal, cl.group.sender,
+                      cl.group.arrival.timestamp()),
+    )
+    guard.flush()
     to = encode(ring, late.mail_id, "0", "b.example.org")
     fb.receive([to], dsn(to, "late@x.example", "5.1.1", "550 5.1.1 no such user"), "r1")
-    fb.receive([to], arf(to, "late@x.example"), "r2")
+    fb.receive([to], arf(to, "late@x.example"), "r2")  # 1 complaint in 1 send: a pause
     ids["feedback"] = late.mail_id
-    # a one-click unsubscribe (services/unsubscribe.py) and a reputation pause
-    # (outbound/reputation.py), through the outbox as their producers write them
-    from mailqueue.backends.aws.reputation_store import OutboxReputationEvents
-    from mailqueue.outbound.reputation import Counts, judge, reputation_event
-    from mailqueue.outbound.unsubscribe import Unsubscription
-    from mailqueue.services.unsubscribe import subscription_event
-
-    u = Unsubscription("unsub-1", "reader@example.net", "sender_domain", "example.org", 1, "k")
-    emitter.emit([subscription_event(u, time.time(), method="one-click")])
-    standing = judge("principal", ACTOR, Counts(1000, 120, 0), Thresholds())
-    OutboxReputationEvents(aws.clients.dynamodb, aws.resources.table)(
-        reputation_event("paused", "principal", ACTOR, time.time(), standing=standing)
+    # a one-click unsubscribe through the endpoint (services/unsubscribe.py), its token
+    # made as delivery makes the link's
+    keys = json.dumps({"k1": "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY="})
+    us = UnsubscribeService(
+        UnsubscribeSettings(list_unsubscribe_keys=keys, list_unsubscribe_kid="k1"),
+        DynamoSuppressionStore(ddb, table), emitter, reputation=guard,
     )
+    token = unsub.make_token(us.keys, unsub.Unsubscription(
+        late.mail_id, "late@x.example", "sender_domain", "example.org",
+        int(time.time() // 86400), "k1",
+    ))
+    page = us.handle("POST", token, source_ip="192.0.2.1", body=b"List-Unsubscribe=One-Click",
+                     content_type="application/x-www-form-urlencoded")
+    assert page.status == 200, page.body
     return ids
 
 
@@ -202,6 +235,45 @@ def test_every_record_the_producer_writes_is_in_ses_format(aws: AwsEnv) -> None:
         assert ops[-1] == name, (name, ops)
     (rej,) = by_mail["rejected-1"]
     assert rej["reject"] == {"reason": "mailqueue:invalid_recipient"}
+
+    # late feedback and the unsubscribe are about the delivered mail: its sender and
+    # arrival (the Send's), not the null sender and the report's time
+    fb = {d["eventType"]: d for d in by_mail[ids["feedback"]]}
+    sent = fb["Send"]["mail"]
+    for kind in ("Complaint", "Subscription"):
+        assert fb[kind]["mail"]["source"] == sent["source"] == "alice@example.org", kind
+        assert from_iso(fb[kind]["mail"]["timestamp"]) == from_iso(sent["timestamp"]), kind
+    late_bounce = next(
+        d for d in by_mail[ids["feedback"]]
+        if d["eventType"] == "Bounce" and d["mailqueue"].get("feedback")
+    )
+    assert late_bounce["mail"]["source"] == "alice@example.org"
+    # the late bounce's fields from the DSN as sent: its Diagnostic-Code (the code once),
+    # its Reporting-MTA (the receiver's, not our hostname), the principal of the mail
+    lb = late_bounce["bounce"]
+    assert (lb["bounceType"], lb["bounceSubType"]) == ("Permanent", "NoEmail")
+    assert lb["bouncedRecipients"][0]["diagnosticCode"] == "smtp; 550 5.1.1 no such user"
+    assert lb["reportingMTA"] == "dns; mx.receiver.example"
+    assert late_bounce["mail"]["tags"]["mailqueue:principal"] == [sent_principal(fb["Send"])]
+    assert fb["Subscription"]["mail"]["tags"]["mailqueue:principal"] == [
+        sent_principal(fb["Send"])
+    ]
+    # the ARF report's Arrival-Date (Thu, 8 Mar 2005 14:00:00 EDT) in ISO 8601, UTC
+    assert fb["Complaint"]["complaint"]["arrivalDate"] == "2005-03-08T18:00:00.000Z"
+    assert fb["Complaint"]["complaint"]["complaintSubType"] is None
+    # and the guard heard them: the late hard bounce (1 in 1 send) paused the principal
+    # and the sender domain, real pause events (the complaint then found them paused)
+    paused = [d["mailqueue"]["reputation"] for d in docs if d["eventType"] == ev.REPUTATION_EVENT]
+    assert sorted((r["action"], r["scope"], r["target"]) for r in paused) == [
+        ("paused", "principal", principal_tag(ACTOR)),
+        ("paused", "sender_domain", "example.org"),
+    ]
+    assert {(r["sends"], r["bounces"], r["complaints"]) for r in paused} == {(1, 1, 0)}
+
+
+def sent_principal(send: dict[str, Any]) -> str:
+    tag: list[str] = send["mail"]["tags"]["mailqueue:principal"]
+    return tag[0]
 
 
 def _rcpt(d: dict[str, Any]) -> str | None:
@@ -345,6 +417,36 @@ def test_schema_rejects_what_the_issue_found() -> None:
     bounce["bounce"].update(bounceType="Transient")
     bounce["bounce"]["bouncedRecipients"][0]["diagnosticCode"] = "smtp; 0 expired"
     assert errors(bounce)
+    bounce["bounce"].update(bounceSubType="General")
+    for diag, ok in (
+        ("smtp; 550 550 5.1.1 no such user", False),  # the code twice (issue 42)
+        ("smtp; 550-550 5.1.1 no such user", False),
+        ("smtp; 550 5.1.1 no such user", True),
+        ("smtp; 550 5505 is not a code", True),
+    ):
+        bounce["bounce"]["bouncedRecipients"][0]["diagnosticCode"] = diag
+        assert (errors(bounce) == []) is ok, diag
+    # what issue 42 found: a Complaint's arrivalDate as the report wrote it (RFC 5322),
+    # a Subscription from the null sender, an unknown complaint type or subtype
+    complaint = QueueEvent(
+        "Complaint", good.mail, "b@example.net", utcnow(), "feedback:r",
+        extra={"feedback_type": "abuse", "arrival_date": "2005-03-08T18:00:00.000Z"},
+    ).to_json()
+    assert errors(complaint) == []
+    for key, value in (
+        ("arrivalDate", "Thu, 8 Mar 2005 14:00:00 EDT"),
+        ("complaintFeedbackType", "opt-out"),
+        ("complaintSubType", "Whatever"),
+    ):
+        bad = json.loads(json.dumps(complaint))
+        bad["complaint"][key] = value
+        assert errors(bad), key
+    from mailqueue.outbound.unsubscribe import Unsubscription
+    from mailqueue.services.unsubscribe import subscription_event
+
+    u = Unsubscription("m1", "b@example.net", "sender_domain", "example.org", 20000, "k")
+    sub = subscription_event(u, time.time(), method="one-click").to_json()
+    assert sub["mail"]["source"] == "" and errors(sub)  # no origin: not what SES writes
 
 
 def test_replies_are_shown_once_by_the_log_and_the_cli() -> None:

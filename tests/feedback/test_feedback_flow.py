@@ -106,7 +106,7 @@ def test_a_complaint_becomes_a_complaint_event_and_a_suppression(aws: AwsEnv) ->
     c = doc["complaint"]
     assert c["complainedRecipients"] == [{"emailAddress": "annoyed@x.example"}]
     assert (c["complaintFeedbackType"], c["userAgent"]) == ("abuse", "SomeGenerator/1.0")
-    assert c["arrivalDate"] == "Thu, 8 Mar 2005 14:00:00 EDT"
+    assert c["arrivalDate"] == "2005-03-08T18:00:00.000Z"  # the report's date in ISO 8601
     assert doc["mail"]["messageId"] == mail_id
     entry = suppressed(aws, "annoyed@x.example")
     assert entry is not None and entry.reason == "complaint: abuse"

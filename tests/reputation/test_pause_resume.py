@@ -218,3 +218,60 @@ def outbox_of(ddb: Any, table: str) -> list[dict[str, Any]]:
         ExpressionAttributeValues={":e": {"S": "E#"}},
     )["Items"]
     return [json.loads(i["event"]["S"]) for i in items]
+
+
+@pytest.mark.parametrize("tagged", ["arn", "digest"])  # trace_private off / on
+@pytest.mark.parametrize("named", ["arn", "digest"])  # what the operator types
+def test_reputation_feedback_principal_named_by_arn_or_digest(tagged: str, named: str) -> None:
+    """The admin routes' principal: the ARN and its sha256 digest are one principal,
+    whichever the mail's tag holds (issue 42: `--principal ARN` answered "0 sends" when
+    traces were private). Counted, shown, held and resumed under either name."""
+    from datetime import UTC, datetime
+
+    from mailqueue.backends.inprocess import InProcess
+    from mailqueue.core.trace import principal_tag
+    from mailqueue.outbound.suspensions import matching
+    from mailqueue.services.admin.reputation import ReputationApi
+
+    ip = InProcess.new()
+    store = MemoryReputationStore()
+    t = Thresholds(min_sends=20, window_sends=100, evaluate_seconds=0)
+    tag = P if tagged == "arn" else principal_tag(P)
+    name = P if named == "arn" else principal_tag(P)
+    guard = ReputationGuard(store, ip.suspensions, t)
+    guard.note(tag, "news@shop.example", Counts(sends=20))
+    guard.flush()
+    out = record_feedback(guard, tag, "shop.example", "complaint")  # 1 / 20 = 5 %: pause
+    assert {s.verdict for s in out} == {"pause"}
+    api = ReputationApi(store, ip.suspensions, t, clock=lambda: datetime.now(UTC))
+    doc = api.show("principal", name)
+    assert (doc["sends"], doc["complaints"], doc["verdict"]) == (20, 1, "pause"), doc
+    assert doc["target"] == name and doc["key"] == principal_tag(P)
+    assert doc["paused"] is not None and doc["paused"]["target"] == tag
+    # another principal is someone else under either of its names
+    assert api.show("principal", OTHER)["sends"] == 0
+    assert api.show("principal", principal_tag(OTHER))["paused"] is None
+    now = time.time()
+    held = matching(ip.suspensions.all(), now, domain="x.example", sender_domain="a.example",
+                    site=None, principal=tag)
+    assert held is not None and held.scope == "principal"
+    resumed = api.resume("principal", name, "operator")["resumed"]
+    assert resumed is not None and resumed["target"] == tag
+    assert api.show("principal", name)["paused"] is None
+    assert matching(ip.suspensions.all(), now, domain="x.example", sender_domain="a.example",
+                    site=None, principal=tag) is None
+
+
+def test_an_operator_suspension_of_the_arn_holds_digest_tagged_mail() -> None:
+    """`mailqueue suspend` naming a principal's ARN holds its mail when the tag holds
+    the digest (trace_private on, the default), and the reverse."""
+    from mailqueue.core.trace import principal_tag
+    from mailqueue.outbound.suspensions import Suspension, matching
+
+    now = time.time()
+    for target, tag in ((P, principal_tag(P)), (principal_tag(P), P)):
+        s = [Suspension("principal", target, now + 60, "ops", "operator", now)]
+        kw = {"domain": "x.example", "sender_domain": "a.example", "site": None}
+        assert matching(s, now, principal=tag, **kw) is s[0]
+        assert matching(s, now, principal=OTHER, **kw) is None
+        assert matching(s, now, principal=principal_tag(OTHER), **kw) is None

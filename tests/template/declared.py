@@ -24,6 +24,10 @@ BASELINE: dict[tuple[str, str], str] = {
 
 DECLARED: dict[str, dict[tuple[str, str], str]] = {
     "IngressFunction": {
+        ("State", "dynamodb:UpdateItem"): (
+            "received complaints and late bounces ADD to the reputation counters (REP# items, "
+            "outbound/reputation.py) when ReputationGuards=true; the e2e stack leaves it false"
+        ),
         ("ReturnPathKeys", "secretsmanager:GetSecretValue"): (
             "reports to a VERP return path are verified with the key ring "
             "(MQ_RETURN_PATH_KEYS, services/feedback); the e2e stack sets no return-path policy"

@@ -3,6 +3,9 @@ automatic pause (outbound/reputation.py), through the admin API.
 
 mailqueue reputation show   (--principal ARN | --sender-domain D)
 mailqueue reputation resume (--principal ARN | --sender-domain D)
+
+--principal takes the ARN or its digest (sha256:…, what the mail's tag holds when traces
+are private); the admin API finds the counters under either, whatever trace_private says.
 """
 
 from __future__ import annotations
@@ -21,7 +24,9 @@ def add_parsers(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     p.add_argument("action", choices=("show", "resume"))
     g = p.add_mutually_exclusive_group(required=True)
-    g.add_argument("--principal", help="a submitting IAM principal (ARN)")
+    g.add_argument(
+        "--principal", help="a submitting IAM principal: its ARN, or its sha256: digest"
+    )
     g.add_argument("--sender-domain", dest="sender_domain", help="an envelope sender domain")
 
 
@@ -50,7 +55,9 @@ def cmd_reputation(c: Any, ns: argparse.Namespace, out: TextIO, err: TextIO) -> 
     paused = doc.get("paused")
     out.write(
         f"{doc['scope']} {doc['target']}: {doc['sends']} sends, "
-        f"bounces {doc['bounceRate']:.2%}, complaints {doc['complaintRate']:.3%}, "
+        f"bounces {doc['bounceRate']:.2%} ({doc['bounces']} hard; "
+        f"{doc.get('softBounces', 0)} soft apart), complaints {doc['complaintRate']:.3%} "
+        f"({doc['complaints']}), unsubscribes {doc.get('unsubscribes', 0)}, "
         f"{doc['verdict']}{' (PAUSED: ' + str(paused.get('reason')) + ')' if paused else ''}\n"
     )
     return EXIT_OK

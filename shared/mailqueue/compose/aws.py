@@ -50,7 +50,8 @@ def delivery_ports(storage: AwsStorage, settings: DeliverySettings) -> DeliveryP
         from mailqueue.backends.aws.shaping_store import DynamoShapingStore
 
         extra["shaping"] = DynamoShapingStore(ddb, table)
-    if settings.reputation:
+    if settings.reputation or settings.list_unsubscribe_url or settings.return_path_policy:
+        # the counters, or only the origins late feedback needs (reputation.Origin)
         from mailqueue.backends.aws.reputation_store import (
             DynamoReputationStore,
             OutboxReputationEvents,
@@ -151,9 +152,12 @@ __all__ = [
 ]
 
 
-def reputation_guard(dynamodb: Any, table: str, thresholds: str = "") -> Any:
+def reputation_guard(
+    dynamodb: Any, table: str, thresholds: str = "", *, counting: bool = True
+) -> Any:
     """A `ReputationGuard` on the state table, for code that counts late feedback
-    (`mailqueue.outbound.reputation.record_feedback`: late bounces, complaints)."""
+    (services/feedback, services/unsubscribe: late bounces, complaints, unsubscribes);
+    with counting off it only finds the origins delivery left."""
     from mailqueue.backends.aws.reputation_store import (
         DynamoReputationStore,
         OutboxReputationEvents,
@@ -166,4 +170,5 @@ def reputation_guard(dynamodb: Any, table: str, thresholds: str = "") -> Any:
         DynamoSuspensionStore(dynamodb, table),
         Thresholds.parse(thresholds),
         events=OutboxReputationEvents(dynamodb, table),
+        counting=counting,
     )

@@ -4,6 +4,7 @@ SQS triggers, the table outbox for Reject events, the suppression store."""
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import boto3
 
@@ -15,7 +16,21 @@ from mailqueue.backends.aws.suppression_store import DynamoSuppressionStore
 from mailqueue.core.events import EventEmitter
 from mailqueue.services.ingress import IngressService, IngressSettings
 
-__all__ = ["build_service"]
+__all__ = ["build_service", "feedback_guard"]
+
+
+def feedback_guard(settings: IngressSettings, clients: AwsClients) -> Any:
+    """The reputation guard late feedback counts on (the delivery function's counters in
+    the state table); with guards off, one that only finds the origins delivery left (the
+    late events' `mail`)."""
+    from mailqueue.compose.aws import reputation_guard
+
+    return reputation_guard(
+        clients.dynamodb,
+        settings.storage.table,
+        settings.reputation_thresholds,
+        counting=settings.reputation,
+    )
 
 
 def build_service(
@@ -55,6 +70,7 @@ def build_service(
             AwsStorage(settings.enqueue_storage, clients),
             emitter or TableOutboxEmitter(settings.outbox_table, clients.dynamodb),
             suppression=DynamoSuppressionStore(clients.dynamodb, settings.storage.table),
+            reputation=feedback_guard(settings, clients),
         )
     return IngressService(
         settings,

@@ -27,6 +27,7 @@ def default_service() -> UnsubscribeService:
     from mailqueue.backends.aws.clients import make_clients
     from mailqueue.backends.aws.outbox import TableOutboxEmitter
     from mailqueue.backends.aws.suppression_store import DynamoSuppressionStore
+    from mailqueue.compose.ingress import feedback_guard
     from mailqueue.services import ingress
 
     ing = ingress.ingress_settings_from_env()
@@ -52,6 +53,7 @@ def default_service() -> UnsubscribeService:
         settings,
         DynamoSuppressionStore(clients.dynamodb, ing.storage.table),
         TableOutboxEmitter(ing.outbox_table, clients.dynamodb),
+        reputation=feedback_guard(ing, clients),
     )
 
 

@@ -40,6 +40,7 @@ __all__ = [
     "line_ending",
     "header_prefix",
     "peek_header",
+    "principal_key",
     "principal_tag",
     "received_field",
     "top_received_by",
@@ -111,6 +112,13 @@ def header_prefix(content: bytes, limit: int = HEADER_SCAN_LIMIT) -> bytes:
 def principal_tag(principal: str) -> str:
     """A stable, non-revealing name for an IAM principal: operators can recompute it."""
     return "sha256:" + hashlib.sha256(principal.encode()).hexdigest()[:16]
+
+
+def principal_key(principal: str) -> str:
+    """One name for a principal whichever form names it: a digest (``sha256:…``) as is,
+    an ARN as its digest. The `mailqueue:principal` tag holds either, as trace_private
+    says, and an operator may type either; compared by this they are the same."""
+    return principal if principal.startswith("sha256:") else principal_tag(principal)
 
 
 def line_ending(content: bytes) -> bytes:

@@ -9,8 +9,18 @@ defaults: bounces 5 % review / 10 % pause, complaints 0.1 % / 0.5 %.
 
 How it is counted (cheap, no hot key):
 
-* Inputs: every final result delivery records (a send; a remote 5xx is a bounce) and
-  feedback that arrives later (``record_feedback``: late bounces, complaints).
+* Inputs: every final result delivery records (a send; a remote 5xx SES would call a
+  hard bounce, ``bounceType`` Permanent, is a bounce; a Transient one is a soft bounce,
+  counted apart) and feedback that arrives later (``record_feedback``, called by
+  services/feedback for late bounces and ARF complaints, and by services/unsubscribe for
+  one-click unsubscribes, counted apart). Only hard bounces count toward the bounce rate,
+  as SES counts them ("Amazon SES only counts hard bounces", the Reputation metrics FAQ of
+  the SES Developer Guide, https://docs.aws.amazon.com/ses/latest/dg/faqs-enforcement.html).
+* Feedback arrives after the mail has left the queue (a finished mail's items are gone at
+  once), so delivery leaves an ``Origin`` of each finished mail whose return path can
+  bring feedback (VERP, one-click links): principal, sender, arrival, for
+  ``feedback_days``; feedback finds it by the mail id its VERP or token names, and counts
+  against the same keys delivery counted the send under.
 * Counts are summed in the container and written once per invocation per key
   (``flush``), as ``ADD`` on a time bucket item of one of ``shards`` partitions chosen at
   random: a principal sending 1,000 mails a second writes ``invocations / shards`` items
@@ -42,8 +52,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from mailqueue.core.config import ConfigError
-from mailqueue.core.events import REPUTATION_EVENT, event_id
+from mailqueue.core.errors import MailqueueError
+from mailqueue.core.events import REPUTATION_EVENT, bounce_class, event_id
 from mailqueue.core.model import Result, to_iso
+from mailqueue.core.trace import principal_key
 from mailqueue.outbound.suspensions import MAX_SECONDS, Suspension, SuspensionStore
 
 log = logging.getLogger(__name__)
@@ -52,7 +64,8 @@ RepScope = Literal["principal", "sender_domain"]
 REP_SCOPES: tuple[RepScope, ...] = ("principal", "sender_domain")
 ACTOR = "reputation"
 EVENT_TYPE = REPUTATION_EVENT
-FeedbackKind = Literal["bounce", "complaint"]
+FeedbackKind = Literal["bounce", "soft_bounce", "complaint", "unsubscribe"]
+FEEDBACK_KINDS: tuple[FeedbackKind, ...] = ("bounce", "soft_bounce", "complaint", "unsubscribe")
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +82,9 @@ class Thresholds:
     max_age_buckets: int = 24 * 14  # look back at most this many buckets
     shards: int = 4
     evaluate_seconds: float = 60.0
+    # how long after delivery feedback is still attributed to the mail's principal and
+    # sender domain (the Origin record's TTL): complaints and late bounces come within days
+    feedback_days: int = 30
 
     def __post_init__(self) -> None:
         for kind in ("bounce", "complaint"):
@@ -83,6 +99,8 @@ class Thresholds:
             raise ConfigError("reputation: max_age_buckets 1..10000, shards 1..64")
         if not 0 <= self.evaluate_seconds <= 3600:
             raise ConfigError("reputation: evaluate_seconds must be within 0..3600")
+        if not 1 <= self.feedback_days <= 365:
+            raise ConfigError("reputation: feedback_days must be within 1..365")
 
     @classmethod
     def parse(cls, value: str | Mapping[str, Any]) -> Thresholds:
@@ -105,17 +123,42 @@ class Thresholds:
 
 @dataclass(slots=True)
 class Counts:
+    """sends; hard bounces (the bounce rate's); complaints; and, counted apart (no rate of
+    their own in SES's enforcement), soft bounces and unsubscribes."""
+
     sends: int = 0
     bounces: int = 0
     complaints: int = 0
+    soft_bounces: int = 0
+    unsubscribes: int = 0
 
     def add(self, other: Counts) -> None:
         self.sends += other.sends
         self.bounces += other.bounces
         self.complaints += other.complaints
+        self.soft_bounces += other.soft_bounces
+        self.unsubscribes += other.unsubscribes
 
     def __bool__(self) -> bool:
-        return bool(self.sends or self.bounces or self.complaints)
+        return bool(
+            self.sends or self.bounces or self.complaints or self.soft_bounces or self.unsubscribes
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """What feedback needs of the mail it is about, kept after the mail leaves the queue:
+    the keys delivery counted it under (principal as its `mailqueue:principal` tag holds
+    it, sender) and its arrival (SES's `mail.timestamp` of the late events)."""
+
+    mail_id: str
+    principal: str
+    sender: str
+    arrival: float  # epoch seconds
+
+    @property
+    def sender_domain(self) -> str:
+        return self.sender.rpartition("@")[2].lower().rstrip(".")
 
 
 class ReputationStore(Protocol):
@@ -139,6 +182,14 @@ class ReputationStore(Protocol):
         """The bucket counting starts from (0: ever)."""
         ...
 
+    def remember(self, origins: Sequence[Origin], expires_at: int) -> None:
+        """Keep finished mails' origins until expires_at (feedback attribution)."""
+        ...
+
+    def origin(self, mail_id: str) -> Origin | None:
+        """A finished mail's origin, if kept and not expired."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class Standing:
@@ -151,6 +202,8 @@ class Standing:
     complaints: int
     verdict: Literal["ok", "review", "pause", "too_few"]
     reason: str = ""
+    soft_bounces: int = 0
+    unsubscribes: int = 0
 
     @property
     def bounce_rate(self) -> float:
@@ -167,6 +220,8 @@ class Standing:
             "sends": self.sends,
             "bounces": self.bounces,
             "complaints": self.complaints,
+            "softBounces": self.soft_bounces,
+            "unsubscribes": self.unsubscribes,
             "bounceRate": round(self.bounce_rate, 6),
             "complaintRate": round(self.complaint_rate, 6),
             "verdict": self.verdict,
@@ -175,9 +230,20 @@ class Standing:
 
 
 def judge(scope: RepScope, target: str, c: Counts, t: Thresholds) -> Standing:
-    """The verdict on one key's window (pure)."""
+    """The verdict on one key's window (pure): hard bounces and complaints over sends;
+    soft bounces and unsubscribes are shown, never judged."""
+    soft, unsubs = c.soft_bounces, c.unsubscribes
     if c.sends < t.min_sends:
-        return Standing(scope, target, c.sends, c.bounces, c.complaints, "too_few")
+        return Standing(
+            scope,
+            target,
+            c.sends,
+            c.bounces,
+            c.complaints,
+            "too_few",
+            soft_bounces=soft,
+            unsubscribes=unsubs,
+        )
     br, cr = c.bounces / c.sends, c.complaints / c.sends
     over: list[str] = []
     verdict: Literal["ok", "review", "pause"] = "ok"
@@ -192,7 +258,17 @@ def judge(scope: RepScope, target: str, c: Counts, t: Thresholds) -> Standing:
             verdict = "review" if verdict == "ok" else verdict
             over.append(f"{name} rate {rate:.2%} >= review {review:.2%}")
     why = f"{'; '.join(over)} over the last {c.sends} sends" if over else ""
-    return Standing(scope, target, c.sends, c.bounces, c.complaints, verdict, why)
+    return Standing(
+        scope,
+        target,
+        c.sends,
+        c.bounces,
+        c.complaints,
+        verdict,
+        why,
+        soft_bounces=soft,
+        unsubscribes=unsubs,
+    )
 
 
 def window(per_bucket: Mapping[int, Counts], t: Thresholds) -> Counts:
@@ -206,7 +282,10 @@ def window(per_bucket: Mapping[int, Counts], t: Thresholds) -> Counts:
 
 
 def rep_key(scope: RepScope, target: str) -> str:
-    return f"{scope}#{target}"
+    """The counters' key. A principal's is its digest (core/trace.principal_key) whether
+    the mail's tag holds the ARN (trace_private off) or the digest (on), so the ARN and
+    the digest read the same counters whatever trace_private says."""
+    return f"{scope}#{principal_key(target) if scope == 'principal' else target}"
 
 
 def targets(principal: str, sender: str) -> list[tuple[RepScope, str]]:
@@ -220,15 +299,26 @@ def targets(principal: str, sender: str) -> list[tuple[RepScope, str]]:
     return out
 
 
+def same_target(scope: RepScope, a: str, b: str) -> bool:
+    """Whether two targets name the same key: principals by their digest (an ARN and its
+    `sha256:` digest are one principal), domains as written (parse_target lowers them)."""
+    return principal_key(a) == principal_key(b) if scope == "principal" else a == b
+
+
 def counts_of(results: Mapping[str, Result]) -> Counts:
     """A group's final results as reputation counts: each final result is a send; a remote
-    permanent reply (5xx) is a bounce (our own verdicts say nothing about the list)."""
+    permanent reply (5xx) is a bounce when its Bounce event says Permanent (the same
+    class, core/events.bounce_class), a soft bounce when it says Transient (mailbox full,
+    too large). Our own verdicts (no reply: expiry, no route) say nothing about the list."""
     c = Counts()
     for r in results.values():
         if r.success or r.permanent:
             c.sends += 1
             if 500 <= r.code <= 599:
-                c.bounces += 1
+                if bounce_class(r)[0] == "Permanent":
+                    c.bounces += 1
+                else:
+                    c.soft_bounces += 1
     return c
 
 
@@ -258,7 +348,16 @@ def reputation_event(
             {
                 k: v
                 for k, v in standing.to_json().items()
-                if k in ("sends", "bounces", "complaints", "bounceRate", "complaintRate")
+                if k
+                in (
+                    "sends",
+                    "bounces",
+                    "complaints",
+                    "softBounces",
+                    "unsubscribes",
+                    "bounceRate",
+                    "complaintRate",
+                )
             }
         )
         body["reason"] = standing.reason
@@ -287,14 +386,26 @@ class ReputationGuard:
     events: ReputationEvents | None = None
     clock: Callable[[], float] = time.time
     rng: random.Random = field(default_factory=random.Random)
+    # keep finished mails' origins for feedback (delivery: on when its mail can bring any)
+    remember: bool = False
+    # off: guards are off (no counts, no verdicts); the guard only keeps and finds origins,
+    # which late events need for their `mail` (sender, arrival) whatever the guards say
+    counting: bool = True
     _pending: dict[tuple[RepScope, str], Counts] = field(default_factory=dict)
+    _origins: list[Origin] = field(default_factory=list)
     _judged_at: dict[tuple[RepScope, str], float] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def note(self, principal: str, sender: str, counts: Counts) -> None:
-        if not counts:
-            return
+    def note(
+        self, principal: str, sender: str, counts: Counts, *, origin: Origin | None = None
+    ) -> None:
+        """Count a group's results (written by flush); with `origin` and `remember`, keep
+        the finished mail's origin for the feedback that may come later."""
         with self._lock:
+            if origin is not None and self.remember:
+                self._origins.append(origin)
+            if not counts or not self.counting:
+                return
             for k in targets(principal, sender):
                 self._pending.setdefault(k, Counts()).add(counts)
 
@@ -306,6 +417,7 @@ class ReputationGuard:
         every evaluate_seconds each). Returns the standings judged."""
         with self._lock:
             pending, self._pending = self._pending, {}
+            origins, self._origins = self._origins, []
         now = self.clock()
         t = self.thresholds
         b = self.bucket(now)
@@ -317,7 +429,17 @@ class ReputationGuard:
             if now - last >= t.evaluate_seconds:
                 self._judged_at[(scope, target)] = now
                 judged.append(self.evaluate(scope, target))
+        if origins:
+            # one BatchWriteItem per 25 mails; not written, only these mails' later
+            # feedback goes uncounted (and is counted as unattributed), never a result
+            try:
+                self.store.remember(origins, int(now + t.feedback_days * 86400))
+            except MailqueueError:
+                log.warning("reputation origins not written", extra={"n": len(origins)})
         return judged
+
+    def origin(self, mail_id: str) -> Origin | None:
+        return self.store.origin(mail_id)
 
     def standing(self, scope: RepScope, target: str) -> Standing:
         t = self.thresholds
@@ -333,7 +455,7 @@ class ReputationGuard:
             held = [
                 x
                 for x in self.suspensions.all()
-                if x.scope == scope and x.target == target and x.active(now)
+                if x.scope == scope and same_target(scope, x.target, target) and x.active(now)
             ]
             if not held:
                 self.suspensions.put(
@@ -362,16 +484,35 @@ class ReputationGuard:
             self.events(record)
 
 
+FEEDBACK_COUNTS: Mapping[FeedbackKind, Counts] = {
+    "bounce": Counts(bounces=1),
+    "soft_bounce": Counts(soft_bounces=1),
+    "complaint": Counts(complaints=1),
+    "unsubscribe": Counts(unsubscribes=1),
+}
+
+
+def feedback_counts(kinds: Sequence[FeedbackKind]) -> Counts:
+    """Late feedback as counts (a hard late bounce is a bounce, as delivery's; never a
+    send: the send was counted when the mail was delivered)."""
+    c = Counts()
+    for kind in kinds:
+        if kind not in FEEDBACK_COUNTS:
+            raise ValueError(f"unknown feedback kind {kind!r}")
+        c.add(FEEDBACK_COUNTS[kind])
+    return c
+
+
 def record_feedback(
-    guard: ReputationGuard, principal: str, sender_domain: str, kind: FeedbackKind
+    guard: ReputationGuard,
+    principal: str,
+    sender_domain: str,
+    kind: FeedbackKind,
+    n: int = 1,
 ) -> list[Standing]:
-    """Feedback that arrives after delivery (a late bounce, a complaint): counted against
-    the principal and the sender domain at once. (Not a send: the send was counted when
-    the mail was delivered.)"""
-    if kind not in ("bounce", "complaint"):
-        raise ValueError(f"unknown feedback kind {kind!r}")
-    c = Counts(bounces=1) if kind == "bounce" else Counts(complaints=1)
-    guard.note(principal, f"@{sender_domain}", c)
+    """Feedback that arrives after delivery: counted against the principal and the sender
+    domain at once, written and judged now (a report is its own invocation)."""
+    guard.note(principal, f"@{sender_domain}", feedback_counts([kind] * n))
     return guard.flush()
 
 
@@ -382,6 +523,8 @@ class MemoryReputationStore:
         self.requests = 0
         self._items: dict[tuple[str, int, int], Counts] = {}
         self._base: dict[str, int] = {}
+        self._origins: dict[str, tuple[Origin, int]] = {}
+        self.clock: Callable[[], float] = time.time
         self._lock = threading.Lock()
 
     def add(self, key: str, shard: int, bucket: int, counts: Counts, expires_at: int) -> None:
@@ -407,6 +550,18 @@ class MemoryReputationStore:
         with self._lock:
             return self._base.get(key, 0)
 
+    def remember(self, origins: Sequence[Origin], expires_at: int) -> None:
+        with self._lock:
+            self.requests += -(-len(origins) // 25)
+            for o in origins:
+                self._origins[o.mail_id] = (o, expires_at)
+
+    def origin(self, mail_id: str) -> Origin | None:
+        with self._lock:
+            self.requests += 1
+            got = self._origins.get(mail_id)
+        return got[0] if got is not None and got[1] > self.clock() else None
+
 
 def parse_rep_scope(value: Any) -> RepScope:
     from mailqueue.core.errors import InvalidInput
@@ -419,11 +574,14 @@ def parse_rep_scope(value: Any) -> RepScope:
 __all__: Sequence[str] = (
     "Counts",
     "MemoryReputationStore",
+    "Origin",
     "ReputationGuard",
     "ReputationStore",
     "Standing",
     "Thresholds",
+    "feedback_counts",
     "judge",
+    "same_target",
     "record_feedback",
     "window",
 )

@@ -23,6 +23,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal, Protocol
 
 from mailqueue.core.errors import InvalidInput
+from mailqueue.core.trace import principal_key
 
 Scope = Literal["site", "domain", "sender_domain", "principal"]
 SCOPES: tuple[Scope, ...] = ("site", "domain", "sender_domain", "principal")
@@ -86,13 +87,19 @@ def matching(
     site: str | None,
     principal: str = "",
 ) -> Suspension | None:
-    """The active suspension that holds a group (the one ending last), if any."""
+    """The active suspension that holds a group (the one ending last), if any. A
+    principal is compared by its digest (core/trace.principal_key): a suspension naming
+    the ARN holds mail whose tag holds the digest (trace_private on) and the reverse."""
     keys = {("domain", domain.lower()), ("sender_domain", sender_domain.lower())}
     if principal:
-        keys.add(("principal", principal))
+        keys.add(("principal", principal_key(principal)))
     if site:
         keys.add(("site", site))
-    hits = [s for s in suspensions if s.active(now) and (s.scope, s.target) in keys]
+
+    def key(s: Suspension) -> tuple[str, str]:
+        return (s.scope, principal_key(s.target) if s.scope == "principal" else s.target)
+
+    hits = [s for s in suspensions if s.active(now) and key(s) in keys]
     return max(hits, key=lambda s: s.until, default=None)
 
 

@@ -59,7 +59,7 @@ from mailqueue.outbound.dnscache import DEFAULT_MIN_TTL as DNS_CACHE_MIN_TTL
 from mailqueue.outbound.dnscache import DnsCache
 from mailqueue.outbound.dnscache import check_limits as check_dns_cache
 from mailqueue.outbound.mtasts import Mode, MtaSts, explain
-from mailqueue.outbound.reputation import ReputationGuard, Thresholds, counts_of
+from mailqueue.outbound.reputation import Origin, ReputationGuard, Thresholds, counts_of
 from mailqueue.outbound.returnpath import KeysUnavailable, ReturnPaths, SecretSource
 from mailqueue.outbound.routing import (
     CredentialsProvider,
@@ -421,7 +421,10 @@ class DeliveryService:
                 ref = f"secretsmanager:{settings.list_unsubscribe_key_name}"
                 self.unsub_keys = unsub.keys_from_secret(dkim_keys(ref) or "")
         self.reputation: ReputationGuard | None = None
-        if settings.reputation:
+        # feedback can come back only through a VERP return path or a one-click link:
+        # then finished mails leave their origin for it (reputation.Origin), guards or not
+        remember = self.return_paths.policy.enabled or self.unsub_keys is not None
+        if settings.reputation or (remember and ports.reputation is not None):
             if ports.reputation is None:
                 raise ConfigError("reputation is on but no reputation store was given")
             self.reputation = ReputationGuard(
@@ -430,6 +433,8 @@ class DeliveryService:
                 Thresholds.parse(settings.reputation_thresholds),
                 events=ports.reputation_events,
                 clock=lambda: self.clock().timestamp(),
+                remember=remember,
+                counting=settings.reputation,
             )
         self.shaper: Shaper | None = None
         if settings.shaping:
@@ -1106,7 +1111,14 @@ class Invocation:
                 perm.update({rid: res for rid in temp})
                 temp = {}
             if self.svc.reputation is not None:
-                self.svc.reputation.note(group.principal, group.sender, counts_of({**ok, **perm}))
+                origin = None
+                if ok:  # a delivered recipient may complain or bounce later
+                    origin = Origin(
+                        group.mail_id, group.principal, group.sender, group.arrival.timestamp()
+                    )
+                self.svc.reputation.note(
+                    group.principal, group.sender, counts_of({**ok, **perm}), origin=origin
+                )
             if perm:
                 st.drop(claim, perm, tls=tls)
                 self.stats.add("bounced", len(perm))

@@ -18,13 +18,17 @@ What protects it instead:
 What a POST records: a suppression entry scoped to the sender domain or the list
 (``suppression.scoped_key``), so only that sender's bulk mail to the address is refused
 at ingress; and a ``Subscription`` event in SES's format (contactList = the scope's
-target, source ``UnsubscribeHeader``, newTopicPreferences.unsubscribeAll = true). No
-address or token is logged.
+target, source ``UnsubscribeHeader``, newTopicPreferences.unsubscribeAll = true) whose
+`mail` is the original mail's (sender and arrival from the origin delivery left,
+outbound/reputation.Origin), and the unsubscribe is counted, apart from the rates, by the
+reputation guard against that mail's principal and sender domain. No address or token is
+logged.
 """
 
 from __future__ import annotations
 
 import html
+import logging
 import threading
 import time
 import urllib.parse
@@ -35,10 +39,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from mailqueue.core.config import ConfigError, settings_from_env
-from mailqueue.core.errors import InvalidInput
+from mailqueue.core.errors import InvalidInput, MailqueueError
 from mailqueue.core.events import SUBSCRIPTION_EVENT, EventEmitter, MailInfo, QueueEvent
+from mailqueue.core.model import PRINCIPAL_TAG
 from mailqueue.outbound import unsubscribe as unsub
+from mailqueue.outbound.reputation import Origin, ReputationGuard, feedback_counts
 from mailqueue.outbound.suppression import Entry, SuppressionStore, normalise, scoped_key
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,9 +152,11 @@ class UnsubscribeService:
         store: SuppressionStore,
         emitter: EventEmitter,
         *,
+        reputation: ReputationGuard | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.s = settings
+        self.reputation = reputation
         self.keys = settings.keys()
         self.store = store
         self.emitter = emitter
@@ -227,19 +237,50 @@ class UnsubscribeService:
         self.store.put_many(
             [Entry(key, "unsubscribed (one-click)", now, now + ttl, u.mail_id, "", "unsubscribe")]
         )
-        self.emitter.emit([subscription_event(u, now, method="one-click")])
+        origin = self._origin(u.mail_id)
+        self.emitter.emit([subscription_event(u, now, method="one-click", origin=origin)])
+        self._count(origin)
         return _page(200, "Unsubscribed", f"{_mask(u.recipient)} is unsubscribed from {what}.")
 
+    def _origin(self, mail_id: str) -> Origin | None:
+        if self.reputation is None:
+            return None
+        try:
+            return self.reputation.origin(mail_id)
+        except MailqueueError:
+            log.warning("reputation origin not read (unsubscribe)")
+            return None
 
-def subscription_event(u: unsub.Unsubscription, now: float, *, method: str) -> QueueEvent:
-    """SES's Subscription event for an opt-out (its eventId fixed by the token's content)."""
+    def _count(self, origin: Origin | None) -> None:
+        """The unsubscribe, counted apart (no rate, no verdict) by the reputation guard."""
+        if self.reputation is None or not self.reputation.counting or origin is None:
+            return
+        try:
+            self.reputation.note(origin.principal, origin.sender, feedback_counts(["unsubscribe"]))
+            self.reputation.flush()
+        except MailqueueError:  # the opt-out and its event are written; the count is lost
+            log.warning("reputation counters not written (unsubscribe)")
+
+
+def subscription_event(
+    u: unsub.Unsubscription, now: float, *, method: str, origin: Origin | None = None
+) -> QueueEvent:
+    """SES's Subscription event for an opt-out (its eventId fixed by the token's content).
+    Its `mail` is the original mail's: sender and arrival from its origin; without one
+    (reputation guards off, or past feedback_days) the sender is unknown ("") and the
+    arrival is the day the link was issued (the token's day, the delivery's)."""
     ts = datetime.fromtimestamp(now, UTC)
+    if origin is not None:
+        source, sent = origin.sender, datetime.fromtimestamp(origin.arrival, UTC)
+        tags = {PRINCIPAL_TAG: (origin.principal,)} if origin.principal else {}
+    else:
+        source, sent, tags = "", datetime.fromtimestamp(u.issued_day * 86400, UTC), {}
     prefs_new = {"unsubscribeAll": True, "topicSubscriptionStatus": []}
     prefs_old = {"unsubscribeAll": False, "topicSubscriptionStatus": []}
     stamp = ts.isoformat(timespec="milliseconds").replace("+00:00", "Z")
     return QueueEvent(
         SUBSCRIPTION_EVENT,
-        MailInfo(u.mail_id, "", ts, (u.recipient,)),
+        MailInfo(u.mail_id, source, sent, (u.recipient,), tags=tags),
         u.recipient,
         ts,
         discriminator=f"{u.scope}:{u.target}",

@@ -7,18 +7,25 @@ and ``expires_at`` (TTL: the bucket is past the look-back). The shard is chosen 
 per write, so one busy principal spreads its writes over ``shards`` partitions instead of
 making one hot key; the guard writes once per key per invocation anyway. Reading a key is
 one Query per shard. ``pk = "REP#<scope>#<target>#base"``, ``sk = "BASE"`` holds the
-bucket counting restarts from after an operator's resume. No ``st``/``due``, no "G#"
-sort key: the index and the event writer ignore these items.
+bucket counting restarts from after an operator's resume. ``t`` and ``u`` (soft bounces,
+unsubscribes) are counted apart. ``pk = "REPM#<mail id>"``, ``sk = "O"`` is a finished
+mail's origin (principal ``p``, sender ``f``, arrival ``a``) for the feedback that comes
+later, written 25 to a BatchWriteItem and expired after ``feedback_days`` (one write unit a
+mail: $1.25 per million on demand). No ``st``/``due``, no "G#" sort key: the index and
+the event writer ignore these items.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
+from collections.abc import Sequence
 from typing import Any
 
 from mailqueue.backends.aws.clients import translate
-from mailqueue.outbound.reputation import Counts
+from mailqueue.core.errors import TransientStorageError
+from mailqueue.outbound.reputation import Counts, Origin
 
 _TOP = "B#9999999999"
 
@@ -44,11 +51,13 @@ class DynamoReputationStore:
             self.ddb.update_item(
                 TableName=self.table,
                 Key={"pk": {"S": f"REP#{key}#{shard}"}, "sk": {"S": _sk(bucket)}},
-                UpdateExpression="ADD s :s, b :b, c :c SET expires_at = :e",
+                UpdateExpression="ADD s :s, b :b, c :c, t :t, u :u SET expires_at = :e",
                 ExpressionAttributeValues={
                     ":s": {"N": str(counts.sends)},
                     ":b": {"N": str(counts.bounces)},
                     ":c": {"N": str(counts.complaints)},
+                    ":t": {"N": str(counts.soft_bounces)},
+                    ":u": {"N": str(counts.unsubscribes)},
                     ":e": {"N": str(expires_at)},
                 },
             )
@@ -76,6 +85,8 @@ class DynamoReputationStore:
                             int(item.get("s", {}).get("N", "0")),
                             int(item.get("b", {}).get("N", "0")),
                             int(item.get("c", {}).get("N", "0")),
+                            int(item.get("t", {}).get("N", "0")),
+                            int(item.get("u", {}).get("N", "0")),
                         )
                     )
                 if not resp.get("LastEvaluatedKey"):
@@ -104,6 +115,51 @@ class DynamoReputationStore:
             )
         item = resp.get("Item")
         return int(item["bucket"]["N"]) if item else 0
+
+    def remember(self, origins: Sequence[Origin], expires_at: int) -> None:
+        for i in range(0, len(origins), 25):
+            pending = [
+                {
+                    "PutRequest": {
+                        "Item": {
+                            "pk": {"S": f"REPM#{o.mail_id}"},
+                            "sk": {"S": "O"},
+                            "p": {"S": o.principal or "-"},
+                            "f": {"S": o.sender or "-"},
+                            "a": {"N": str(int(o.arrival * 1000))},
+                            "expires_at": {"N": str(expires_at)},
+                        }
+                    }
+                }
+                for o in origins[i : i + 25]
+            ]
+            for attempt in range(5):
+                self._count()
+                with translate("dynamodb:BatchWriteItem"):
+                    resp = self.ddb.batch_write_item(RequestItems={self.table: pending})
+                pending = resp.get("UnprocessedItems", {}).get(self.table, [])
+                if not pending:
+                    break
+                time.sleep(0.05 * 2**attempt)
+            if pending:
+                raise TransientStorageError(f"{len(pending)} origins not written")
+
+    def origin(self, mail_id: str) -> Origin | None:
+        self._count()
+        with translate("dynamodb:GetItem"):
+            resp = self.ddb.get_item(
+                TableName=self.table,
+                Key={"pk": {"S": f"REPM#{mail_id}"}, "sk": {"S": "O"}},
+            )
+        item = resp.get("Item")
+        if not item or int(item.get("expires_at", {}).get("N", "0")) <= time.time():
+            return None  # expired: DynamoDB's TTL deletes it within days, readers do now
+
+        def text(k: str) -> str:
+            v = str(item[k]["S"]) if k in item else "-"
+            return "" if v == "-" else v
+
+        return Origin(mail_id, text("p"), text("f"), int(item["a"]["N"]) / 1000)
 
 
 class OutboxReputationEvents:

@@ -10,6 +10,16 @@ late hard bounce and every complaint put the recipient on the suppression list w
 reason. Auto-replies (RFC 3834), delay reports and unreadable mail are counted, nothing
 else. Retries of the same SES receipt produce the same event ids (the discriminator is
 the receipt's message id), so downstream de-duplication holds.
+
+Complaints and late bounces also reach the reputation guard (outbound/reputation.py):
+hard (Permanent) late bounces as bounces, Transient ones as soft bounces (apart), each
+complaint as a complaint, counted against the principal and sender domain delivery
+counted the mail's send under. Those come from the mail's origin, which delivery leaves
+when the mail is finished (the queue's own items are gone by then), or from the mail
+while it is still queued; feedback about a mail with neither is counted unattributed.
+A SES retry of the same receipt counts again (the counters are sums, not sets): SES
+retries a Lambda action only when the invocation failed, i.e. before the counts were
+written, as they are written last.
 """
 
 from __future__ import annotations
@@ -18,15 +28,16 @@ import logging
 import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import datetime
-from email.utils import getaddresses
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from email.utils import getaddresses, parsedate_to_datetime
 from typing import Any, Protocol
 
 from mailqueue.core.errors import InvalidInput, MailqueueError, NotFound
 from mailqueue.core.events import EventEmitter, MailInfo, QueueEvent
-from mailqueue.core.model import Group, Result, utcnow
+from mailqueue.core.model import PRINCIPAL_TAG, Group, Result, principal_of, to_iso, utcnow
 from mailqueue.core.verp import Decoded, ForgedReturnPath, KeyRing, decode
+from mailqueue.outbound.reputation import FeedbackKind, Origin, ReputationGuard, feedback_counts
 from mailqueue.outbound.suppression import MAX_REASON, Entry, SuppressionStore, normalise
 from mailqueue.services.feedback.parse import Failure, Report, parse
 
@@ -83,6 +94,20 @@ def dsn_fields(f: Failure) -> dict[str, str]:
     return {k: v for k, v in out.items() if v}
 
 
+def iso_date(value: str) -> str | None:
+    """An ARF Arrival-Date / Received-Date (RFC 5322 date-time) as SES writes arrivalDate:
+    ISO 8601 in UTC; None when it is not a date (SES then leaves the field out)."""
+    try:
+        when = parsedate_to_datetime(value.strip())
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when is None:
+        return None
+    if when.tzinfo is None:  # RFC 5322's -0000: the local zone is unknown; taken as UTC
+        when = when.replace(tzinfo=UTC)
+    return to_iso(when.astimezone(UTC))
+
+
 @dataclass
 class Outcome:
     """What one received report came to (counters for metrics and tests)."""
@@ -90,6 +115,8 @@ class Outcome:
     counts: Counter[str]
     events: list[QueueEvent]
     suppressed: list[Entry]
+    # per mail: its origin (principal, sender) and the feedback for the reputation guard
+    reputation: list[tuple[Origin | None, list[FeedbackKind]]] = field(default_factory=list)
 
 
 class FeedbackService:
@@ -101,6 +128,7 @@ class FeedbackService:
         emitter: EventEmitter,
         *,
         suppression: SuppressionStore | None = None,
+        reputation: ReputationGuard | None = None,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self.s = settings
@@ -108,6 +136,7 @@ class FeedbackService:
         self.mails = mails
         self.emitter = emitter
         self.suppression = suppression
+        self.reputation = reputation
         self.clock = clock
 
     def is_feedback(self, recipient: str) -> bool:
@@ -147,8 +176,30 @@ class FeedbackService:
                     "could not add to the suppression list", extra={"n": len(out.suppressed)}
                 )
                 out.counts["suppression_failed"] += len(out.suppressed)
+        self._count(out)
         self._log(out)
         return out
+
+    def _count(self, out: Outcome) -> None:
+        """The reputation guard hears the feedback (last: events and entries come first)."""
+        guard = self.reputation
+        if guard is None or not guard.counting or not out.reputation:
+            return
+        for origin, kinds in out.reputation:
+            if origin is None:
+                out.counts["reputation_unattributed"] += len(kinds)
+                continue
+            guard.note(origin.principal, origin.sender, feedback_counts(kinds))
+            out.counts["reputation_counted"] += len(kinds)
+        try:
+            judged = guard.flush()
+        except MailqueueError:  # the counts are lost, never the events
+            log.warning("reputation counters not written")
+            out.counts["reputation_failed"] += out.counts.pop("reputation_counted", 0)
+            return
+        for st in judged:
+            if st.verdict in ("review", "pause"):
+                out.counts[f"reputation_{st.verdict}"] += 1
 
     def _log(self, out: Outcome) -> None:
         log.info("feedback received", extra={"counts": dict(out.counts)})  # no addresses
@@ -160,8 +211,10 @@ class FeedbackService:
         except NotFound:
             mail, groups = None, []
         known = {r.rid: r.address for g in groups for r in g.recipients}
-        info = self._info(d.mail_id, mail, groups, report)
+        origin = self._origin(d.mail_id, mail, groups)
+        info = self._info(d.mail_id, mail, groups, report, origin)
         now = self.clock()
+        kinds: list[FeedbackKind] = []
         feedback = {"report": report_id, "late": True}
         if report.kind == "autoreply":
             out.counts["autoreply"] += 1
@@ -174,6 +227,7 @@ class FeedbackService:
                 return
             for address in rcpts:
                 out.counts["complaint"] += 1
+                kinds.append("complaint")
                 out.events.append(
                     QueueEvent(
                         "Complaint",
@@ -187,12 +241,13 @@ class FeedbackService:
                             if c.feedback_type in SES_FEEDBACK_TYPES
                             else "other",
                             "user_agent": c.user_agent[:200],
-                            "arrival_date": c.arrival_date[:100],
+                            "arrival_date": iso_date(c.arrival_date[:100]),
                             "feedback": feedback,
                         },
                     )
                 )
                 self._suppress(out, address, f"complaint: {c.feedback_type}", "", d.mail_id, now)
+            out.reputation.append((origin, kinds))
             return
         if report.kind == "delay":  # delayed, not failed: counted, no event (operations.md)
             out.counts["delayed"] += 1
@@ -210,6 +265,7 @@ class FeedbackService:
                 continue
             btype, bsub = bounce_class(f)
             out.counts["bounce_hard" if f.hard else "bounce_soft"] += 1
+            kinds.append("bounce" if btype == "Permanent" else "soft_bounce")
             code = f.reply_code if 200 <= f.reply_code <= 599 else 0
             result = Result(
                 code,
@@ -241,6 +297,28 @@ class FeedbackService:
                 self._suppress(
                     out, address, f.diagnostic or "late hard bounce", result.status, d.mail_id, now
                 )
+        if kinds:
+            out.reputation.append((origin, kinds))
+
+    def _origin(
+        self, mail_id: str, mail: dict[str, Any] | None, groups: list[Group]
+    ) -> Origin | None:
+        """The keys the mail's send was counted under: the origin delivery left, else the
+        mail itself while it is still queued; None when neither is there."""
+        if self.reputation is not None:
+            try:
+                got = self.reputation.origin(mail_id)
+            except MailqueueError:
+                log.warning("reputation origin not read")
+                got = None
+            if got is not None:
+                return got
+        if groups:
+            g = groups[0]
+            return Origin(mail_id, g.principal, g.sender, g.arrival.timestamp())
+        if mail is not None and isinstance(mail.get("sender"), str):
+            return Origin(mail_id, principal_of(mail.get("tags")), mail["sender"], 0.0)
+        return None
 
     def _recipients(self, d: Decoded, known: Mapping[str, str], named: list[str]) -> list[str]:
         """Whom a report is about: the VERP's recipient when it names one; else the
@@ -278,14 +356,21 @@ class FeedbackService:
         return out
 
     def _info(
-        self, mail_id: str, mail: dict[str, Any] | None, groups: list[Group], report: Report
+        self,
+        mail_id: str,
+        mail: dict[str, Any] | None,
+        groups: list[Group],
+        report: Report,
+        origin: Origin | None = None,
     ) -> MailInfo:
         sender = ""
         if mail is not None and isinstance(mail.get("sender"), str):
             sender = mail["sender"]
         elif groups:
             sender = groups[0].sender
-        else:  # the mail is gone: the returned copy's From is what is left of it
+        elif origin is not None:  # the mail is gone; its origin says who sent it and when
+            sender = origin.sender
+        else:  # nothing is left of it but the returned copy's From
             got = getaddresses([report.original_header("From")])
             sender = got[0][1] if got and "@" in got[0][1] else ""
         tags: dict[str, tuple[str, ...]] = {}
@@ -294,7 +379,11 @@ class FeedbackService:
             tags = {
                 str(k): (str(v),) for k, v in raw_tags.items() if str(k).startswith("mailqueue:")
             }
+        if origin is not None and origin.principal and PRINCIPAL_TAG not in tags:
+            tags[PRINCIPAL_TAG] = (origin.principal,)
         arrival = groups[0].arrival if groups else self.clock()
+        if not groups and origin is not None and origin.arrival:
+            arrival = datetime.fromtimestamp(origin.arrival, UTC)
         return MailInfo(
             message_id=mail_id,
             source=sender,

@@ -12,6 +12,7 @@ from mailqueue.core.config import ConfigError, StorageSettings, settings_from_en
 from mailqueue.core.trace import TRACE_RESERVE
 from mailqueue.core.verp import ReturnPathPolicy
 from mailqueue.outbound.dkim import DkimConfig, DkimError
+from mailqueue.outbound.reputation import Thresholds
 from mailqueue.outbound.routing import RoutingConfigError, RoutingTable, check_receiving_routes
 from mailqueue.outbound.suppression import SUPPRESSION_POLICIES
 
@@ -95,6 +96,10 @@ class IngressSettings:
     # delivery function's return_path_policy) is a report, read with these keys
     return_path_policy: str = ""
     return_path_keys: str = ""
+    # reputation guards (outbound/reputation.py): complaints and late bounces received here
+    # count against the mail's principal and sender domain; the delivery function's values
+    reputation: bool = False
+    reputation_thresholds: str = ""
 
     def __post_init__(self) -> None:
         for name in (
@@ -150,6 +155,7 @@ class IngressSettings:
             self.dkim()
         except DkimError as e:
             raise ConfigError(str(e)) from e
+        Thresholds.parse(self.reputation_thresholds)  # fail fast on bad thresholds
         if self.return_path().enabled and not self.return_path_keys:
             raise ConfigError("return_path_policy is set but return_path_keys is empty")
         table = self.routing_table()  # fail fast on a bad routing table
