@@ -17,6 +17,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from bench.ddb_size import item_size
+
 #: an equality in a key condition: `#n = :v` or `name = :v`
 _EQ = re.compile(r"(#?[A-Za-z_][A-Za-z0-9_]*)\s*=\s*(:[A-Za-z0-9_]+)")
 
@@ -34,8 +36,6 @@ def _val(v: Mapping[str, Any] | None) -> str:
 
 
 def _size(item: Mapping[str, Any] | None) -> int:
-    from bench.cost import item_size
-
     return item_size(item)
 
 
