@@ -1,8 +1,10 @@
 """The package's import rules (docs/architecture.md), read from the source.
 
-Every import counts, lazy ones inside functions included; only `if TYPE_CHECKING:` blocks
-are exempt (they never run). An edge is an explicit import of one of our modules; a
-package's `__init__` is a module like any other.
+Every import counts, lazy ones inside functions included, and so do the imports under
+`if TYPE_CHECKING:`: they never run, but a type named across an arrow is a dependency
+all the same, and two modules that name each other's types are one piece to a reader
+(and to mypy). Only what a handler loads (`reach`) leaves them out. An edge is an
+explicit import of one of our modules; a package's `__init__` is a module like any other.
 
 Contexts and the arrows allowed between them:
 
@@ -14,7 +16,8 @@ Contexts and the arrows allowed between them:
     cli       -> anything in `mailqueue`               (an entry point, like functions/)
 
 boto3 and botocore only in backends, compose and cli; nothing in `mailqueue` imports the
-local runtime (`mailqueue_local`, never shipped to Lambda); no import cycles at all.
+local runtime (`mailqueue_local`, never shipped to Lambda); no import cycles at all, in
+the package nor among the benchmark's modules (`bench/`).
 """
 
 from __future__ import annotations
@@ -26,8 +29,10 @@ from pathlib import Path
 
 import pytest
 
-SHARED = Path(__file__).resolve().parents[1] / "shared"
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO / "shared"
 PACKAGES = ("mailqueue", "mailqueue_local")
+BENCH = ("bench",)  # under the repository's root: cycles only (it is no context)
 CONTEXTS = ("core", "outbound", "services", "backends", "compose", "cli")
 ALLOWED: dict[str, frozenset[str]] = {
     "core": frozenset({"core"}),
@@ -59,10 +64,10 @@ KNOWN: dict[str, frozenset[str]] = {}
 Graph = dict[str, set[str]]
 
 
-def modules(root: Path = SHARED) -> dict[str, Path]:
-    """Every module of our packages under `root` → its file."""
+def modules(root: Path = SHARED, packages: Iterable[str] = PACKAGES) -> dict[str, Path]:
+    """Every module of `packages` under `root` → its file."""
     out: dict[str, Path] = {}
-    for pkg in PACKAGES:
+    for pkg in packages:
         for p in sorted((root / pkg).rglob("*.py")):
             parts = p.relative_to(root).with_suffix("").parts
             out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = p
@@ -73,15 +78,16 @@ def _type_checking(node: ast.AST) -> bool:
     return isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
 
 
-def imports(module: str, path: Path, known: Iterable[str]) -> set[str]:
-    """Absolute names `module` imports (its own file only), type-only imports left out."""
+def imports(module: str, path: Path, known: Iterable[str], *, typed: bool = True) -> set[str]:
+    """Absolute names `module` imports (its own file only); `typed` False leaves out the
+    imports under `if TYPE_CHECKING:` (what runs, as `reach` needs)."""
     names = set(known)
     package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
     out: set[str] = set()
 
     def visit(node: ast.AST) -> None:
         for child in ast.iter_child_nodes(node):
-            if _type_checking(child):
+            if _type_checking(child) and not typed:
                 continue
             if isinstance(child, ast.Import):
                 out.update(a.name for a in child.names)
@@ -102,10 +108,13 @@ def imports(module: str, path: Path, known: Iterable[str]) -> set[str]:
     return out
 
 
-def graph(root: Path = SHARED) -> tuple[Graph, Graph]:
-    """(edges between our modules, every import of each module)."""
-    mods = modules(root)
-    every = {m: imports(m, p, mods) for m, p in mods.items()}
+def graph(
+    root: Path = SHARED, packages: Iterable[str] = PACKAGES, *, typed: bool = True
+) -> tuple[Graph, Graph]:
+    """(edges between our modules, every import of each module); `typed` False: only the
+    imports that run (no `if TYPE_CHECKING:` block)."""
+    mods = modules(root, packages)
+    every = {m: imports(m, p, mods, typed=typed) for m, p in mods.items()}
     return {m: {i for i in names if i in mods} for m, names in every.items()}, every
 
 
@@ -207,9 +216,15 @@ def test_the_package_keeps_the_import_rules() -> None:
     assert violations(g, every) == []
 
 
+def test_the_benchmark_has_no_import_cycles() -> None:
+    g, _ = graph(REPO, BENCH)
+    assert len(g) > 10  # the benchmark's modules were found
+    assert cycles(g) == []
+
+
 @pytest.mark.parametrize("module", SERVICES)
 def test_a_service_reaches_no_backend_no_composition_and_no_aws_sdk(module: str) -> None:
-    g, every = graph()
+    g, every = graph(typed=False)  # what the service's function loads
     known = KNOWN.get(module, frozenset())
     every = {m: names - known if m == module else names for m, names in every.items()}
     found = reach(g, every, module)
@@ -293,11 +308,51 @@ def test_the_checker_sees_core_importing_aws(tmp_path: Path) -> None:
     assert "mailqueue.outbound.dkim -> botocore: outbound may not use the AWS SDK" in found
 
 
-def test_the_checker_ignores_type_only_imports_and_sees_lazy_ones() -> None:
-    g, every = graph()
+def test_the_checker_sees_an_added_type_level_cycle(tmp_path: Path) -> None:
+    """Two modules naming each other's types only under TYPE_CHECKING: no cycle at run
+    time, one cycle to the rules."""
+    root = _copy(tmp_path)
+    model = root / "mailqueue" / "core" / "model.py"
+    typed = "\n\nif TYPE_CHECKING:\n    from mailqueue.core.policy import RetryPolicy  # noqa\n"
+    model.write_text("from typing import TYPE_CHECKING\n" + model.read_text() + typed)
+    assert "mailqueue.core.model" in graph(root)[1]["mailqueue.core.policy"]  # the other half
+    found = violations(*graph(root))
+    assert any(v.startswith("import cycle:") and "mailqueue.core.model" in v for v in found), found
+    at_run_time = violations(*graph(root, typed=False))
+    assert not any(v.startswith("import cycle:") for v in at_run_time), at_run_time
+
+
+def test_the_checker_sees_a_type_level_arrow(tmp_path: Path) -> None:
+    root = _copy(tmp_path)
+    errors = root / "mailqueue" / "core" / "errors.py"
+    errors.write_text(
+        "from typing import TYPE_CHECKING\n"
+        + errors.read_text()
+        + "\nif TYPE_CHECKING:\n    from mailqueue.outbound.routing import Hop  # noqa\n"
+    )
+    found = violations(*graph(root))
+    assert "mailqueue.core.errors -> mailqueue.outbound.routing: core may not import outbound" in (
+        found
+    )
+
+
+def test_the_checker_sees_a_cycle_among_the_benchmarks_modules(tmp_path: Path) -> None:
+    bench = tmp_path / "bench"
+    shutil.copytree(REPO / "bench", bench, ignore=shutil.ignore_patterns("__pycache__"))
+    assert cycles(graph(tmp_path, BENCH)[0]) == []
+    cost = bench / "cost.py"  # scale imports cost: cost naming scale's types closes a cycle
+    typed = "\nif TYPE_CHECKING:\n    from bench import scale  # noqa\n"
+    cost.write_text("from typing import TYPE_CHECKING\n" + cost.read_text() + typed)
+    assert "bench.cost" in graph(tmp_path, BENCH)[0]["bench.scale"]
+    found = cycles(graph(tmp_path, BENCH)[0])
+    assert any("bench.cost" in c and "bench.scale" in c for c in found), found
+
+
+def test_the_checker_leaves_type_only_imports_out_of_reach_and_sees_lazy_ones() -> None:
+    g, every = graph(typed=False)
     direct = every["mailqueue.compose.aws"]
     assert "mailqueue.backends.aws.suspension_store" in direct  # inside a function
     assert "mailqueue.services.delivery" in direct  # inside a function
     assert "mailqueue.outbound.routing" not in direct  # only under TYPE_CHECKING
+    assert "mailqueue.outbound.routing" in graph()[1]["mailqueue.compose.aws"]  # typed: counted
     assert "boto3" in reach(g, every, "mailqueue.compose.aws")
-    assert "mailqueue.outbound.shaping" not in every["mailqueue.core.ports"]  # type-only

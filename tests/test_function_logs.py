@@ -23,7 +23,12 @@ SERVICES = {
     "bounce": ["mailqueue.services.bounce"],
     "sweeper": ["mailqueue.services.sweeper"],
     "events": ["mailqueue.services.eventlog", "mailqueue.core.events"],
-    "ingress": ["mailqueue.services.ingress.service"],
+    "ingress": [
+        "mailqueue.services.ingress.pipeline",  # the doors' one acceptance pipeline
+        "mailqueue.services.ingress.answers",
+        "mailqueue.services.ingress.doors.batch",
+        "mailqueue.services.ingress.doors.ses",
+    ],
     "admin": ["mailqueue.services.admin.api"],
 }
 

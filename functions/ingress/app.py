@@ -29,7 +29,7 @@ from mailqueue.core.events import EventEmitter
 from mailqueue.core.jsonbody import event_body
 from mailqueue.services import ingress
 from mailqueue.services.ingress import Answer, IngressService, IngressSettings
-from mailqueue.services.ingress.ses import is_ses_event
+from mailqueue.services.ingress.doors.ses import is_ses_event
 
 logger = Logger(service="mailqueue-ingress")
 tracer = LazyTracer(service="mailqueue-ingress")

@@ -23,10 +23,7 @@ from typing import Any
 
 from mailqueue.core.errors import Conflict, NotFound
 from mailqueue.core.model import MailRef, Priority
-from mailqueue.core.ports import (
-    DeliveryPorts,
-    PollResult,  # one batch's outcome at an event source
-)
+from mailqueue.core.ports import PollResult  # one batch's outcome at an event source
 from mailqueue.outbound.mtasts import MemoryPolicyCache
 from mailqueue.outbound.reputation import MemoryReputationStore
 from mailqueue.outbound.shaping import SiteState, SlotTake
@@ -34,7 +31,7 @@ from mailqueue.outbound.suppression import Entry
 from mailqueue.outbound.suspensions import Scope, Suspension
 from mailqueue.services.admin.jobs import CANCELLED, RUNNING, Job
 from mailqueue.services.bounce import BounceService, BounceStats, parse_ref
-from mailqueue.services.delivery import DeliveryService
+from mailqueue.services.delivery import DeliveryPorts, DeliveryService
 
 MAX_VISIBILITY = 12 * 3600  # as SQS: one re-arm hop at most
 

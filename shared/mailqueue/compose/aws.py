@@ -19,19 +19,18 @@ from mailqueue.core.config import StorageSettings, settings_from_env
 from mailqueue.core.model import utcnow
 
 if TYPE_CHECKING:  # each function imports its own service: a handler loads only its own
-    from mailqueue.core.ports import DeliveryPorts
     from mailqueue.outbound.dkim import KeySource
     from mailqueue.outbound.routing import CredentialsProvider
     from mailqueue.services.bounce import BounceService
-    from mailqueue.services.delivery import DeliveryService, DeliverySettings
+    from mailqueue.services.delivery import DeliveryPorts, DeliveryService, DeliverySettings
     from mailqueue.services.sweeper import Sweeper, SweeperSettings
 
 
 def delivery_ports(storage: AwsStorage, settings: DeliverySettings) -> DeliveryPorts:
     """SQS triggers and the stores in the state table, as `settings` need them."""
     from mailqueue.backends.aws.suspension_store import DynamoSuspensionStore
-    from mailqueue.core.ports import DeliveryPorts
     from mailqueue.outbound.suppression import parse_statuses
+    from mailqueue.services.delivery import DeliveryPorts
 
     ddb, table = storage.c.dynamodb, storage.s.table
     ports = DeliveryPorts(

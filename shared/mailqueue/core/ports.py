@@ -3,23 +3,17 @@
 On AWS an SQS queue does these jobs (`mailqueue.backends.aws.ports` adapts them); in one process a
 list does (`mailqueue.backends.inprocess`). The services name only these protocols, so the same
 delivery, bounce and sweeper code runs on either (tests/delivery, tests/bounce prove it).
+The stores delivery reads besides (`mailqueue.services.delivery.DeliveryPorts`) are the
+protocols of the outbound modules that own them, so they are gathered there, not here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from mailqueue.core.model import MailRef, Priority
-
-if TYPE_CHECKING:  # annotations only: the admin, bounce and sweeper functions need none
-    # of these modules, and importing them costs every cold start (~10 ms)
-    from mailqueue.outbound.mtasts import PolicyCache
-    from mailqueue.outbound.reputation import ReputationEvents, ReputationStore
-    from mailqueue.outbound.shaping import ShapingStore
-    from mailqueue.outbound.suppression import SuppressionStore
-    from mailqueue.outbound.suspensions import SuspensionStore
 
 
 class Triggers(Protocol):
@@ -61,25 +55,7 @@ class BounceHandoff(Protocol):
     def post(self, refs: Sequence[MailRef]) -> None: ...
 
 
-@dataclass(frozen=True)
-class DeliveryPorts:
-    """What delivery needs besides the storage; each store is the core module's protocol.
-
-    `suppression` is needed when suppression statuses are set, `mta_sts_cache` when
-    MTA-STS is on, `shaping` when traffic shaping is on (the service refuses to start
-    otherwise, so a missing adapter is a configuration error, not a silent fallback).
-    """
-
-    triggers: Triggers
-    suspensions: SuspensionStore
-    suppression: SuppressionStore | None = None
-    mta_sts_cache: PolicyCache | None = None
-    shaping: ShapingStore | None = None
-    reputation: ReputationStore | None = None  # needed when reputation guards are on
-    reputation_events: ReputationEvents | None = None  # where pause/review events go
-
-
-__all__ = ["BounceHandoff", "DeliveryPorts", "Triggers"]
+__all__ = ["BounceHandoff", "PollResult", "Triggers"]
 
 
 @dataclass

@@ -24,7 +24,8 @@ What this module does:
   mandatory, unauthenticated TLS (§2.2).
 
 Precedence over MTA-STS (RFC 8461 §2): a domain whose MX hosts have usable TLSA records
-is governed by DANE; delivery.py skips its MTA-STS policy then.
+is governed by DANE; delivery.py skips its MTA-STS policy then. The hops a domain's
+DANE policies give are routing's (`routing.with_dane`): this module knows no hop.
 """
 
 from __future__ import annotations
@@ -33,15 +34,11 @@ import datetime as _dt
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import dns.exception
 import dns.flags
 import dns.rdatatype
 import dns.resolver
-
-if TYPE_CHECKING:
-    from mailqueue.outbound.routing import Hop
 
 USAGE_DANE_TA = 2
 USAGE_DANE_EE = 3
@@ -251,26 +248,3 @@ def peer_chain(sock: object) -> list[bytes]:
     getpeercert = getattr(sock, "getpeercert", None)
     leaf = getpeercert(binary_form=True) if getpeercert is not None else None
     return [leaf] if leaf else []
-
-
-def apply(
-    resolver: dns.resolver.Resolver, domain: str, hops: Sequence[Hop], port: int = 25
-) -> list[Hop] | None:
-    """The domain's MX hops with their DANE policies (TLS required and checked against the
-    TLSA records), or None when DANE does not apply (insecure MX RRset, or no MX host with
-    TLSA records): then MTA-STS and the usual TLS policy apply. Hosts of a DANE domain
-    without TLSA records keep opportunistic TLS (RFC 7672 §2.2)."""
-    if not hops or not mx_secure(resolver, domain):
-        return None
-    from dataclasses import replace
-
-    from mailqueue.outbound.routing import TlsPolicy
-
-    policies = {h.host: lookup(resolver, h.host, port) for h in hops}
-    if all(p is None for p in policies.values()):
-        return None
-    out: list[Hop] = []
-    for h in hops:
-        p = policies[h.host]
-        out.append(h if p is None else replace(h, dane=p, tls=TlsPolicy.REQUIRED, mta_sts=None))
-    return out

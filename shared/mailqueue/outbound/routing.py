@@ -50,7 +50,7 @@ import logging
 import random
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 import dns.exception
@@ -527,6 +527,27 @@ class Hop:
 
 
 _Families = Sequence[Literal[4, 6]]
+
+
+def with_dane(
+    resolver: dns.resolver.Resolver, domain: str, hops: Sequence[Hop], port: int = 25
+) -> list[Hop] | None:
+    """The domain's MX hops with their DANE policies (outbound/dane.py: TLS required and
+    checked against the TLSA records), or None when DANE does not apply (insecure MX
+    RRset, or no MX host with TLSA records): then MTA-STS and the usual TLS policy apply.
+    Hosts of a DANE domain without TLSA records keep opportunistic TLS (RFC 7672 §2.2)."""
+    from mailqueue.outbound import dane  # the resolver's import, only where DANE is on
+
+    if not hops or not dane.mx_secure(resolver, domain):
+        return None
+    policies = {h.host: dane.lookup(resolver, h.host, port) for h in hops}
+    if all(p is None for p in policies.values()):
+        return None
+    out: list[Hop] = []
+    for h in hops:
+        p = policies[h.host]
+        out.append(h if p is None else replace(h, dane=p, tls=TlsPolicy.REQUIRED, mta_sts=None))
+    return out
 
 
 def resolve_next_hops(

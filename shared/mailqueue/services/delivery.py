@@ -31,7 +31,7 @@ from mailqueue.core.config import ConfigError, settings_from_env
 from mailqueue.core.errors import LeaseLost, MailqueueError, NotFound, PoisonMessage
 from mailqueue.core.model import Claim, Group, MailRef, Result, utcnow
 from mailqueue.core.policy import RetryPolicy, backoff, delay_warning_due, expired
-from mailqueue.core.ports import DeliveryPorts
+from mailqueue.core.ports import Triggers
 from mailqueue.core.storage import QueueStorage
 from mailqueue.core.trace import (
     HEADER_SCAN_LIMIT,
@@ -58,8 +58,15 @@ from mailqueue.outbound.dnscache import DEFAULT_MAX_TTL as DNS_CACHE_MAX_TTL
 from mailqueue.outbound.dnscache import DEFAULT_MIN_TTL as DNS_CACHE_MIN_TTL
 from mailqueue.outbound.dnscache import DnsCache
 from mailqueue.outbound.dnscache import check_limits as check_dns_cache
-from mailqueue.outbound.mtasts import Mode, MtaSts, explain
-from mailqueue.outbound.reputation import Origin, ReputationGuard, Thresholds, counts_of
+from mailqueue.outbound.mtasts import Mode, MtaSts, PolicyCache, explain
+from mailqueue.outbound.reputation import (
+    Origin,
+    ReputationEvents,
+    ReputationGuard,
+    ReputationStore,
+    Thresholds,
+    counts_of,
+)
 from mailqueue.outbound.returnpath import KeysUnavailable, ReturnPaths, SecretSource
 from mailqueue.outbound.routing import (
     CredentialsProvider,
@@ -70,6 +77,7 @@ from mailqueue.outbound.routing import (
     check_receiving_routes,
     make_resolver,
     resolve_next_hops,
+    with_dane,
 )
 from mailqueue.outbound.shaping import (
     SITE_SHARD_MAX_RATE,
@@ -77,6 +85,7 @@ from mailqueue.outbound.shaping import (
     Permit,
     Reservation,
     Shaper,
+    ShapingStore,
     Wait,
     check_transaction_limits,
     load_rules,
@@ -96,7 +105,7 @@ from mailqueue.outbound.suppression import (
     from_bounces,
     parse_statuses,
 )
-from mailqueue.outbound.suspensions import SuspensionCache
+from mailqueue.outbound.suspensions import SuspensionCache, SuspensionStore
 
 if TYPE_CHECKING:
     import dns.resolver
@@ -325,6 +334,25 @@ class Stats:
     def add_extra(self, key: str, n: int = 1) -> None:
         with self._lock:
             self.extra[key] = self.extra.get(key, 0) + n
+
+
+@dataclass(frozen=True)
+class DeliveryPorts:
+    """What delivery needs besides the storage; each store is the protocol of the outbound
+    module that owns it (which is why this lives here, not in core).
+
+    `suppression` is needed when suppression statuses are set, `mta_sts_cache` when
+    MTA-STS is on, `shaping` when traffic shaping is on (the service refuses to start
+    otherwise, so a missing adapter is a configuration error, not a silent fallback).
+    """
+
+    triggers: Triggers
+    suspensions: SuspensionStore
+    suppression: SuppressionStore | None = None
+    mta_sts_cache: PolicyCache | None = None
+    shaping: ShapingStore | None = None
+    reputation: ReputationStore | None = None  # needed when reputation guards are on
+    reputation_events: ReputationEvents | None = None  # where pause/review events go
 
 
 class DeliveryService:
@@ -1059,8 +1087,7 @@ class Invocation:
         return value
 
     def _dane(self, domain: str) -> list[Hop] | Result | None:
-        """The domain's hops under DANE (dane.py), or None when DANE does not apply."""
-        from mailqueue.outbound.dane import apply
+        """The domain's hops under DANE (routing.with_dane), or None when DANE does not apply."""
 
         if domain.startswith("[") or self.svc.dane_resolver is None:
             return None
@@ -1075,7 +1102,7 @@ class Invocation:
             )
         except NextHopError as e:
             return e.result
-        return apply(self.svc.dane_resolver, domain, hops)
+        return with_dane(self.svc.dane_resolver, domain, hops)
 
     def _record(
         self, claim: Claim, results: dict[str, Result], outcome: DeliveryOutcome | None

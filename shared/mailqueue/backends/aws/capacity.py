@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from mailqueue.backends.aws.limits import ServiceLimitExceeded, check_request, item_size
-from mailqueue.core.config import ConfigError
+from mailqueue.core.config import ConfigError, StorageSettings
 from mailqueue.core.model import (
     REMOTE_MTA_MAX,
     RESULT_TEXT_MAX,
@@ -34,7 +34,27 @@ from mailqueue.core.transitions import ENVID_MAX, ORCPT_MAX
 from mailqueue.core.validate import MAX_DOMAIN
 
 if TYPE_CHECKING:
-    from mailqueue.backends.aws.backend import AwsStorage
+    from mailqueue.backends.aws.items import _TransitionPlan
+
+
+class AwsStorage(Protocol):
+    """What the check needs of the storage (`backend.AwsStorage` is it): its settings and
+    the transition request it really builds. A protocol, so this module and the backend
+    (which runs the check at start) do not import each other."""
+
+    s: StorageSettings
+
+    def _transition_request(
+        self,
+        claim: Claim,
+        by_rid: dict[str, Recipient],
+        changed: dict[str, Recipient],
+        *,
+        next_attempt_at: datetime | None,
+        attempt: Attempt | None,
+        op: dict[str, Any] | None,
+    ) -> _TransitionPlan: ...
+
 
 _T0 = datetime(2026, 1, 1, tzinfo=UTC)
 _WIDE = "\U0001d11e"  # a 4-octet UTF-8 character: the worst case for an octet budget

@@ -1,7 +1,7 @@
 """S3 objects ingress reads once and removes: client uploads and SES's raw mails.
 
 The adapter translates botocore errors into the core's; the service sees only the
-`RawStore` protocol (`ingress.service`).
+`RawStore` protocol (`ingress.ports`).
 """
 
 from __future__ import annotations

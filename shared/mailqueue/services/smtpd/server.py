@@ -11,15 +11,16 @@ Each listener speaks for one kind of client:
   the submission listeners' TLS context; only recipients in the receiving domains, as SES
   receipt takes them, and on the bounce domains (the return path policy's): those are
   receivers' reports (late bounces, complaints), handed to the feedback service as SES
-  receipt hands them (`IngressService.submit_smtp`), never queued. A transaction is one
+  receipt hands them (`SmtpDoor.submit`), never queued. A transaction is one
   kind or the other: the first RCPT decides, the other kind gets 452 4.5.3 and the
   client sends it in a transaction of its own (RFC 3463's X.5.3: the remaining
   recipients on a subsequent attempt), so nothing is lost, no report is queued as mail,
   and the 250 after DATA speaks for one durable outcome only.
 
-Every decision is the ingress service's (`IngressService.smtp_check_sender`,
-`smtp_check_recipient`, `submit_smtp`): one validation, one sender policy, one
-suppression check, one event vocabulary. 250 after DATA means what the API's 202 means:
+Every decision is the ingress service's SMTP door (`services/ingress/doors/smtp.py`:
+`check_sender`, `check_recipient`, `submit`), which hands the mail to the pipeline every
+door shares: one validation, one sender policy, one suppression check, one event
+vocabulary. 250 after DATA means what the API's 202 means:
 content, state and trigger are durable (for a report: its events and suppression
 entries are written). The service's calls block (AWS requests): they run on a thread
 pool, never on the event loop.
@@ -54,7 +55,8 @@ from mailqueue.core.dsn import xtext_decode
 from mailqueue.core.errors import InvalidInput
 from mailqueue.core.model import Envelope, Notify, Recipient, Ret
 from mailqueue.core.validate import check_text
-from mailqueue.services.ingress.service import IngressService, SmtpSubmission
+from mailqueue.services.ingress.doors.smtp import SmtpSubmission
+from mailqueue.services.ingress.service import IngressService
 from mailqueue.services.smtpd.credentials import CredentialStore, authenticate
 from mailqueue.services.smtpd.data import DataReader
 from mailqueue.services.smtpd.replies import STORAGE_DOWN, reply_for
@@ -547,7 +549,7 @@ class FrontDoor(SMTP):
             return
         try:
             await self._service(
-                self.door.service.smtp_check_sender,
+                self.door.service.smtp.check_sender,
                 tx.sender,
                 principal=self.principal,
                 smtputf8=tx.smtputf8,
@@ -623,7 +625,7 @@ class FrontDoor(SMTP):
             return
         try:
             report = await self._service(
-                self.door.service.smtp_check_recipient,
+                self.door.service.smtp.check_recipient,
                 rcpt.address,
                 sender=tx.sender,
                 principal=self.principal,
@@ -746,7 +748,7 @@ class FrontDoor(SMTP):
         """250 only when the service answered 202 (durable); a refusal its reply; any
         failure 451, so the client keeps the mail and tries again."""
         try:
-            answer = await self._service(self.door.service.submit_smtp, mail)
+            answer = await self._service(self.door.service.smtp.submit, mail)
         except Exception as e:  # noqa: BLE001  storage down or unforeseen: never a 250
             log.warning("submission not stored", extra={"cause": type(e).__name__})
             self.door.gate.counters["unavailable"] += 1
