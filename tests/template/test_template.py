@@ -23,6 +23,7 @@ from mailqueue.outbound.doctor import DoctorSettings
 from mailqueue.services.admin.service import AdminSettings
 from mailqueue.services.bounce import BounceSettings
 from mailqueue.services.delivery import DeliverySettings
+from mailqueue.services.destinations import DestinationSettings
 from mailqueue.services.eventlog import EventWriterSettings
 from mailqueue.services.ingress.settings import IngressSettings
 from mailqueue.services.sweeper import SweeperSettings
@@ -38,12 +39,14 @@ SETTINGS: dict[str, tuple[type[Any], ...]] = {
     "SweeperFunction": (StorageSettings, SweeperSettings),
     "AdminFunction": (StorageSettings, AdminSettings, DoctorSettings),
     "EventsFunction": (StorageSettings, EventWriterSettings),
+    "DestinationsFunction": (StorageSettings, DestinationSettings),
 }
 #: SQS event sources: queue → the function consuming it.
 CONSUMERS = {
     "DeliveryQueue": "DeliveryFunction",
     "BulkDeliveryQueue": "DeliveryFunction",  # priority: the bulk path, same function
     "BounceQueue": "BounceFunction",
+    "DestinationsQueue": "DestinationsFunction",
 }
 DATA_PREFIXES = ("s3:", "dynamodb:", "sqs:", "secretsmanager:", "ssm:", "lambda:", "kms:")
 
