@@ -4,10 +4,14 @@ The whole path through the local stack is tests/destinations/test_webhook_e2e.py
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
+import re
 import socket
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,18 +24,23 @@ from mailqueue.backends.aws.destinations import (
 from mailqueue.backends.webhook import WebhookSender
 from mailqueue.core.config import ConfigError
 from mailqueue.services.destinations import (
+    MAX_EVENT_BYTES,
+    MAX_MESSAGE_BYTES,
     Destination,
     DestinationError,
     DestinationService,
     DestinationSettings,
     Envelope,
     envelopes,
+    envelopes_and_too_large,
+    event_bytes,
+    fit,
     parse_destinations,
     sign,
     verify_signature,
 )
 
-from tests.destinations.receiver import Receiver
+from tests.destinations.receiver import WINDOW_SECONDS, Receiver, verify
 from tests.support.aws import AwsEnv, session
 
 SECRET = "s" * 32
@@ -223,3 +232,128 @@ def test_outbox_batches_and_retry_or_dead_letter(aws: AwsEnv, receiver: Receiver
     assert sorted(Envelope.decode(m["Body"]).event_id for m in dead) == sorted(
         Envelope.decode(m["Body"]).event_id for m in (third, fourth)
     )
+
+
+# ------------------------------------------------------------------ the documentation
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
+
+
+def _documented_example() -> tuple[str, int, bytes, str]:
+    text = DOCS.read_text()
+    section = text.split("### Verifying a webhook's signature", 1)[1].split("\n### ", 1)[0]
+
+    def item(label: str) -> str:
+        m = re.search(rf"^- {label}: `([^`]+)`$", section, re.M)
+        assert m, f"docs/operations.md: the worked example's {label} is missing"
+        return m.group(1)
+
+    return item("key"), int(item("timestamp")), item("body").encode(), item("header")
+
+
+def test_the_documented_signature_example_is_what_the_code_and_receiver_do() -> None:
+    """The worked example in docs/operations.md: the sender's `sign` makes its header, and
+    the test receiver's verifier (written from the docs, importing nothing of ours)
+    accepts it within the replay window only, and refuses any change."""
+    key, t, body, header = _documented_example()
+    assert sign(key, body, t) == header
+    assert verify(key, header, body, t + WINDOW_SECONDS) and verify(key, header, body, t - 299)
+    assert not verify(key, header, body, t + WINDOW_SECONDS + 1)  # replayed too late
+    assert not verify(key, header, body + b" ", t)  # body changed
+    assert not verify(key, header.replace(f"t={t}", f"t={t + 1}"), body, t)  # time changed
+    assert not verify(key[:-1] + "x", header, body, t)  # another key
+    # and both sides agree on a fresh signature over a real event body
+    ev = json.dumps(_event(), separators=(",", ":")).encode()
+    now = time.time()
+    assert verify(SECRET, sign(SECRET, ev, now), ev, now)
+    assert verify_signature(SECRET, header_for(ev, now), ev, now)
+
+
+def header_for(body: bytes, now: float) -> str:
+    """A header made by hand from the documented steps (the sender's check reads it)."""
+    mac = hmac.new(SECRET.encode(), f"{int(now)}.".encode() + body, hashlib.sha256)
+    return f"t={int(now)},v1={mac.hexdigest()}"
+
+
+# ------------------------------------------------------------------ size limits
+def _many_recipients(kind: str = "Bounce", eid: str = "big") -> dict[str, Any]:
+    """A mail to 1,000 long addresses (ingress's limit): over 256 KiB as SES shapes it."""
+    rcpts = [f"{'r' * 120}.{i:04d}@{'d' * 60}.example" for i in range(1000)]
+    return {
+        "eventType": kind,
+        "mail": {
+            "messageId": "m1",
+            "destination": rcpts,
+            "headersTruncated": False,
+            "headers": [{"name": "X-Pad", "value": "v" * 9000}],
+            "commonHeaders": {"to": rcpts, "subject": "s"},
+        },
+        "bounce": {"bouncedRecipients": [{"emailAddress": rcpts[7]}]},
+        "mailqueue": {"eventId": eid},
+    }
+
+
+def test_an_oversized_event_is_shrunk_to_fit_or_left_out() -> None:
+    big = _many_recipients()
+    assert event_bytes(big) > MAX_MESSAGE_BYTES
+    (env,) = envelopes([big], [Destination("app", "webhook", "https://x.example/h",
+                                           frozenset("*"), SECRET)])
+    mail = env.event["mail"]
+    assert event_bytes(env.event) <= MAX_EVENT_BYTES
+    assert len(env.encode().encode()) <= MAX_MESSAGE_BYTES  # the outbox's SQS message
+    assert mail["headersTruncated"] is True and "headers" not in mail
+    assert "destination" not in mail and "commonHeaders" not in mail
+    assert env.event["mailqueue"]["truncated"] == [
+        "mail.headers", "mail.commonHeaders", "mail.destination"
+    ]
+    assert env.event["bounce"] == big["bounce"]  # the event's own recipient stays
+    # headers alone over the limit: only they go
+    heavy = {**_event(), "mail": {"messageId": "m1", "destination": ["a@x.example"],
+                                  "headers": [{"name": "X", "value": "v" * 300_000}]}}
+    small = fit(heavy)
+    assert small is not None and small["mail"]["destination"] == ["a@x.example"]
+    assert small["mailqueue"]["truncated"] == ["mail.headers"]
+    # nothing to shrink: left out, counted (it stays in the S3 log)
+    huge = {**_event(), "bounce": {"diagnosticCode": "x" * 300_000}}
+    assert fit(huge) is None
+    dests = parse_destinations(_one(name="bus", type="eventbridge", arn=BUS))
+    assert envelopes_and_too_large([huge, _event()], dests) == (
+        envelopes([_event()], dests), 1
+    )
+
+
+def test_oversized_events_reach_eventbridge_and_sns_shrunk(aws: AwsEnv) -> None:
+    """On moto: SNS refuses a message over 256 KiB (as AWS does: InvalidParameter); the
+    shrunk event is accepted by SNS and EventBridge and arrives as sent; a message over
+    the limit that reaches a sender is refused before the call, with no retry."""
+    sess = session()
+    events = sess.client("events", endpoint_url=aws.endpoint)
+    sns, sqs = sess.client("sns", endpoint_url=aws.endpoint), aws.clients.sqs
+    topic = sns.create_topic(Name="big-events")["TopicArn"]
+    topic_url, topic_q = _queue(sqs, "big-from-topic")
+    sns.subscribe(TopicArn=topic, Protocol="sqs", Endpoint=topic_q,
+                  Attributes={"RawMessageDelivery": "true"})
+    bus_url, bus_arn = _queue(sqs, "big-from-bus")
+    events.put_rule(Name="big", EventPattern=json.dumps({"source": ["mailqueue"]}))
+    events.put_targets(Rule="big", Targets=[{"Id": "q", "Arn": bus_arn}])
+    big = _many_recipients("Bounce", "big-1")
+    with pytest.raises(Exception, match="(?i)too long|invalid"):
+        sns.publish(TopicArn=topic, Message=json.dumps(big))  # what AWS does with it
+    dests = parse_destinations(json.dumps({"destinations": [
+        {"name": "bus", "type": "eventbridge", "arn": BUS},
+        {"name": "topic", "type": "sns", "arn": topic},
+    ]}))
+    senders = {"eventbridge": EventBridgeSender(events), "sns": SnsSender(sns)}
+    svc = DestinationService(DestinationSettings(), dests, senders)  # type: ignore[arg-type]
+    items = envelopes([big], dests)
+    assert len(items) == 2
+    for env in items:
+        svc.deliver(env.encode())
+    (from_topic,) = _drain(sqs, topic_url, 1)
+    assert json.loads(from_topic["Body"]) == items[1].event
+    (from_bus,) = _drain(sqs, bus_url, 1)
+    assert json.loads(from_bus["Body"])["detail"] == items[0].event
+    raw = Envelope("topic", "big-1", "Bounce", big)  # not through envelopes(): unshrunk
+    for dest in dests:
+        with pytest.raises(DestinationError, match="too large") as e:
+            senders[dest.kind].send(dest, raw)
+        assert not e.value.retry  # dead-lettered at once, not retried for a day

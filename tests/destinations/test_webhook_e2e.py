@@ -87,7 +87,7 @@ def test_webhook_sees_every_demo_event_once_after_a_minute_down(tmp_path: Path) 
                 )
             },
             settings={
-                "MQ_WEBHOOK_SECRETS": "json:" + json.dumps({"app": secret}),
+                "MQ_WEBHOOK_KEYS": "json:" + json.dumps({"app": secret}),
                 "MQ_ALLOW_HTTP_LOOPBACK": "true",
                 "MQ_DESTINATION_RETRY_BASE_SECONDS": "2",
                 "MQ_DESTINATION_RETRY_MAX_SECONDS": "8",

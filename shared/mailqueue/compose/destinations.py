@@ -6,6 +6,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import boto3
+
+from mailqueue.backends.aws.clients import make_clients
 from mailqueue.backends.aws.destinations import EventBridgeSender, SnsSender, SqsRetry
 from mailqueue.backends.webhook import WebhookSender
 from mailqueue.core.config import ConfigError, settings_from_env
@@ -15,10 +18,10 @@ from mailqueue.services.destinations import (
     parse_destinations,
 )
 
-__all__ = ["destination_service_from_env", "webhook_secrets"]
+__all__ = ["destination_service_from_env", "webhook_keys"]
 
 
-def webhook_secrets(ref: str, secretsmanager: Any = None) -> dict[str, str]:
+def webhook_keys(ref: str, secretsmanager: Any = None) -> dict[str, str]:
     """name -> signing key, from `secretsmanager:<id>` or `json:{...}`; a bad one fails
     the cold start."""
     if not ref:
@@ -33,22 +36,19 @@ def webhook_secrets(ref: str, secretsmanager: Any = None) -> dict[str, str]:
         else:
             text = secretsmanager.get_secret_value(SecretId=ref.split(":", 1)[1])["SecretString"]
     else:
-        raise ConfigError("MQ_WEBHOOK_SECRETS: secretsmanager:<id> or json:{...}")
+        raise ConfigError("MQ_WEBHOOK_KEYS: secretsmanager:<id> or json:{...}")
     try:
         doc = json.loads(text)
     except ValueError as e:
-        raise ConfigError(f"MQ_WEBHOOK_SECRETS: not JSON: {e}") from e
+        raise ConfigError(f"MQ_WEBHOOK_KEYS: not JSON: {e}") from e
     if not isinstance(doc, dict) or not all(isinstance(v, str) for v in doc.values()):
-        raise ConfigError("MQ_WEBHOOK_SECRETS: a JSON object of name -> key")
+        raise ConfigError("MQ_WEBHOOK_KEYS: a JSON object of name -> key")
     return {str(k): v for k, v in doc.items()}
 
 
 def destination_service_from_env() -> tuple[DestinationService, SqsRetry]:
-    """Built from MQ_* variables; a bad list, URL or secret fails the cold start."""
-    import boto3
-
-    from mailqueue.backends.aws.clients import make_clients
-
+    """Built from MQ_* variables; a bad list, URL or secret fails the cold start (boto3
+    imported with the module, as every handler's: in the init phase)."""
     s = settings_from_env(DestinationSettings)
     if not s.destinations_queue_url or not s.destinations_dlq_url:
         raise ConfigError("MQ_DESTINATIONS_QUEUE_URL and MQ_DESTINATIONS_DLQ_URL must be set")
@@ -58,7 +58,7 @@ def destination_service_from_env() -> tuple[DestinationService, SqsRetry]:
     sm = boto3.client("secretsmanager", **kw) if s.endpoint_url else None
     dests = parse_destinations(
         s.event_destinations,
-        secrets=webhook_secrets(s.webhook_secrets, sm),
+        secrets=webhook_keys(s.webhook_keys, sm),
         allow_http_loopback=s.allow_http_loopback,
     )
     clients = make_clients(region=s.region, endpoint_url=s.endpoint_url)

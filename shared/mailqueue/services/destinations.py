@@ -40,6 +40,15 @@ KINDS: tuple[DestinationKind, ...] = ("webhook", "eventbridge", "sns")
 SIGNATURE_HEADER = "X-Mailqueue-Signature"
 EVENT_ID_HEADER = "X-Mailqueue-Event-Id"
 REPLAY_WINDOW_SECONDS = 300
+#: The largest message every destination takes: an EventBridge PutEvents entry ("256KB":
+#: docs.aws.amazon.com/eventbridge/latest/userguide/eb-putevent-size.html), an SNS message
+#: (a topic's default MaximumMessageSize, 262,144 bytes: docs.aws.amazon.com/sns/latest/dg/
+#: large-message-payloads.html) and an SQS message (the outbox's default, 256 KiB)
+MAX_MESSAGE_BYTES = 256 * 1024
+#: what an outbox envelope or a PutEvents entry adds around the event (destination name,
+#: id, type; Source and DetailType), with room to spare
+ENVELOPE_BYTES = 1024
+MAX_EVENT_BYTES = MAX_MESSAGE_BYTES - ENVELOPE_BYTES
 #: EventBridge's `source` for our events (SES's own is "aws.ses": not ours to use)
 EVENTBRIDGE_SOURCE = "mailqueue"
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,63}$")
@@ -183,16 +192,62 @@ class Envelope:
         return cls(str(doc["d"]), str(doc["id"]), str(doc["type"]), doc["event"])
 
 
+def event_bytes(event: Mapping[str, Any]) -> int:
+    """The event's size as every destination is sent it (compact JSON, UTF-8)."""
+    return len(json.dumps(event, separators=(",", ":")).encode())
+
+
+def fit(event: Mapping[str, Any], limit: int = MAX_EVENT_BYTES) -> Mapping[str, Any] | None:
+    """The event within `limit` bytes, or None. The event writer already keeps at most
+    10 KB of headers (as SES does); what can still be too large is a mail to many long
+    addresses (`mail.destination`, `commonHeaders.to`: up to 1,000 recipients). Shrunk in
+    steps, each named in `mailqueue.truncated`: `mail.headers` dropped (`headersTruncated`
+    true, SES's own flag), then `mail.commonHeaders` and `mail.destination` (the event's
+    own recipients, e.g. `bounce.bouncedRecipients`, stay). The whole event is in the S3
+    event log either way (its eventId finds it)."""
+    if event_bytes(event) <= limit:
+        return event
+    mail = dict(event.get("mail") or {})
+    ours = dict(event.get("mailqueue") or {})
+    truncated: list[str] = []
+    for step in (("headers",), ("commonHeaders", "destination")):
+        for key in step:
+            if key in mail:
+                del mail[key]
+                truncated.append(f"mail.{key}")
+        if "mail.headers" in truncated:
+            mail["headersTruncated"] = True
+        smaller = {**event, "mail": mail, "mailqueue": {**ours, "truncated": truncated}}
+        if event_bytes(smaller) <= limit:
+            return smaller
+    return None
+
+
 def envelopes(
     events: Iterable[Mapping[str, Any]], destinations: Sequence[Destination]
 ) -> list[Envelope]:
-    """Each event once per destination whose filter takes it."""
+    """Each event once per destination whose filter takes it, shrunk to fit (`fit`); an
+    event no shrinking fits is left out (`too_large` counts it)."""
+    return envelopes_and_too_large(events, destinations)[0]
+
+
+def envelopes_and_too_large(
+    events: Iterable[Mapping[str, Any]], destinations: Sequence[Destination]
+) -> tuple[list[Envelope], int]:
     out: list[Envelope] = []
+    too_large = 0
     for ev in events:
         kind = str(ev.get("eventType", ""))
+        takers = [d for d in destinations if d.takes(kind)]
+        if not takers:
+            continue
         eid = str((ev.get("mailqueue") or {}).get("eventId", ""))
-        out.extend(Envelope(d.name, eid, kind, ev) for d in destinations if d.takes(kind))
-    return out
+        sized = fit(ev)
+        if sized is None:
+            too_large += 1
+            continue
+        out.extend(Envelope(d.name, eid, kind, sized) for d in takers)
+    return out, too_large
 
 
 class EventOutbox(Protocol):
@@ -230,7 +285,7 @@ class DestinationSettings:
     allow_http_loopback: bool = False  # the local stack's webhook receivers
     # the webhooks' signing keys, a JSON object name -> key: `secretsmanager:<id>` (the
     # template's EventWebhookSecretArn) or, for local use, `json:{...}`
-    webhook_secrets: str = ""
+    webhook_keys: str = ""
     destinations_queue_url: str = ""  # the outbox (its messages' visibility set on failure)
     destinations_dlq_url: str = ""
     region: str | None = None
@@ -306,4 +361,3 @@ class DestinationService:
         except (ValueError, KeyError) as e:  # not an envelope: no retry reads it better
             retry.dead(body, receipt, f"unreadable: {type(e).__name__}")
             return "dead"
-

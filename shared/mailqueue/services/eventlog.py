@@ -36,7 +36,7 @@ from mailqueue.core.model import Attempt, Recipient, RecipientState, from_iso, t
 from mailqueue.services.destinations import (
     Destination,
     EventOutbox,
-    envelopes,
+    envelopes_and_too_large,
     parse_destinations,
 )
 
@@ -377,15 +377,22 @@ class EventWriterService:
             stored = self.source.stored_headers(records)
             events = [self._with_headers(e, stored) for e in events]
         keys = self.sink.write(events, self.source.batch_id(records)) if events else []
-        handed = 0
+        handed = too_large = 0
         if events and self.destinations and self.outbox is not None:
             # after the log: an event is in the log before any destination hears of it; a
             # failure here fails the batch, which is retried whole (same object keys, same
             # event ids: destinations de-duplicate)
-            items = envelopes((e.to_json() for e in events), self.destinations)
+            items, too_large = envelopes_and_too_large(
+                (e.to_json() for e in events), self.destinations
+            )
             self.outbox.put(items)
             handed = len(items)
-        return {"events": len(events), "objects": keys, "destinations": handed}
+        return {
+            "events": len(events),
+            "objects": keys,
+            "destinations": handed,
+            "destinations_too_large": too_large,
+        }
 
     def _with_headers(self, event: QueueEvent, stored: Mapping[str, bytes]) -> QueueEvent:
         """A Send with the message's header block: from the mail item's `hdrs` when its

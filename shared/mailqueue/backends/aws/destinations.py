@@ -17,6 +17,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from mailqueue.core.errors import TransientStorageError
 from mailqueue.services.destinations import (
     EVENTBRIDGE_SOURCE,
+    MAX_MESSAGE_BYTES,
     Destination,
     DestinationError,
     Envelope,
@@ -34,6 +35,25 @@ DETAIL_TYPES = {
 }
 SQS_BATCH = 10
 SQS_BATCH_BYTES = 256 * 1024  # SendMessageBatch: 10 messages and 256 KiB in all
+
+
+def entry_bytes(entry: dict[str, Any]) -> int:
+    """A PutEvents entry's size as EventBridge counts it ("Calculating Amazon EventBridge
+    PutEvents event entry size": Time 14 bytes; Source, DetailType, Detail and each of
+    Resources their UTF-8 bytes)."""
+    n = 14 if entry.get("Time") is not None else 0
+    for key in ("Source", "DetailType", "Detail"):
+        n += len(str(entry.get(key) or "").encode())
+    return n + sum(len(str(r).encode()) for r in entry.get("Resources") or [])
+
+
+def sns_bytes(message: str, attributes: dict[str, Any]) -> int:
+    """What SNS checks against the topic's MaximumMessageSize: the body and the message
+    attributes (name, type and value of each)."""
+    n = len(message.encode())
+    for name, a in attributes.items():
+        n += len(name.encode()) + len(a["DataType"].encode()) + len(a["StringValue"].encode())
+    return n
 
 
 class SqsOutbox:
@@ -81,7 +101,10 @@ class EventBridgeSender:
             "EventBusName": dest.target,
             "Resources": [],
         }
+        if entry_bytes(entry) > MAX_MESSAGE_BYTES:  # refused by EventBridge, however often
+            raise DestinationError(f"eventbridge {dest.name}: entry too large", retry=False)
         try:
+            # one entry a call (PutEvents takes up to 10): a failure is this event's alone
             resp = self.events.put_events(Entries=[entry])
         except (BotoCoreError, ClientError) as e:
             raise DestinationError(f"eventbridge {dest.name}: {e}") from e
@@ -95,15 +118,15 @@ class SnsSender:
         self.sns = sns
 
     def send(self, dest: Destination, env: Envelope) -> None:
+        message = json.dumps(env.event, separators=(",", ":"))
+        attributes = {
+            "eventType": {"DataType": "String", "StringValue": env.event_type},
+            "eventId": {"DataType": "String", "StringValue": env.event_id or "-"},
+        }
+        if sns_bytes(message, attributes) > MAX_MESSAGE_BYTES:  # InvalidParameter, always
+            raise DestinationError(f"sns {dest.name}: message too large", retry=False)
         try:
-            self.sns.publish(
-                TopicArn=dest.target,
-                Message=json.dumps(env.event, separators=(",", ":")),
-                MessageAttributes={
-                    "eventType": {"DataType": "String", "StringValue": env.event_type},
-                    "eventId": {"DataType": "String", "StringValue": env.event_id or "-"},
-                },
-            )
+            self.sns.publish(TopicArn=dest.target, Message=message, MessageAttributes=attributes)
         except (BotoCoreError, ClientError) as e:
             raise DestinationError(f"sns {dest.name}: {e}") from e
 
