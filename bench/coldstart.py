@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-HANDLERS = ("admin", "bounce", "delivery", "events", "ingress", "sweeper")
+HANDLERS = ("admin", "bounce", "delivery", "destinations", "events", "ingress", "sweeper")
 FLOOR_MS = 300.0
 _LINE = re.compile(r"import time:\s+(\d+)\s+\|\s+(\d+)\s+\|(\s*)(\S+)")
 

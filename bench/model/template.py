@@ -54,10 +54,11 @@ class Template:
 
     @classmethod
     def load(cls, path: Path = ROOT / "template.yaml", tracing: bool | None = None) -> Template:
-        from mailqueue_local.cfn import load_template
+        from mailqueue_local.cfn import condition_off, load_template
 
         t = load_template(path)
-        res = t["Resources"]
+        off = condition_off(t)  # e.g. the event destinations' resources: off by default
+        res = {lid: r for lid, r in t["Resources"].items() if lid not in off}
         params = t.get("Parameters", {})
         glob = t.get("Globals", {}).get("Function", {})
         mem: dict[str, int] = {}

@@ -31,6 +31,13 @@ def handle(
     # object keys derive from the batch, so a retry overwrites rather than duplicates.
     result = service.handle(event.get("Records", []))
     metrics.add_metric(name="EventsWritten", unit=MetricUnit.Count, value=result["events"])
+    if result.get("destinations_too_large"):
+        # in the S3 event log, but no destination can take them even shrunk (fit)
+        metrics.add_metric(
+            name="DestinationEventsTooLarge",
+            unit=MetricUnit.Count,
+            value=result["destinations_too_large"],
+        )
     return result
 
 

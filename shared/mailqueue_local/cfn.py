@@ -236,6 +236,23 @@ def _condition(node: Any, conditions: Mapping[str, Any], params: Mapping[str, An
     return node
 
 
+def condition_off(
+    template: Mapping[str, Any], params: Mapping[str, Any] | None = None
+) -> frozenset[str]:
+    """Logical ids of the resources a false condition leaves out under `params` (the
+    parameters' defaults otherwise): what a model of the deployed stack must not count."""
+    conditions = template.get("Conditions") or {}
+    values = {k: v.get("Default") for k, v in (template.get("Parameters") or {}).items()} | dict(
+        params or {}
+    )
+    return frozenset(
+        lid
+        for lid, r in (template.get("Resources") or {}).items()
+        if "Condition" in r
+        and _condition({"Condition": r["Condition"]}, conditions, values) is False
+    )
+
+
 _NO_VALUE = object()
 
 

@@ -40,7 +40,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -231,7 +231,18 @@ def _progress_to(out: TextIO) -> Callable[[str], None]:
 
     return say
 
-def run(var: Path, timeout: float, out: Any = sys.stdout) -> int:
+
+def run(
+    var: Path,
+    timeout: float,
+    out: Any = sys.stdout,
+    *,
+    settings: Mapping[str, str] | None = None,
+    template_parameters: Mapping[str, str] | None = None,
+    linger: Callable[[LocalStack], None] | None = None,
+) -> int:
+    """The demo; `settings`/`template_parameters` go to the stack as well (tests run it with
+    event destinations on), `linger` is called with the stack before it stops."""
     sink_events: queue.Queue[SinkEvent] = queue.Queue()
     options = StackOptions(
         var_dir=var,
@@ -241,7 +252,8 @@ def run(var: Path, timeout: float, out: Any = sys.stdout) -> int:
         sink_rules=SinkRules.demo(2),
         on_sink_event=sink_events.put,
         progress=_progress_to(out),
-        settings=feedback_settings(),
+        settings={**feedback_settings(), **(settings or {})},
+        template_parameters=dict(template_parameters or {}),
         smtpd_receive_port=0,  # the receiving listener: where receivers' reports arrive
     )
     with LocalStack(options) as stack:
@@ -367,6 +379,8 @@ def run(var: Path, timeout: float, out: Any = sys.stdout) -> int:
         if problem:
             out.write(f"\ndemo: {problem}\n")
             return 1
+        if linger is not None:
+            linger(stack)
         out.write(
             f"\nAll finished in {time.monotonic() - t0:.1f} s; the DSN and the "
             f"delivered mails are in {stack.mail_dir}. Stopping the stack.\n"

@@ -150,6 +150,9 @@ class StackOptions:
     # one line per start step ("moto: …", "resources: …"), for `make run` and `make demo`:
     # the start takes tens of seconds on a loaded machine and should not be silent (issue 44)
     progress: Callable[[str], None] | None = None
+    # template parameters beyond Hostname (e.g. EventDestinations: the conditional
+    # resources it turns on are deployed and wired as on AWS)
+    template_parameters: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -526,7 +529,10 @@ class LocalStack:
 
         from mailqueue_local import cfn
 
-        out = cfn.deploy_stack(self.endpoint_url, parameters={"Hostname": HOSTNAME})
+        out = cfn.deploy_stack(
+            self.endpoint_url,
+            parameters={"Hostname": HOSTNAME, **self.options.template_parameters},
+        )
         sess = boto3.session.Session()
         kw: dict[str, Any] = {"endpoint_url": self.endpoint_url, "region_name": REGION}
         physical: dict[str, str] = {}

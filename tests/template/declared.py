@@ -145,6 +145,20 @@ DECLARED: dict[str, dict[tuple[str, str], str]] = {
             "the mapping's on-failure destination (batches given up after retries)"
         ),
     },
+    "DestinationsFunction": {
+        ("Outbox", "sqs:ReceiveMessage"): ESM_SQS,
+        ("Outbox", "sqs:DeleteMessage"): ESM_SQS,
+        ("Outbox", "sqs:GetQueueAttributes"): ESM_SQS,
+        ("DeadLetters", "sqs:SendMessage"): (
+            "an event whose last attempt failed, or that its receiver refused with a 4xx no "
+            "retry fixes, moves to the dead-letter queue (tests/destinations, on moto); the "
+            "e2e's receiver takes every event after one 503"
+        ),
+        ("WebhookKeys", "secretsmanager:GetSecretValue"): (
+            "the webhooks' signing keys are read once while the service is built, by a "
+            "client it does not keep (so not among the clients watched)"
+        ),
+    },
 }
 
 #: The SMTP front door's task role (tests/template/test_smtp_stack.py): ECS, not Lambda,

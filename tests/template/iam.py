@@ -129,6 +129,19 @@ def required(service: str, op: str, params: dict[str, Any]) -> list[tuple[str, s
             else (f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{name}")
         )
         return [(action, arn)]
+    if service == "events" and op == "PutEvents":  # each entry's bus (the default one unnamed)
+        out = []
+        for e in params["Entries"]:
+            bus = e.get("EventBusName") or "default"
+            arn = (
+                bus
+                if bus.startswith("arn:")
+                else f"arn:aws:events:{REGION}:{ACCOUNT}:event-bus/{bus}"
+            )
+            out.append((action, arn))
+        return out
+    if service == "sns" and op == "Publish":
+        return [(action, params["TopicArn"])]
     raise AssertionError(f"no IAM mapping for {service}:{op}: add one to tests/template/iam.py")
 
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 import base64
 import json
 import os
+import socket
+import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,12 +34,14 @@ from mailqueue.core.model import Envelope, MailRef, Recipient, utcnow
 from mailqueue.services.admin.service import admin_settings_from_env
 from mailqueue.services.bounce import BounceSettings
 from mailqueue.services.delivery import DeliverySettings
+from mailqueue.services.destinations import DestinationSettings
 from mailqueue.services.eventlog import EventWriterSettings
 from mailqueue.services.ingress.settings import ingress_settings_from_env
 from mailqueue.services.sweeper import SweeperSettings
 from mailqueue_local.cfn import MOTO_SKIPPED, StackOutputs, deploy_stack
 from mailqueue_local.runtime import LocalContext, SqsPoller
 
+from tests.destinations.receiver import Receiver
 from tests.support import factories as f
 from tests.support.aws import REGION, AwsEnv, reset_moto, session
 from tests.support.events import http_request, http_send, http_upload, send_body, ses_receipt
@@ -53,6 +57,7 @@ FUNCTIONS = {
     "SweeperFunction": "sweeper",
     "AdminFunction": "admin",
     "EventsFunction": "events",
+    "DestinationsFunction": "destinations",
 }
 SENDER = "orders@shop.example.org"
 MAIL = b"From: Shop <orders@shop.example.org>\r\nSubject: order\r\n\r\nThank you.\r\n"
@@ -69,6 +74,17 @@ LOCAL_ENV = {
     "POWERTOOLS_TRACE_DISABLED": "true",
     "POWERTOOLS_DEV": "false",
 }
+#: The event destinations turned on (EventDestinations): the receiver is plain HTTP on
+#: loopback (AWS's would be https://), and the retry backoff is scaled to a second.
+DEST_LOCAL_ENV = {
+    "EventsFunction": {"MQ_ALLOW_HTTP_LOOPBACK": "true"},
+    "DestinationsFunction": {
+        "MQ_ALLOW_HTTP_LOOPBACK": "true",
+        "MQ_DESTINATION_RETRY_BASE_SECONDS": "1",
+        "MQ_DESTINATION_RETRY_MAX_SECONDS": "1",
+    },
+}
+WEBHOOK_KEY = "k" * 32
 
 
 @dataclass
@@ -77,6 +93,9 @@ class Stack:
     outputs: StackOutputs
     clients: AwsClients
     sink: SmtpPeer
+    receiver: Receiver  # the webhook destination's
+    topic: str  # the SNS destination's
+    bus: str  # the EventBridge destination's
 
     _clients: dict[str, Any] = field(default_factory=dict)
 
@@ -130,6 +149,30 @@ def stack(moto_endpoint: str) -> Iterator[Stack]:
     )
     with smtp_sink(behaviour) as sink:
         reset_moto(moto_endpoint)
+        # the event destinations' receivers: a webhook (one 503 first: a retry is seen), the
+        # default bus, a topic; the webhook's signing key in Secrets Manager
+        probe = socket.socket()
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+        probe.close()
+        receiver = Receiver(port, WEBHOOK_KEY, fail_first=1).start()
+        topic = session().client("sns", endpoint_url=moto_endpoint, region_name=REGION)
+        topic_arn = topic.create_topic(Name="mail-events")["TopicArn"]
+        secrets = session().client("secretsmanager", endpoint_url=moto_endpoint, region_name=REGION)
+        # a bus of its own (on the default one, moto fails PutEvents on the stack's
+        # schedule rules: "Expr not defined")
+        bus = session().client("events", endpoint_url=moto_endpoint, region_name=REGION)
+        bus_arn = bus.create_event_bus(Name="mail-events")["EventBusArn"]
+        key_arn = secrets.create_secret(
+            Name="mq-webhook-keys", SecretString=json.dumps({"app": WEBHOOK_KEY})
+        )["ARN"]
+        destinations = {
+            "destinations": [
+                {"name": "app", "type": "webhook", "url": f"http://127.0.0.1:{port}/hooks"},
+                {"name": "bus", "type": "eventbridge", "arn": bus_arn},
+                {"name": "topic", "type": "sns", "arn": topic_arn},
+            ]
+        }
         routes = {"default": {"next_hop": f"[127.0.0.1]:{sink.port}", "tls": "none"}}
         routes["example.com"] = routes["default"]  # a receiving domain needs its own route
         outputs = deploy_stack(
@@ -142,10 +185,17 @@ def stack(moto_endpoint: str) -> Iterator[Stack]:
                     [{"principal": f"{ROLE}/mail-submit/*", "domains": ["*"]}]
                 ),
                 "AdminPrincipals": OPERATOR,
+                "EventDestinations": json.dumps(destinations),
+                "EventWebhookSecretArn": key_arn,
+                "EventBusArn": bus_arn,
+                "EventTopicArn": topic_arn,
             },
         )
         clients = make_clients(endpoint_url=moto_endpoint, region=REGION, session=session())
-        yield Stack(moto_endpoint, outputs, clients, sink)
+        try:
+            yield Stack(moto_endpoint, outputs, clients, sink, receiver, topic_arn, bus_arn)
+        finally:
+            receiver.stop()
     reset_moto(moto_endpoint)
 
 
@@ -268,9 +318,28 @@ def test_function_environments_build_their_settings(stack: Stack) -> None:
             assert settings_from_env(SweeperSettings, env=env).max_queue_lifetime_seconds == 432000
         elif lid == "AdminFunction":
             assert admin_settings_from_env(env).job_runner == "lambda"
+        elif lid == "DestinationsFunction":
+            env.update(DEST_LOCAL_ENV[lid])
+            dest = settings_from_env(DestinationSettings, env=env)
+            assert _name(dest.destinations_queue_url) == _name(_queue_url(stack, "destinations"))
+            assert _name(dest.destinations_dlq_url) == _name(_queue_url(stack, "destinations-dlq"))
+            assert dest.webhook_keys.startswith("secretsmanager:arn:aws:secretsmanager:")
         else:
+            env.update(DEST_LOCAL_ENV[lid])
             ev = settings_from_env(EventWriterSettings, env=env, bucket=storage.bucket)
             assert ev.hostname == "mq.test"
+            assert _name(ev.destinations_queue_url) == _name(_queue_url(stack, "destinations"))
+            assert [d.name for d in ev.destinations()] == ["app", "bus", "topic"]
+
+
+def _name(queue_url: str) -> str:
+    """A queue's account and name (CloudFormation resolves its URL as AWS's, not moto's)."""
+    return "/".join(queue_url.rsplit("/", 2)[1:])
+
+
+def _queue_url(stack: Stack, suffix: str) -> str:
+    name = f"{stack.outputs.stack_name}-{suffix}"
+    return str(stack.clients.sqs.get_queue_url(QueueName=name)["QueueUrl"])
 
 
 # ------------------------------------------------------------------ end to end
@@ -284,6 +353,7 @@ class Functions:
     def env(self, lid: str) -> dict[str, str]:
         env = {**self.stack.function_env(lid), **LOCAL_ENV}
         env["MQ_ENDPOINT_URL"] = self.stack.endpoint
+        env.update(DEST_LOCAL_ENV.get(lid, {}))
         if lid == "AdminFunction":
             env["MQ_JOB_RUNNER"] = "inline"  # moto cannot run Lambda code
         return env
@@ -484,6 +554,17 @@ def run(stack: Stack) -> Run:
         answers["events"] = [
             app.handler({"Records": records[i : i + 10]}, ctx) for i in range(0, len(records), 10)
         ]
+
+    # the destinations function over the outbox the event writer handed each event to,
+    # once per destination; the webhook's one 503 comes back after its (1 s) backoff
+    outbox = _queue_url(stack, "destinations")
+    deadline = time.monotonic() + 60
+    answers["destination_records"] = 0
+    while time.monotonic() < deadline:
+        answers["destination_records"] += fx.drain("DestinationsFunction", outbox)
+        if _visible(stack, outbox) + _in_flight(stack, outbox) == 0:
+            break
+        time.sleep(0.5)
     return Run(fx, mails, answers)
 
 
@@ -497,6 +578,37 @@ def _visible(stack: Stack, url: str) -> int:
         QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages"]
     )["Attributes"]
     return int(attrs["ApproximateNumberOfMessages"])
+
+
+def _in_flight(stack: Stack, url: str) -> int:
+    attrs = stack.clients.sqs.get_queue_attributes(
+        QueueUrl=url, AttributeNames=["ApproximateNumberOfMessagesNotVisible"]
+    )["Attributes"]
+    return int(attrs["ApproximateNumberOfMessagesNotVisible"])
+
+
+def test_event_destinations_on_the_stack(stack: Stack, run: Run) -> None:
+    """Every event the writer logged reached each destination: the webhook signed (after
+    one 503 and its retry), the bus and the topic once each; nothing dead-lettered."""
+    events = sum(a["events"] for a in run.answers["events"])
+    assert events > 0
+    assert sum(a["destinations"] for a in run.answers["events"]) == 3 * events
+    got = stack.receiver.unique()
+    assert len(got) == events and stack.receiver.bad_signatures == 0
+    assert len(stack.receiver.posts) == events  # the 503'd one once more, accepted once
+    assert run.answers["destination_records"] == 3 * events + 1
+    calls = run.functions.logs["DestinationsFunction"].calls
+    put = [p for svc, op, p in calls if (svc, op) == ("events", "PutEvents")]
+    published = [p for svc, op, p in calls if (svc, op) == ("sns", "Publish")]
+    assert len(put) == len(published) == events
+    assert {p["Entries"][0]["EventBusName"] for p in put} == {stack.bus}
+    assert {p["TopicArn"] for p in published} == {stack.topic}
+    assert sorted(json.loads(p["Message"])["mailqueue"]["eventId"] for p in published) == sorted(
+        got
+    )
+    retried = [p for svc, op, p in calls if (svc, op) == ("sqs", "ChangeMessageVisibility")]
+    assert [p["VisibilityTimeout"] for p in retried] == [1]  # the backoff, scaled
+    assert _visible(stack, _queue_url(stack, "destinations-dlq")) == 0
 
 
 def test_end_to_end_on_the_stack(stack: Stack, run: Run) -> None:

@@ -23,6 +23,7 @@ from mailqueue.outbound.doctor import DoctorSettings
 from mailqueue.services.admin.service import AdminSettings
 from mailqueue.services.bounce import BounceSettings
 from mailqueue.services.delivery import DeliverySettings
+from mailqueue.services.destinations import DestinationSettings
 from mailqueue.services.eventlog import EventWriterSettings
 from mailqueue.services.ingress.settings import IngressSettings
 from mailqueue.services.sweeper import SweeperSettings
@@ -38,14 +39,27 @@ SETTINGS: dict[str, tuple[type[Any], ...]] = {
     "SweeperFunction": (StorageSettings, SweeperSettings),
     "AdminFunction": (StorageSettings, AdminSettings, DoctorSettings),
     "EventsFunction": (StorageSettings, EventWriterSettings),
+    "DestinationsFunction": (StorageSettings, DestinationSettings),
 }
 #: SQS event sources: queue → the function consuming it.
 CONSUMERS = {
     "DeliveryQueue": "DeliveryFunction",
     "BulkDeliveryQueue": "DeliveryFunction",  # priority: the bulk path, same function
     "BounceQueue": "BounceFunction",
+    "DestinationsQueue": "DestinationsFunction",
 }
-DATA_PREFIXES = ("s3:", "dynamodb:", "sqs:", "secretsmanager:", "ssm:", "lambda:", "kms:")
+NO_VALUE = {"Ref": "AWS::NoValue"}
+DATA_PREFIXES = (
+    "s3:",
+    "dynamodb:",
+    "sqs:",
+    "secretsmanager:",
+    "ssm:",
+    "lambda:",
+    "kms:",
+    "events:",
+    "sns:",
+)
 
 
 def resources(template: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:
@@ -91,7 +105,10 @@ def roles(template: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
             # a policy behind a condition (Fn::If, e.g. EgressMode direct): its branches
             for doc in pol["Fn::If"][1:] if "Fn::If" in pol else [pol]:
                 if doc != {"Ref": "AWS::NoValue"}:
-                    statements += doc["PolicyDocument"]["Statement"]
+                    for st in doc["PolicyDocument"]["Statement"]:
+                        # a statement behind a condition (e.g. HasEventBus): its branches
+                        branches = st["Fn::If"][1:] if "Fn::If" in st else [st]
+                        statements += [b for b in branches if b != NO_VALUE]
         out[fid] = statements
     return out
 
@@ -184,6 +201,74 @@ def test_lease_outlives_the_delivery_timeout(template: dict[str, Any]) -> None:
     timeout = function_props(template, "DeliveryFunction")["Timeout"]
     assert int(env["MQ_LEASE_SECONDS"]) >= timeout + 30
     assert DeliverySettings(lease_seconds=int(env["MQ_LEASE_SECONDS"])).lease_seconds
+
+
+def test_event_destinations_are_off_by_default_and_retry_past_a_day(
+    template: dict[str, Any],
+) -> None:
+    """Every destinations resource is behind EventDestinations (empty by default: the S3
+    event log only). With it on, a failed send is retried for more than a day and then
+    dead-lettered by the function itself (with its reason) well before SQS's backstop,
+    and a batch of sends that each hang to their timeout fits the function's timeout."""
+    assert template["Parameters"]["EventDestinations"]["Default"] == ""
+    assert template["Conditions"]["HasEventDestinations"] == {
+        "Fn::Not": [{"Fn::Equals": [{"Ref": "EventDestinations"}, ""]}]
+    }
+    dest = {lid for lid in template["Resources"] if lid.startswith("Destinations")}
+    assert dest == {
+        "DestinationsQueue",
+        "DestinationsDeadLetterQueue",
+        "DestinationsDeadLetterAlarm",
+        "DestinationsErrorsAlarm",
+        "DestinationsFunction",
+        "DestinationsLogGroup",
+        "DestinationsEventSource",
+        "DestinationsRole",
+    }
+    for lid in dest:
+        assert template["Resources"][lid].get("Condition") == "HasEventDestinations", lid
+    events_env = props(template, "EventsFunction")["Environment"]["Variables"]
+    assert events_env["MQ_EVENT_DESTINATIONS"] == {"Ref": "EventDestinations"}
+    assert events_env["MQ_DESTINATIONS_QUEUE_URL"] == {
+        "Fn::If": ["HasEventDestinations", {"Ref": "DestinationsQueue"}, ""]
+    }
+    fn = function_props(template, "DestinationsFunction")
+    env = fn["Environment"]["Variables"]
+    assert env["MQ_DESTINATIONS_QUEUE_URL"] == {"Ref": "DestinationsQueue"}
+    assert env["MQ_DESTINATIONS_DLQ_URL"] == {"Ref": "DestinationsDeadLetterQueue"}
+    s = DestinationSettings()  # the template sets none of the retry knobs: the defaults
+    assert not {"MQ_DESTINATION_MAX_ATTEMPTS", "MQ_DESTINATION_RETRY_BASE_SECONDS"} & set(env)
+    assert s.retry_span_seconds() > 24 * 3600
+    queue = props(template, "DestinationsQueue")
+    assert s.destination_max_attempts < queue["RedrivePolicy"]["maxReceiveCount"]
+    assert queue["MessageRetentionPeriod"] > s.retry_span_seconds() + 24 * 3600
+    (esm,) = [
+        m["Properties"]
+        for m in resources(template, "AWS::Lambda::EventSourceMapping").values()
+        if m["Properties"]["EventSourceArn"] == {"Fn::GetAtt": ["DestinationsQueue", "Arn"]}
+    ]
+    assert esm["BatchSize"] * s.webhook_timeout_seconds + 10 <= fn["Timeout"]
+    # the event writer may send to the outbox only with destinations on
+    outbox = [
+        st
+        for pol in props(template, "EventsRole")["Policies"]
+        for st in pol["PolicyDocument"]["Statement"]
+        if "Fn::If" in st
+    ]
+    assert [st["Fn::If"][0] for st in outbox] == ["HasEventDestinations"]
+    assert outbox[0]["Fn::If"][1]["Resource"] == {"Fn::GetAtt": ["DestinationsQueue", "Arn"]}
+    # PutEvents and Publish only to the bus and topic named, and only when one is
+    grants = {
+        st["Fn::If"][1]["Sid"]: st["Fn::If"]
+        for st in props(template, "DestinationsRole")["Policies"][0]["PolicyDocument"]["Statement"]
+        if "Fn::If" in st
+    }
+    assert grants["EventBus"][0] == "HasEventBus"
+    assert grants["EventBus"][1]["Action"] == "events:PutEvents"
+    assert grants["EventBus"][1]["Resource"] == {"Ref": "EventBusArn"}
+    assert grants["EventTopic"][0] == "HasEventTopic"
+    assert grants["EventTopic"][1]["Action"] == "sns:Publish"
+    assert grants["EventTopic"][1]["Resource"] == {"Ref": "EventTopicArn"}
 
 
 # ------------------------------------------------------------------ functions
@@ -367,8 +452,22 @@ def test_relay_credentials_are_read_from_secrets_only_by_delivery(template: dict
     for fid, statements in roles(template).items():
         actions = {a for st in statements for a in as_list(st["Action"])}
         secret = {"secretsmanager:GetSecretValue", "ssm:GetParameter"} & actions
-        readers = ("DeliveryFunction", "AdminFunction", "IngressFunction")
+        readers = ("DeliveryFunction", "AdminFunction", "IngressFunction", "DestinationsFunction")
         assert bool(secret) == (fid in readers), fid
+    # the destinations function reads the webhooks' signing keys only, from the one secret
+    # EventWebhookSecretArn names, and only when it names one
+    policy = props(template, "DestinationsRole")["Policies"][0]["PolicyDocument"]["Statement"]
+    conditional = {st["Fn::If"][1]["Sid"]: st["Fn::If"] for st in policy if "Fn::If" in st}
+    keys = [
+        st
+        for st in roles(template)["DestinationsFunction"]
+        if {"secretsmanager:GetSecretValue", "ssm:GetParameter"} & set(as_list(st["Action"]))
+    ]
+    assert [(st["Sid"], st["Action"], st["Resource"]) for st in keys] == [
+        ("WebhookKeys", "secretsmanager:GetSecretValue", {"Ref": "EventWebhookSecretArn"})
+    ]
+    assert conditional["WebhookKeys"][0] == "HasWebhookSecret"
+    assert conditional["WebhookKeys"][2] == NO_VALUE
     # ingress reads only the unsubscribe links' HMAC key (the /u/{token} routes) and the
     # return-path keys (feedback reports to a VERP address are verified with them)
     ingress = [
@@ -405,7 +504,7 @@ def test_every_function_and_dead_letter_queue_has_an_alarm(template: dict[str, A
         assert ("Errors", json.dumps({"Ref": fid})) in watched, fid
     queues = resources(template, "AWS::SQS::Queue")
     sinks = [q for q in queues if "RedrivePolicy" not in queues[q]["Properties"]]
-    assert len(sinks) == 5
+    assert len(sinks) == 6  # 5 + the event destinations' (behind HasEventDestinations)
     for q in sinks:
         value = json.dumps({"Fn::GetAtt": [q, "QueueName"]})
         assert ("ApproximateNumberOfMessagesVisible", value) in watched, q

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from mailqueue.backends.aws.destinations import SqsOutbox
 from mailqueue.backends.aws.eventlog import (
     ContentHeaders,
     DynamoStreamSource,
@@ -16,14 +17,20 @@ __all__ = ["event_writer", "event_writer_from_env"]
 
 
 def event_writer(
-    settings: EventWriterSettings, s3: Any, dynamodb: Any, table: str
+    settings: EventWriterSettings, s3: Any, dynamodb: Any, table: str, sqs: Any = None
 ) -> EventWriterService:
     """The service on the stream of `table`, writing to `settings.bucket`."""
+    outbox = (
+        SqsOutbox(sqs, settings.destinations_queue_url)
+        if sqs is not None and settings.destinations_queue_url
+        else None
+    )
     return EventWriterService(
         settings,
         source=DynamoStreamSource(),
         sink=S3EventWriter(s3, settings.bucket, settings.prefix),
         headers=ContentHeaders(s3, settings.bucket, inline_reader(dynamodb, table)),
+        outbox=outbox,
     )
 
 
@@ -37,4 +44,4 @@ def event_writer_from_env() -> EventWriterService:
         EventWriterSettings, bucket=ss.bucket, region=ss.region, endpoint_url=ss.endpoint_url
     )
     clients = make_clients(region=ss.region, endpoint_url=ss.endpoint_url)
-    return event_writer(settings, clients.s3, clients.dynamodb, ss.table)
+    return event_writer(settings, clients.s3, clients.dynamodb, ss.table, clients.sqs)

@@ -33,6 +33,12 @@ from mailqueue.core.events import (
     header_section,
 )
 from mailqueue.core.model import Attempt, Recipient, RecipientState, from_iso, to_iso, utcnow
+from mailqueue.services.destinations import (
+    Destination,
+    EventOutbox,
+    envelopes_and_too_large,
+    parse_destinations,
+)
 
 
 def _recipients(item: Mapping[str, Any] | None) -> dict[str, Recipient]:
@@ -266,6 +272,11 @@ class EventWriterSettings:
     account_id: str = "000000000000"  # MQ_ACCOUNT_ID: mail.sendingAccountId, sourceArn
     max_queue_lifetime_seconds: int = 5 * 86400  # as DeliverySettings: expirationTime
     read_headers: bool = True  # Range GET of each new mail's header block for `mail.headers`
+    # real-time destinations (mailqueue.services.destinations): the list, and the outbox
+    # queue the writer hands their events to once its S3 objects are written
+    event_destinations: str = ""
+    destinations_queue_url: str = ""
+    allow_http_loopback: bool = False
 
     def __post_init__(self) -> None:
         if not self.bucket:
@@ -274,6 +285,15 @@ class EventWriterSettings:
             raise ValueError("max_queue_lifetime_seconds must be positive")
         if not (len(self.account_id) == 12 and self.account_id.isdigit()):
             raise ValueError("account_id must be 12 digits")
+        if self.destinations() and not self.destinations_queue_url:
+            raise ValueError("event_destinations is set but destinations_queue_url is empty")
+
+    def destinations(self) -> tuple[Destination, ...]:
+        return parse_destinations(
+            self.event_destinations,
+            allow_http_loopback=self.allow_http_loopback,
+            need_secrets=False,
+        )
 
     @property
     def context(self) -> EventContext:
@@ -340,11 +360,16 @@ class EventWriterService:
         source: ChangeSource,
         sink: EventSink,
         headers: HeaderSource | None = None,
+        outbox: EventOutbox | None = None,
     ) -> None:
         self.settings = settings
         self.source = source
         self.sink = sink
         self.headers = headers
+        self.outbox = outbox
+        self.destinations = settings.destinations()
+        if self.destinations and outbox is None:
+            raise ValueError("event destinations need an outbox")
 
     def handle(self, records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         events = stream_events(self.source.changes(records), ctx=self.settings.context)
@@ -352,7 +377,22 @@ class EventWriterService:
             stored = self.source.stored_headers(records)
             events = [self._with_headers(e, stored) for e in events]
         keys = self.sink.write(events, self.source.batch_id(records)) if events else []
-        return {"events": len(events), "objects": keys}
+        handed = too_large = 0
+        if events and self.destinations and self.outbox is not None:
+            # after the log: an event is in the log before any destination hears of it; a
+            # failure here fails the batch, which is retried whole (same object keys, same
+            # event ids: destinations de-duplicate)
+            items, too_large = envelopes_and_too_large(
+                (e.to_json() for e in events), self.destinations
+            )
+            self.outbox.put(items)
+            handed = len(items)
+        return {
+            "events": len(events),
+            "objects": keys,
+            "destinations": handed,
+            "destinations_too_large": too_large,
+        }
 
     def _with_headers(self, event: QueueEvent, stored: Mapping[str, bytes]) -> QueueEvent:
         """A Send with the message's header block: from the mail item's `hdrs` when its
