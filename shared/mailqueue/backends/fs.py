@@ -49,6 +49,7 @@ from mailqueue.core.model import (
     from_iso,
     mail_id_for_key,
     new_mail_id,
+    pool_of,
     principal_of,
     priority_of,
     to_iso,
@@ -245,6 +246,7 @@ class FsStorage:
                 [MailRef(mail_id, g) for g in groups],
                 _ceil_seconds(due - now),
                 priority=priority_of(envelope.tags),
+                pool=pool_of(envelope.tags),
             )
         return answer
 
@@ -417,7 +419,9 @@ class FsStorage:
         t = self._transition(claim, changed, next_attempt_at=next_attempt_at, op=op)
         if t.released and t.group.state == GroupState.QUEUED and self.triggers is not None:
             delay = _ceil_seconds(t.group.next_attempt_at - self.clock())
-            self.triggers.post([claim.ref], delay, priority=claim.group.priority)
+            self.triggers.post(
+                [claim.ref], delay, priority=claim.group.priority, pool=claim.group.pool
+            )
         return t
 
     def read_inflight(self, claim: Claim) -> InflightMail:
@@ -525,7 +529,12 @@ class FsStorage:
                 return
             except MailqueueError:
                 pass
-        self.triggers.post([claim.ref], delay_seconds, priority=claim.group.priority)
+        self.triggers.post(
+            [claim.ref],
+            delay_seconds,
+            priority=claim.group.priority,
+            pool=claim.hand_to or claim.group.pool,
+        )
 
     def send_done(
         self, claim: Claim, rids: Sequence[str], result: Result, *, tls: bool = False

@@ -49,6 +49,25 @@ def build_admin(
         suppressions=DynamoSuppressionStore(clients.dynamodb, table),
         suspensions=DynamoSuspensionStore(clients.dynamodb, table),
         reputation=reputation_api(settings, clients, clock),
+        pools=pools_api(settings, clients, clock),
+    )
+
+
+def pools_api(settings: AdminSettings, clients: Any, clock: Callable[[], datetime]) -> Any:
+    """The /pools routes: the pools file, the warm-up counters in the state table."""
+    from mailqueue.backends.aws.budget_store import DynamoBudgetCounters
+    from mailqueue.outbound.pools import load_pools
+    from mailqueue.outbound.reputation import Thresholds
+    from mailqueue.services.admin.pools import PoolsApi
+
+    table = settings.storage.table
+    return PoolsApi(
+        load_pools(settings.pools),
+        DynamoBudgetCounters(clients.dynamodb, table),
+        DynamoSuspensionStore(clients.dynamodb, table),
+        clock,
+        queues=settings.storage.pool_queues(),
+        bounce_band=Thresholds.parse(settings.reputation_thresholds).bounce_review,
     )
 
 

@@ -126,6 +126,18 @@ PRIORITY_TAG = "mailqueue:priority"
 
 PRINCIPAL_TAG = "mailqueue:principal"
 
+# The egress pool chosen at enqueue (outbound/pools.py): a tag like the priority, so it
+# is on every item of the mail and in every event's mail.tags (SES names a dedicated IP
+# pool `sendingPoolName` in a configuration set's DeliveryOptions; its events carry the
+# configuration set in mail.tags). Absent: the default pool (mail from before pools).
+POOL_TAG = "mailqueue:pool"
+
+
+def pool_of(tags: Any) -> str:
+    """A mail's egress pool from its tags ("" when none: the default pool)."""
+    items = tags.items() if isinstance(tags, dict) else (tags or ())
+    return next((str(v) for name, v in items if name == POOL_TAG), "")
+
 
 def principal_of(tags: Any) -> str:
     """The submitting principal from a mail's tags ("" when unknown: DSNs, old mail)."""
@@ -401,6 +413,11 @@ class Group:
         return MailRef(self.mail_id, self.key)
 
     @property
+    def pool(self) -> str:
+        """The egress pool chosen at enqueue (its `mailqueue:pool` tag; "": default)."""
+        return pool_of(self.tags)
+
+    @property
     def attempts(self) -> int:
         return max((r.attempts for r in self.recipients), default=0)
 
@@ -484,6 +501,9 @@ class Claim:
     # the queue (URL) the receipt handle belongs to, from the record's eventSourceARN;
     # None: the group's own priority queue
     receipt_queue: str | None = None
+    # a fresh trigger for this claim (no receipt to re-arm) goes to this egress pool's
+    # queue instead of the group's own (delivery hands a group to another pool)
+    hand_to: str | None = None
     # the content, when the storage returned it with the claim (a solo mail on AWS): the
     # attempt then reads nothing more
     content: bytes | None = field(default=None, repr=False)

@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # annotations only: the admin, bounce and sweeper functions n
     from mailqueue.outbound.shaping import ShapingStore
     from mailqueue.outbound.suppression import SuppressionStore
     from mailqueue.outbound.suspensions import SuspensionStore
+    from mailqueue.outbound.warmup import BudgetCounters
 
 
 class Triggers(Protocol):
@@ -36,9 +37,11 @@ class Triggers(Protocol):
         delay_seconds: int = 0,
         *,
         priority: Priority = Priority.TRANSACTIONAL,
+        pool: str = "",
     ) -> None:
-        """New triggers for these groups of one `priority`, due after `delay_seconds`
-        (the adapter may cap the delay; an early receipt is re-armed by delivery)."""
+        """New triggers for these groups of one `priority` and egress `pool` ("": the
+        default), due after `delay_seconds` (the adapter may cap the delay; an early
+        receipt is re-armed by delivery). The pool's own queue when it has one."""
         ...
 
     def queue_of(self, source: str | None) -> str | None:
@@ -77,6 +80,7 @@ class DeliveryPorts:
     shaping: ShapingStore | None = None
     reputation: ReputationStore | None = None  # needed when reputation guards are on
     reputation_events: ReputationEvents | None = None  # where pause/review events go
+    budgets: BudgetCounters | None = None  # warm-up counters: needed when a pool warms up
 
 
 __all__ = ["BounceHandoff", "DeliveryPorts", "Triggers"]

@@ -24,10 +24,13 @@ from typing import Any, Literal, Protocol
 
 from mailqueue.core.errors import InvalidInput
 
-Scope = Literal["site", "domain", "sender_domain", "principal"]
-SCOPES: tuple[Scope, ...] = ("site", "domain", "sender_domain", "principal")
+Scope = Literal["site", "domain", "sender_domain", "principal", "pool"]
+SCOPES: tuple[Scope, ...] = ("site", "domain", "sender_domain", "principal", "pool")
 MAX_SECONDS = 30 * 86400
 _TARGET = re.compile(r"^[a-z0-9][a-z0-9._:,*-]{0,199}$")
+# an egress pool (outbound/pools.py), or a site in one pool: "<pool>|<site>"
+_POOL = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
+_POOL_SITE = re.compile(r"^[a-z][a-z0-9-]{0,30}\|[a-z0-9][a-z0-9._:,*-]{0,199}$")
 # a principal is an IAM ARN (case kept; reputation.py pauses one automatically)
 _PRINCIPAL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+=,*-]{0,499}$")
 
@@ -45,6 +48,12 @@ def parse_target(value: Any, scope: Scope | None = None) -> str:
             raise InvalidInput("invalid_target", "a principal (IAM ARN)", "target")
         return p
     t = value.strip().lower().rstrip(".") if isinstance(value, str) else ""
+    if scope == "pool":
+        if not _POOL.match(t):
+            raise InvalidInput("invalid_target", "an egress pool name", "target")
+        return t
+    if scope == "site" and _POOL_SITE.match(t):
+        return t  # a site in one pool
     if not _TARGET.match(t):
         raise InvalidInput("invalid_target", "a site or domain name (lower case)", "target")
     return t
@@ -85,13 +94,20 @@ def matching(
     sender_domain: str,
     site: str | None,
     principal: str = "",
+    pool: str = "",
 ) -> Suspension | None:
-    """The active suspension that holds a group (the one ending last), if any."""
+    """The active suspension that holds a group (the one ending last), if any: a site
+    suspension holds it in every pool, a "<pool>|<site>" one in that egress pool only,
+    a pool suspension everything the pool sends."""
     keys = {("domain", domain.lower()), ("sender_domain", sender_domain.lower())}
     if principal:
         keys.add(("principal", principal))
+    if pool:
+        keys.add(("pool", pool))
     if site:
         keys.add(("site", site))
+        if pool:
+            keys.add(("site", f"{pool}|{site}"))
     hits = [s for s in suspensions if s.active(now) and (s.scope, s.target) in keys]
     return max(hits, key=lambda s: s.until, default=None)
 
@@ -130,7 +146,13 @@ class SuspensionCache:
             return self._items
 
     def find(
-        self, *, domain: str, sender_domain: str, site: str | None, principal: str = ""
+        self,
+        *,
+        domain: str,
+        sender_domain: str,
+        site: str | None,
+        principal: str = "",
+        pool: str = "",
     ) -> Suspension | None:
         return matching(
             self.current(),
@@ -139,6 +161,7 @@ class SuspensionCache:
             sender_domain=sender_domain,
             site=site,
             principal=principal,
+            pool=pool,
         )
 
     def forget(self) -> None:

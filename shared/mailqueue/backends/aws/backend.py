@@ -126,6 +126,7 @@ from mailqueue.core.model import (
     group_key_for,
     mail_id_for_key,
     new_mail_id,
+    pool_of,
     principal_of,
     priority_of,
     to_iso,
@@ -274,9 +275,11 @@ class AwsStorage:
         refs: Sequence[MailRef],
         delay: int = 0,
         priority: Priority = Priority.TRANSACTIONAL,
+        pool: str = "",
     ) -> None:
-        """SendMessageBatch in chunks of 10 to the priority's delivery queue; failed
-        entries are retried, never dropped."""
+        """SendMessageBatch in chunks of 10 to the delivery queue of the group's pool
+        (StorageSettings.pool_queue_urls) or else its priority's; failed entries are
+        retried, never dropped."""
         entries = [
             {
                 "Id": str(i),
@@ -285,7 +288,7 @@ class AwsStorage:
             }
             for i, ref in enumerate(refs)
         ]
-        self._send_batch(self.s.queue_url(priority), entries)
+        self._send_batch(self.s.queue_url(priority, pool), entries)
 
     def _send_batch(self, queue_url: str, entries: list[dict[str, Any]]) -> None:
         for i in range(0, len(entries), 10):
@@ -322,16 +325,16 @@ class AwsStorage:
         delay: int = 0,
         *,
         priority: Priority = Priority.TRANSACTIONAL,
+        pool: str = "",
     ) -> None:
         """Post fresh triggers (sweeper: a trigger lost between state write and SQS send)."""
-        self._send_triggers(refs, delay, priority)
+        self._send_triggers(refs, delay, priority, pool)
 
     def repost_groups(self, groups: Sequence[Group], delay: int = 0) -> None:
-        """Fresh triggers for these groups, each on its own priority's queue."""
-        for p in Priority:
-            refs = [g.ref for g in groups if g.priority == p]
-            if refs:
-                self._send_triggers(refs, delay, p)
+        """Fresh triggers for these groups, each on its own pool's or priority's queue."""
+        for p, pool in sorted({(g.priority, g.pool) for g in groups}):
+            refs = [g.ref for g in groups if (g.priority, g.pool) == (p, pool)]
+            self._send_triggers(refs, delay, p, pool)
 
     # ------------------------------------------------------------------ enqueue
     def validate(self, envelope: Envelope, content: bytes) -> None:
@@ -439,6 +442,7 @@ class AwsStorage:
             [MailRef(mail_id, g) for g in groups],
             _seconds_until(due, now),
             priority_of(envelope.tags),
+            pool_of(envelope.tags),
         )
         return answer
 
@@ -522,6 +526,7 @@ class AwsStorage:
             [MailRef(mail_id, g) for g in groups],
             _seconds_until(due, now),
             priority_of(envelope.tags),
+            pool_of(envelope.tags),
         )
         return answer
 
@@ -552,6 +557,7 @@ class AwsStorage:
             [MailRef(answer.mail_id, g) for g in groups],
             _seconds_until(due, now),
             priority_of(envelope.tags),
+            pool_of(envelope.tags),
         )
         return answer
 
@@ -688,6 +694,7 @@ class AwsStorage:
                 fresh,
                 _seconds_until(due, self.clock()),
                 priority_of(envelope.tags),
+                pool_of(envelope.tags),
             )
         return replace(answer, duplicate=True)
 
@@ -1157,6 +1164,7 @@ class AwsStorage:
                 [claim.ref],
                 _seconds_until(t.group.next_attempt_at, self.clock()),
                 claim.group.priority,
+                claim.group.pool,
             )
         return t
 
@@ -1620,7 +1628,8 @@ class AwsStorage:
                 try:
                     self.c.sqs.change_message_visibility(
                         # a receipt handle is valid only on the queue it came from
-                        QueueUrl=claim.receipt_queue or self.s.queue_url(claim.group.priority),
+                        QueueUrl=claim.receipt_queue
+                        or self.s.queue_url(claim.group.priority, claim.group.pool),
                         ReceiptHandle=claim.receipt_handle,
                         VisibilityTimeout=max(0, min(MAX_VISIBILITY, delay_seconds)),
                     )
@@ -1635,7 +1644,9 @@ class AwsStorage:
                         "AWS.SimpleQueueService.MessageNotInflight",
                     ):
                         raise
-        self._send_triggers([claim.ref], delay_seconds, claim.group.priority)
+        self._send_triggers(
+            [claim.ref], delay_seconds, claim.group.priority, claim.hand_to or claim.group.pool
+        )
 
     def reschedule(
         self,

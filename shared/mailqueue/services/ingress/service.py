@@ -35,6 +35,7 @@ from mailqueue.core.errors import (
 from mailqueue.core.events import EventEmitter, MailInfo, QueueEvent
 from mailqueue.core.jsonbody import parse_body
 from mailqueue.core.model import (
+    POOL_TAG,
     PRIORITY_TAG,
     Envelope,
     Group,
@@ -249,6 +250,7 @@ class IngressService:
         self.inbound = inbound
         self.emitter = emitter
         self.clock = clock
+        self.pools = settings.pool_config()  # the routing policy (outbound/pools.py)
 
     @property
     def max_body(self) -> int:
@@ -626,7 +628,18 @@ class IngressService:
         who = principal
         if self.s.trace_private or not TAG_VALUE_RE.match(principal):
             who = principal_tag(principal)
-        ours = (("mailqueue:principal", who), (PRIORITY_TAG, priority.value))
+        ours: tuple[tuple[str, str], ...] = (
+            ("mailqueue:principal", who),
+            (PRIORITY_TAG, priority.value),
+        )
+        if not self.pools.single:  # one pool: no tag, as before pools
+            pool = self.pools.choose(
+                priority=priority,
+                principal=principal,
+                sender=envelope.sender,
+                tags=dict(envelope.tags),
+            )
+            ours = (*ours, (POOL_TAG, pool))
         return replace(envelope, tags=(*envelope.tags, *ours))
 
     # ------------------------------------------------------------------ trace
