@@ -60,8 +60,9 @@ def _depth(r: DeliveryRig, url: str) -> int:
 def _last(r: DeliveryRig, ref: MailRef) -> tuple[str, str, str]:
     g = r.group(ref.mail_id, ref.group)
     rc = g.recipients[0]
-    res = rc.last_result
-    return rc.state.value, res.status if res else "", res.text if res else ""
+    assert rc.attempts == 0  # a wait for the pool is not an attempt
+    w = g.wait or {}
+    return rc.state.value, w.get("status", ""), w.get("text", "")
 
 
 def test_a_trigger_on_the_wrong_queue_is_handed_to_its_pools_queue(

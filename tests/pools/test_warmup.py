@@ -22,9 +22,12 @@ from mailqueue.core.model import MailRef, RecipientState
 from mailqueue.services.sweeper import Sweeper, SweeperSettings, SweepStats
 from mailqueue_local.sink import SmtpSink
 
+from tests.events.test_ses_schema import errors, read_log, service
 from tests.pools.support import sink_mails
 from tests.support import factories as f
+from tests.support.aws import AwsEnv
 from tests.support.rigs import DeliveryRig, RigFactory, both_backends
+from tests.support.streams import StreamReader
 
 START = datetime(2026, 12, 2, 10, 0, tzinfo=UTC)
 
@@ -89,8 +92,10 @@ def waiting(r: DeliveryRig, refs: list[MailRef]) -> list[tuple[str, str, str]]:
             continue
         for rc in g.recipients:
             if rc.state == RecipientState.QUEUED:
-                res = rc.last_result
-                out.append((rc.address, res.status if res else "", res.text if res else ""))
+                # a wait is not an attempt: its reason is the group's, not a result
+                assert rc.attempts == 0 and rc.last_result is None, rc
+                w = g.wait or {}
+                out.append((rc.address, w.get("status", ""), w.get("text", "")))
     return out
 
 
@@ -170,3 +175,49 @@ def test_warmup_caps_each_big_receiver_at_its_share_of_the_day(
     assert got == Counter({f"u{i}@{d}.example": 1 for i in range(4) for d in ("big", "small")})
 
 
+
+
+def test_warmup_wait_is_not_an_attempt_and_the_event_log_says_why(
+    rig: RigFactory, aws: AwsEnv, tmp_path: Path
+) -> None:
+    """A mail waiting for the day's budget: attempts unchanged (0), no attempt in its
+    history, and one DeliveryDelay (SES's SendingDeferral) whose diagnostic is the
+    reason; the same mail's Delivery the next day is its attempt number 1."""
+    clock = Clock(START)
+    reader = StreamReader(aws)
+    sink = SmtpSink(tmp_path / "sink").start()
+    try:
+        r = rig(routes={"default": {"next_hop": f"[127.0.0.1]:{sink.port}"}},
+                pools=cold_pool(1, 1, []), pool="cold", clock=clock)  # fmt: skip
+        st = r.storage()
+        refs = []
+        for i in range(2):
+            q = st.enqueue(f.envelope(f"u{i}@x{i}.example"), f.content())
+            refs.append(MailRef(q.mail_id, f"x{i}.example"))
+        drain(r)
+        wait = waiting(r, refs)  # asserts attempts 0 and no result
+        assert len(wait) == 1
+        late = next(ref for ref in refs if r.group(ref.mail_id, ref.group).wait)
+        g = r.group(late.mail_id, late.group)
+        assert g.history == () and g.recipients[0].attempts == 0
+        assert g.next_attempt_at >= START + timedelta(hours=14)  # the next UTC day
+        clock.at = START + timedelta(days=1)
+        assert sweep(r, clock) == 1
+        drain(r)
+    finally:
+        sink.stop()
+    assert len(sink_mails(tmp_path / "sink")) == 2
+    service(aws).handle(reader.poll())
+    _, docs = read_log(aws)
+    assert [e for d in docs for e in errors(d)] == []
+    mine = [d for d in docs if d["mail"]["messageId"] == late.mail_id]
+    assert [d["eventType"] for d in mine] == ["Send", "DeliveryDelay", "Delivery"], mine
+    delay = mine[1]["deliveryDelay"]
+    assert delay["delayType"] == "SendingDeferral"
+    rec = delay["delayedRecipients"][0]
+    assert rec["status"] == "4.4.5"
+    assert "warm-up: pool cold has sent its 1 mails of ramp step 1" in rec["diagnosticCode"]
+    assert "attempt" not in mine[1]["mailqueue"]  # no attempt was made
+    assert mine[1]["mailqueue"]["wait"]["until"].startswith("2026-12-03")
+    assert mine[1]["mailqueue"]["nextAttemptAt"].startswith("2026-12-03")
+    assert mine[2]["mailqueue"]["attempt"]["number"] == 1  # the wait did not count

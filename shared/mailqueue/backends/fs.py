@@ -54,6 +54,7 @@ from mailqueue.core.model import (
     priority_of,
     to_iso,
     utcnow,
+    wait_item,
 )
 from mailqueue.core.storage import ClaimRefused, InflightMail, PendingCleanup, Transition
 from mailqueue.core.transitions import envelope_digest
@@ -171,6 +172,7 @@ class FsStorage:
             principal=principal_of(item.get("tags")),
             tags=tuple((str(k), str(v)) for k, v in (item.get("tags") or {}).items()),
             reservation=item.get("rsv"),
+            wait=dict(item["wt"]) if item.get("wt") else None,
         )
 
     def _items(self) -> Iterator[dict[str, Any]]:
@@ -442,6 +444,7 @@ class FsStorage:
         attempt: Attempt | None = None,
         op: dict[str, Any] | None = None,
         reservation: str | None = None,  # "": clear it; None: leave it
+        wait: dict[str, str] | None = None,  # postpone's reason to wait (Group.wait)
     ) -> Transition:
         if claim.released:
             raise LeaseLost("this claim was already released")
@@ -478,6 +481,8 @@ class FsStorage:
                 item["next_at"] = to_iso(next_attempt_at)
             if op is not None:
                 item["op"] = {**op, "at": to_iso(now)}
+            if wait is not None:
+                item["wt"] = wait
             if reservation:
                 item["rsv"] = reservation
             elif reservation is not None:
@@ -556,7 +561,12 @@ class FsStorage:
         return t.group
 
     def postpone(
-        self, claim: Claim, delay_seconds: int, *, reservation: str | None = None
+        self,
+        claim: Claim,
+        delay_seconds: int,
+        *,
+        reservation: str | None = None,
+        wait: Result | None = None,
     ) -> Group:
         until = self.clock() + timedelta(seconds=delay_seconds)
         t = self._transition(
@@ -564,6 +574,7 @@ class FsStorage:
             {r.rid: r.with_(state=RecipientState.QUEUED) for r in claim.unresolved()},
             next_attempt_at=max(claim.group.next_attempt_at, until),
             reservation=reservation or "",
+            wait=wait_item(wait, self.clock(), until),
         )
         self._rearm(claim, delay_seconds)
         return t.group

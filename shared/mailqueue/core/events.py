@@ -309,13 +309,15 @@ class QueueEvent:
                 drec["diagnosticCode"] = diagnostic_code(r)
             doc["deliveryDelay"] = {
                 "timestamp": ts,
-                "delayType": delay_type(r),
+                "delayType": self.extra.get("delay_type") or delay_type(r),
                 "expirationTime": self.extra.get("expiration_time"),
                 "delayedRecipients": [drec],
                 "reportingMTA": f"dns; {reporting}",
             }
             if self.extra.get("next_attempt_at"):
                 ours["nextAttemptAt"] = self.extra["next_attempt_at"]
+            if self.extra.get("wait"):  # a wait without an attempt (an egress pool's)
+                ours["wait"] = self.extra["wait"]
         elif self.event_type == "Reject":
             reason = str(self.extra.get("reason") or "unspecified")
             doc["reject"] = {"reason": SES_REJECT_REASONS.get(reason, f"{NAMESPACE}:{reason}")}

@@ -133,6 +133,19 @@ PRINCIPAL_TAG = "mailqueue:principal"
 POOL_TAG = "mailqueue:pool"
 
 
+def wait_item(wait: Result | None, now: datetime, until: datetime) -> dict[str, str] | None:
+    """A group's `wait` as stored (Group.wait): the reason, when it was written, until
+    when (None: no reason given, nothing stored)."""
+    if wait is None:
+        return None
+    return {
+        "status": wait.status,
+        "text": wait.text,
+        "at": to_iso(now) or "",
+        "until": to_iso(until) or "",
+    }
+
+
 def pool_of(tags: Any) -> str:
     """A mail's egress pool from its tags ("" when none: the default pool)."""
     items = tags.items() if isinstance(tags, dict) else (tags or ())
@@ -404,6 +417,10 @@ class Group:
     # a traffic-shaping slot booked for this group when it was postponed (opaque to
     # storage; outbound.shaping.Reservation reads it): it comes back and sends, no poll
     reservation: str | None = None
+    # why the group last waited without an attempt (a pool paused or missing, a warm-up
+    # day's budget spent: services/delivery.py), as {"status", "text", "at", "until"};
+    # the event log makes a DeliveryDelay of each new one (attempts are not counted)
+    wait: dict[str, str] | None = field(default=None, compare=False)
     # where the backend's index orders this group, when that may lag `next_attempt_at`
     # (AwsStorage: the `by_state` entry's `due`; opaque to the core, not compared)
     index_due: datetime | None = field(default=None, compare=False)

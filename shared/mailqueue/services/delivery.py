@@ -940,10 +940,13 @@ class Invocation:
             at = now + timedelta(seconds=self.svc.settings.suspension_recheck_seconds)
         else:
             at = datetime.fromtimestamp(until + self.svc.rng.uniform(0, 600), now.tzinfo)
-        wait = Result(0, "4.4.5", reason)
-        pending = claim.group.pending()
+        # postponed, not rescheduled: the attempts stay as they were (a wait for the
+        # pool is not a delivery attempt, so it never brings the mail nearer a bounce);
+        # the reason is kept as the group's `wait`, which the event log makes a
+        # DeliveryDelay of (eventlog.derive_events)
         try:
-            self.svc.storage.reschedule(claim, {r.rid: wait for r in pending}, at)
+            seconds = max(1, math.ceil((at - now).total_seconds()))
+            self.svc.storage.postpone(claim, seconds, wait=Result(0, "4.4.5", reason))
         except LeaseLost:
             self.stats.add("lost_claims")
             return "lease_lost"

@@ -131,6 +131,7 @@ from mailqueue.core.model import (
     priority_of,
     to_iso,
     utcnow,
+    wait_item,
 )
 from mailqueue.core.storage import ClaimRefused, InflightMail, PendingCleanup, Transition
 from mailqueue.core.transitions import envelope_digest
@@ -262,6 +263,7 @@ class AwsStorage:
             principal=principal_of(d.get("tags")),
             tags=tuple((str(k), str(v)) for k, v in (d.get("tags") or {}).items()),
             reservation=d.get("rsv"),
+            wait={str(k): str(v) for k, v in d["wt"].items()} if d.get("wt") else None,
             index_due=_index_due(d, self.s.state_shards),
         )
 
@@ -1278,6 +1280,7 @@ class AwsStorage:
         attempt: Attempt | None = None,
         op: dict[str, Any] | None = None,
         reservation: str | None = None,  # postpone's shaping slot; "": clear it
+        wait: dict[str, str] | None = None,  # postpone's reason to wait (Group.wait)
     ) -> Transition:
         """Write changed recipients; release the lease when none of the claim is unresolved.
 
@@ -1311,6 +1314,12 @@ class AwsStorage:
                     req["UpdateExpression"] += (
                         ", rsv" if " REMOVE " in req["UpdateExpression"] else " REMOVE rsv"
                     )
+            if wait is not None:  # the same UpdateItem: no attempt, a DeliveryDelay event
+                req = plan.request
+                req["ExpressionAttributeValues"][":wt"] = _ser.serialize(wait)
+                req["UpdateExpression"] = req["UpdateExpression"].replace(
+                    "SET ", "SET wt = :wt, ", 1
+                )
             with translate("dynamodb:UpdateItem"):
                 try:
                     self.c.dynamodb.update_item(**plan.request)
@@ -1344,6 +1353,7 @@ class AwsStorage:
             next_attempt_at=next_at,
             history=tuple(history),
             reservation=(reservation or None) if reservation is not None else group.reservation,
+            wait=wait if wait is not None else group.wait,
             lease_token=None if release else group.lease_token,
             lease_until=None if release else group.lease_until,
             index_due=plan.index_due,
@@ -1591,11 +1601,17 @@ class AwsStorage:
         return t.group
 
     def postpone(
-        self, claim: Claim, delay_seconds: int, *, reservation: str | None = None
+        self,
+        claim: Claim,
+        delay_seconds: int,
+        *,
+        reservation: str | None = None,
+        wait: Result | None = None,
     ) -> Group:
         """Give a claimed group back untried for `delay_seconds` (traffic shaping: its
         site is out of budget). Like send_cancel: no attempt, no event; the trigger is
-        re-armed for the delay (lifetime is checked when it comes back)."""
+        re-armed for the delay (lifetime is checked when it comes back). `wait`: why
+        (Group.wait, a DeliveryDelay in the event log; still not an attempt)."""
         if claim.released:
             raise LeaseLost("this claim was already released")
         group = claim.group
@@ -1605,6 +1621,7 @@ class AwsStorage:
             {r.rid: r.with_(state=RecipientState.QUEUED) for r in claim.unresolved()},
             next_attempt_at=max(group.next_attempt_at, until),
             reservation=reservation or "",
+            wait=wait_item(wait, self.clock(), until),
         )
         self._rearm(claim, delay_seconds)
         return t.group
