@@ -17,10 +17,12 @@ from mailqueue.core.model import POOL_TAG, MailRef, RecipientState, utcnow
 from mailqueue.outbound.suspensions import Suspension
 from mailqueue_local.sink import SmtpSink
 
+from tests.events.test_ses_schema import errors, read_log, service
 from tests.pools.support import sink_mails
 from tests.pools.test_warmup import Clock
 from tests.support import factories as f
 from tests.support.rigs import DeliveryRig, RigFactory
+from tests.support.streams import StreamReader
 
 
 def _pools(**over: Any) -> str:
@@ -159,6 +161,7 @@ def test_warmup_overflow_sends_the_rest_from_the_pool_it_names(
             probe.aws.settings, pool_queue_urls=json.dumps({"bulk": url})
         )
         default = rig(routes=routes, pools=pools)
+        reader = StreamReader(default.aws)
         for i in range(4):
             _enqueue(default, f"u{i}@x{i}.example", "bulk")
         from mailqueue.backends.aws.backend import AwsStorage
@@ -187,3 +190,14 @@ def test_warmup_overflow_sends_the_rest_from_the_pool_it_names(
         assert by.count(("127.0.0.2", "mq.test")) == 2  # the rest overflowed
     finally:
         sink.stop()
+    # the events name the pool that sent (SES's sendingPoolName, ours namespaced): the
+    # routed one stays in mailqueue:pool, the sender's is the attempt's
+    service(default.aws).handle(reader.poll())
+    _, docs = read_log(default.aws)
+    assert [e for d in docs for e in errors(d)] == []
+    deliveries = [d for d in docs if d["eventType"] == "Delivery"]
+    assert len(deliveries) == 4
+    assert {d["mail"]["tags"]["mailqueue:pool"][0] for d in deliveries} == {"bulk"}
+    sent_by = sorted(d["mail"]["tags"]["mailqueue:sending-pool"][0] for d in deliveries)
+    assert sent_by == ["bulk", "bulk", "default", "default"]
+    assert sorted(d["mailqueue"]["attempt"]["sendingPoolName"] for d in deliveries) == sent_by

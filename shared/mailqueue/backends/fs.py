@@ -517,6 +517,7 @@ class FsStorage:
             tls=tls,
             site=claim.site,
             shaping=claim.shaping,
+            pool=claim.sending_pool,
         )
 
     def _hand_to_bounce(self, ref: MailRef) -> None:

@@ -34,6 +34,8 @@ OPERATOR_EVENT = f"{NAMESPACE}:Operator"
 #: one-click unsubscribe (SES's Subscription event); reputation pauses (ours, no `mail`)
 SUBSCRIPTION_EVENT = "Subscription"
 REPUTATION_EVENT = f"{NAMESPACE}:Reputation"
+#: the egress pool that sent (an attempt's; `mailqueue:pool` is the one routed at enqueue)
+SENDING_POOL_TAG = f"{NAMESPACE}:sending-pool"
 #: SES's own value where SES has one: its Reject object's reason is "Bad content" for a
 #: virus (https://docs.aws.amazon.com/ses/latest/dg/event-publishing-retrieving-sns-contents.html,
 #: "Reject object": the only value SES uses); others are ours, namespaced "mailqueue:".
@@ -354,6 +356,12 @@ class QueueEvent:
                 ours["attempt"]["site"] = a.site
             if a.shaping is not None:
                 ours["attempt"]["shaping"] = a.shaping
+            if a.pool is not None:
+                # the egress pool that made the attempt (SES names a configuration set's
+                # dedicated IP pool `SendingPoolName`; its events have no field for it,
+                # so ours is here and in mail.tags, where a consumer filters by tag)
+                ours["attempt"]["sendingPoolName"] = a.pool
+                doc["mail"]["tags"][SENDING_POOL_TAG] = [a.pool]
         doc[NAMESPACE] = ours
         return doc
 

@@ -241,6 +241,9 @@ class Attempt:
     tls: bool = False
     site: str | None = None  # the traffic-shaping site (shaping.py), when shaping is on
     shaping: str | None = None  # "<rule id>:<actions>" of a backoff rule this attempt hit
+    # the egress pool whose delivery made the attempt (outbound/pools.py): the routed
+    # one of the `mailqueue:pool` tag, or the one its warm-up overflowed to
+    pool: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = {
@@ -255,6 +258,8 @@ class Attempt:
             out["site"] = self.site
         if self.shaping is not None:
             out["shaping"] = self.shaping
+        if self.pool is not None:
+            out["pool"] = self.pool
         return out
 
     @classmethod
@@ -271,6 +276,7 @@ class Attempt:
             tls=bool(d.get("tls", False)),
             site=d.get("site"),
             shaping=d.get("shaping"),
+            pool=d.get("pool"),
         )
 
 
@@ -515,6 +521,7 @@ class Claim:
     number: int = 0  # this attempt's number, fixed at claim time (0: derive from the group)
     site: str | None = None  # traffic-shaping site, recorded on the attempt
     shaping: str | None = None  # backoff rule hit by this attempt, recorded on the attempt
+    sending_pool: str | None = None  # the egress pool sending it, recorded on the attempt
     # the queue (URL) the receipt handle belongs to, from the record's eventSourceARN;
     # None: the group's own priority queue
     receipt_queue: str | None = None

@@ -737,6 +737,8 @@ class Invocation:
         spent = self._warmup(claim, hops)
         if spent is not None:
             return spent
+        if not self.svc.pools.single:  # the pool that sends (its events name it)
+            claim.sending_pool = self.svc.pool.name
         try:
             mail = st.read_inflight(claim)
         except NotFound:

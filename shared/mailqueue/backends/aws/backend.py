@@ -1576,6 +1576,7 @@ class AwsStorage:
             tls=tls,
             site=claim.site,
             shaping=claim.shaping,
+            pool=claim.sending_pool,
         )
 
     def send_done(
