@@ -81,4 +81,7 @@ def handle(event: dict[str, Any], context: LambdaContext, service: DeliveryServi
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> Any:
-    return handle(event, context, default_service(_pool(event)))
+    pool = _pool(event)
+    # `default_service()` and `default_service(None)` are two keys of the cache: the
+    # default pool's is always the first, so a container builds it once
+    return handle(event, context, default_service(pool) if pool else default_service())

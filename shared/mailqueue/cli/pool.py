@@ -39,10 +39,17 @@ def render(doc: dict[str, Any]) -> str:
         if w.get("warm"):
             lines.append(f"  warm-up    done (past step {w['last_step']})")
         else:
-            held = "  HELD (bounce rate over the band)" if w.get("held") else ""
+            held = "  HELD (bounce or complaint rate over the band)" if w.get("held") else ""
+            rep = w.get("reputation") or {}
+            rates = (
+                f", {rep.get('bounceRate', 0):.2%} bounces / {rep.get('complaintRate', 0):.2%} "
+                f"complaints over {rep.get('sends', 0)} sends"
+                if rep
+                else ""
+            )
             lines.append(
                 f"  warm-up    step {w['step']}/{w['last_step']}, {w['day']}: "
-                f"{w['sent']}/{w['total']} sent, {w['bounced']} bounced{held}"
+                f"{w['sent']}/{w['total']} sent{rates}{held}"
             )
             for site, n in (w.get("sites") or {}).items():
                 lines.append(f"             {site}: {n}/{w['per_site']}")

@@ -56,18 +56,20 @@ def build_admin(
 def pools_api(settings: AdminSettings, clients: Any, clock: Callable[[], datetime]) -> Any:
     """The /pools routes: the pools file, the warm-up counters in the state table."""
     from mailqueue.backends.aws.budget_store import DynamoBudgetCounters
+    from mailqueue.compose.aws import reputation_guard
     from mailqueue.outbound.pools import load_pools
-    from mailqueue.outbound.reputation import Thresholds
     from mailqueue.services.admin.pools import PoolsApi
 
     table = settings.storage.table
+    guard = reputation_guard(clients.dynamodb, table, settings.reputation_thresholds)
     return PoolsApi(
         load_pools(settings.pools),
         DynamoBudgetCounters(clients.dynamodb, table),
         DynamoSuspensionStore(clients.dynamodb, table),
         clock,
         queues=settings.storage.pool_queues(),
-        bounce_band=Thresholds.parse(settings.reputation_thresholds).bounce_review,
+        # the ramp's hold: each pool's standing in the guard's counters (warmup.py)
+        standing=lambda name: guard.standing("pool", name),
     )
 
 

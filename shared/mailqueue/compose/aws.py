@@ -50,7 +50,8 @@ def delivery_ports(storage: AwsStorage, settings: DeliverySettings) -> DeliveryP
         from mailqueue.backends.aws.shaping_store import DynamoShapingStore
 
         extra["shaping"] = DynamoShapingStore(ddb, table)
-    if settings.reputation:
+    warming = any(p.warmup is not None for p in settings.pool_config().pools.values())
+    if settings.reputation or warming:  # a warming pool's ramp reads the guard's counts
         from mailqueue.backends.aws.reputation_store import (
             DynamoReputationStore,
             OutboxReputationEvents,
@@ -58,7 +59,7 @@ def delivery_ports(storage: AwsStorage, settings: DeliverySettings) -> DeliveryP
 
         extra["reputation"] = DynamoReputationStore(ddb, table)
         extra["reputation_events"] = OutboxReputationEvents(ddb, table)
-    if any(p.warmup is not None for p in settings.pool_config().pools.values()):
+    if warming:
         from mailqueue.backends.aws.budget_store import DynamoBudgetCounters
 
         extra["budgets"] = DynamoBudgetCounters(ddb, table)

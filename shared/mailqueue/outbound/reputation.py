@@ -48,8 +48,12 @@ from mailqueue.outbound.suspensions import MAX_SECONDS, Suspension, SuspensionSt
 
 log = logging.getLogger(__name__)
 
-RepScope = Literal["principal", "sender_domain"]
-REP_SCOPES: tuple[RepScope, ...] = ("principal", "sender_domain")
+RepScope = Literal["principal", "sender_domain", "pool"]
+REP_SCOPES: tuple[RepScope, ...] = ("principal", "sender_domain", "pool")
+# scopes a "pause" verdict suspends: an egress pool's is judged (its warm-up stops
+# ramping, outbound/warmup.py; a review event) but not suspended, since that would stop
+# every sender's mail for one sender's list, whose own scopes are paused already
+PAUSE_SCOPES: tuple[RepScope, ...] = ("principal", "sender_domain")
 ACTOR = "reputation"
 EVENT_TYPE = REPUTATION_EVENT
 FeedbackKind = Literal["bounce", "complaint"]
@@ -209,9 +213,10 @@ def rep_key(scope: RepScope, target: str) -> str:
     return f"{scope}#{target}"
 
 
-def targets(principal: str, sender: str) -> list[tuple[RepScope, str]]:
-    """The keys a mail counts under: its principal and its sender's domain."""
-    out: list[tuple[RepScope, str]] = []
+def targets(principal: str, sender: str, pool: str = "") -> list[tuple[RepScope, str]]:
+    """The keys a mail counts under: its principal, its sender's domain and the egress
+    pool that sent it (when there are pools)."""
+    out: list[tuple[RepScope, str]] = [("pool", pool)] if pool else []
     if principal:
         out.append(("principal", principal))
     domain = sender.rpartition("@")[2].lower().rstrip(".")
@@ -291,11 +296,16 @@ class ReputationGuard:
     _judged_at: dict[tuple[RepScope, str], float] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def note(self, principal: str, sender: str, counts: Counts) -> None:
+    # the scopes counted (a guard kept only for the pools' warm-up counts: ("pool",))
+    scopes: tuple[RepScope, ...] = REP_SCOPES
+
+    def note(self, principal: str, sender: str, counts: Counts, pool: str = "") -> None:
         if not counts:
             return
         with self._lock:
-            for k in targets(principal, sender):
+            for k in targets(principal, sender, pool):
+                if k[0] not in self.scopes:
+                    continue
                 self._pending.setdefault(k, Counts()).add(counts)
 
     def bucket(self, now: float) -> int:
@@ -329,7 +339,10 @@ class ReputationGuard:
         """Judge one key; pause it (a suspension) or flag it for review (an event)."""
         s = self.standing(scope, target)
         now = self.clock()
-        if s.verdict == "pause":
+        if s.verdict == "pause" and scope not in PAUSE_SCOPES:
+            log.warning("reputation review", extra={"scope": scope, "reason": s.reason})
+            self._emit(reputation_event("review", scope, target, now, standing=s))
+        elif s.verdict == "pause":
             held = [
                 x
                 for x in self.suspensions.all()
@@ -363,15 +376,20 @@ class ReputationGuard:
 
 
 def record_feedback(
-    guard: ReputationGuard, principal: str, sender_domain: str, kind: FeedbackKind
+    guard: ReputationGuard,
+    principal: str,
+    sender_domain: str,
+    kind: FeedbackKind,
+    pool: str = "",
 ) -> list[Standing]:
     """Feedback that arrives after delivery (a late bounce, a complaint): counted against
-    the principal and the sender domain at once. (Not a send: the send was counted when
-    the mail was delivered.)"""
+    the principal and the sender domain at once, and the egress pool that sent the mail
+    (`pool`: its attempt's, else its `mailqueue:pool` tag) so a warming pool's ramp
+    holds on it. (Not a send: the send was counted when the mail was delivered.)"""
     if kind not in ("bounce", "complaint"):
         raise ValueError(f"unknown feedback kind {kind!r}")
     c = Counts(bounces=1) if kind == "bounce" else Counts(complaints=1)
-    guard.note(principal, f"@{sender_domain}", c)
+    guard.note(principal, f"@{sender_domain}", c, pool)
     return guard.flush()
 
 
@@ -412,7 +430,7 @@ def parse_rep_scope(value: Any) -> RepScope:
     from mailqueue.core.errors import InvalidInput
 
     if value not in REP_SCOPES:
-        raise InvalidInput("invalid_scope", "scope must be principal|sender_domain", "scope")
+        raise InvalidInput("invalid_scope", "scope must be principal|sender_domain|pool", "scope")
     return value  # type: ignore[no-any-return]
 
 

@@ -8,9 +8,11 @@ current step's `total` (times its address count: the numbers are per address) an
 for the next day (a DeliveryDelay with the reason, nothing refused, nothing lost) or,
 when the schedule names an `overflow` pool, goes there.
 
-The ramp advances one step per UTC day the pool sent on, and only when the day before
-stayed inside the reputation band (bounces below the guard's review threshold, the same
-thresholds as reputation.py): a pool that bounces stops ramping.
+The ramp advances one step per UTC day the pool sent on, and only while the pool stays
+inside the reputation guard's band: its standing in the guard's own counters
+(reputation.py, scope ``pool``: delivery's hard bounces, and the late bounces and
+complaints `record_feedback` counts with the mail's pool) is judged with the guard's
+thresholds and window; a review or pause verdict holds the ramp at its step.
 
 Counters are durable and atomic: a small item per (pool, day[, site]) and one ramp item
 per pool, behind :class:`BudgetCounters` (DynamoDB in ``backends/aws/budget_store.py``,
@@ -30,12 +32,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 from mailqueue.outbound.pools import Pool, PoolConfig
+from mailqueue.outbound.reputation import Standing
 
 log = logging.getLogger(__name__)
 
 DAY = 86400
 COUNTER_TTL = 8 * DAY  # counters are tidied up by TTL a week after their day
-MIN_SAMPLE = 50  # fewer mails than this in a day: its bounce rate does not hold the ramp
+#: a pool's standing in the reputation guard (ReputationGuard.standing("pool", name))
+PoolStanding = Callable[[str], Standing]
 
 
 class BudgetCounters(Protocol):
@@ -86,10 +90,6 @@ def site_key(pool: str, day: str, site: str) -> str:
     return f"{pool}|{day}|{site}"
 
 
-def bounce_key(pool: str, day: str) -> str:
-    return f"{pool}|{day}|!bounced"
-
-
 @dataclass(frozen=True, slots=True)
 class Spent:
     """The pool's budget for today is used up: wait until `until` or overflow."""
@@ -109,9 +109,9 @@ class Progress:
     total: int | None  # None: warm (past the ramp)
     per_site: int | None
     sent: int
-    bounced: int
-    held: bool  # yesterday's bounces stopped the ramp
+    held: bool  # the pool's standing stopped the ramp today
     sites: dict[str, int]
+    standing: Standing | None = None  # the guard's window for the pool
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -123,9 +123,9 @@ class Progress:
             "total": self.total,
             "per_site": self.per_site,
             "sent": self.sent,
-            "bounced": self.bounced,
             "held": self.held,
             "sites": self.sites,
+            "reputation": self.standing.to_json() if self.standing is not None else None,
         }
 
 
@@ -138,18 +138,25 @@ class WarmupGate:
         config: PoolConfig,
         counters: BudgetCounters,
         *,
-        bounce_band: float = 0.05,  # reputation.py's review threshold for bounces
+        standing: PoolStanding | None = None,
         clock: Callable[[], float],
     ) -> None:
         self.config = config
         self.counters = counters
-        self.band = bounce_band
+        self.standing = standing  # None: no guard counts (the ramp is never held)
         self.clock = clock
         self._steps: dict[tuple[str, str], tuple[int, bool]] = {}  # (pool, day) -> step, held
         self._lock = threading.Lock()
 
     def _scale(self, pool: Pool) -> int:
         return max(1, pool.address_count())
+
+    def _hold(self, pool: Pool) -> Standing | None:
+        """The pool's standing when it is outside the band (review or pause), else None."""
+        if self.standing is None:
+            return None
+        st = self.standing(pool.name)
+        return st if st.verdict in ("review", "pause") else None
 
     def step(self, pool: Pool, day: str) -> tuple[int, bool]:
         """Today's ramp step of `pool` and whether the ramp was held (cached per day)."""
@@ -166,15 +173,17 @@ class WarmupGate:
                 new, held = 1, False
             else:
                 prev_day, prev_step = cur
-                c = self.counters.get(
-                    [total_key(pool.name, prev_day), bounce_key(pool.name, prev_day)]
+                sent = self.counters.get([total_key(pool.name, prev_day)]).get(
+                    total_key(pool.name, prev_day), 0
                 )
-                sent = c.get(total_key(pool.name, prev_day), 0)
-                bounced = c.get(bounce_key(pool.name, prev_day), 0)
-                held = sent >= MIN_SAMPLE and bounced / sent >= self.band
+                bad = self._hold(pool) if sent else None
+                held = bad is not None
                 new = prev_step if held or sent == 0 else prev_step + 1
-                if held:
-                    log.warning("warm-up held", extra={"pool": pool.name, "step": prev_step})
+                if bad is not None:
+                    log.warning(
+                        "warm-up held",
+                        extra={"pool": pool.name, "step": prev_step, "reason": bad.reason},
+                    )
             if self.counters.set_ramp(pool.name, day, new, cur[0] if cur else None):
                 got = (new, held)
                 break
@@ -211,21 +220,14 @@ class WarmupGate:
                          f"to {site} of ramp step {step} today", until, w.overflow)  # fmt: skip
         return None
 
-    def bounced(self, pool: Pool, n: int) -> None:
-        """Count today's hard bounces of a warming pool (they hold tomorrow's ramp)."""
-        if pool.warmup is None or n <= 0:
-            return
-        self.counters.add(bounce_key(pool.name, day_of(self.clock())), n, COUNTER_TTL)
-
     def progress(self, pool: Pool) -> Progress:
         day = day_of(self.clock())
         w = pool.warmup
         if w is None:
-            return Progress(pool.name, day, 0, 0, None, None, 0, 0, False, {})
+            return Progress(pool.name, day, 0, 0, None, None, 0, False, {})
         step, held = self.step(pool, day)
         caps = w.budget(step)
-        keys = [total_key(pool.name, day), bounce_key(pool.name, day)]
-        keys += [site_key(pool.name, day, s) for s in w.sites]
+        keys = [total_key(pool.name, day)] + [site_key(pool.name, day, s) for s in w.sites]
         c = self.counters.get(keys)
         scale = self._scale(pool)
         return Progress(
@@ -236,10 +238,18 @@ class WarmupGate:
             caps.total * scale if caps else None,
             caps.per_site * scale if caps else None,
             c.get(keys[0], 0),
-            c.get(keys[1], 0),
             held,
             {s: c.get(site_key(pool.name, day, s), 0) for s in w.sites},
+            self.standing(pool.name) if self.standing is not None else None,
         )
 
 
-__all__ = ["BudgetCounters", "Progress", "Spent", "WarmupGate", "day_of", "next_day_at"]
+__all__ = [
+    "BudgetCounters",
+    "PoolStanding",
+    "Progress",
+    "Spent",
+    "WarmupGate",
+    "day_of",
+    "next_day_at",
+]

@@ -67,7 +67,7 @@ from mailqueue.outbound.pools import (
     shaping_key,
     split_key,
 )
-from mailqueue.outbound.reputation import ReputationGuard, Thresholds, counts_of
+from mailqueue.outbound.reputation import REP_SCOPES, ReputationGuard, Thresholds, counts_of
 from mailqueue.outbound.returnpath import KeysUnavailable, ReturnPaths, SecretSource
 from mailqueue.outbound.routing import (
     CredentialsProvider,
@@ -398,15 +398,6 @@ class DeliveryService:
         # warm-up caps per big receiver name shaping sites: their names even with the
         # limiter off (the site rules' MX rollup)
         self.site_rules = load_rules(settings.shaping_rules, settings.backoff_rules)[0]
-        if any(p.warmup is not None for p in self.pools.pools.values()):
-            if ports.budgets is None:
-                raise ConfigError("a pool warms up but no budget counter store was given")
-            self.warmup = WarmupGate(
-                self.pools,
-                ports.budgets,
-                bounce_band=Thresholds.parse(settings.reputation_thresholds).bounce_review,
-                clock=lambda: self.clock().timestamp(),
-            )
         self.routes = settings.routing_table()
         self.policy = settings.retry_policy()
         # every lookup of delivery (MX, A, AAAA, MTA-STS, DANE) through the container's
@@ -462,14 +453,31 @@ class DeliveryService:
                 ref = f"secretsmanager:{settings.list_unsubscribe_key_name}"
                 self.unsub_keys = unsub.keys_from_secret(dkim_keys(ref) or "")
         self.reputation: ReputationGuard | None = None
-        if settings.reputation:
+        warming = any(p.warmup is not None for p in self.pools.pools.values())
+        if settings.reputation or warming:
             if ports.reputation is None:
-                raise ConfigError("reputation is on but no reputation store was given")
+                raise ConfigError(
+                    "reputation is on (or a pool warms up) but no reputation store was given"
+                )
             self.reputation = ReputationGuard(
                 ports.reputation,
                 ports.suspensions,
                 Thresholds.parse(settings.reputation_thresholds),
                 events=ports.reputation_events,
+                clock=lambda: self.clock().timestamp(),
+                # the guards off, a warming pool still needs its own counts (warmup.py)
+                scopes=REP_SCOPES if settings.reputation else ("pool",),
+            )
+        if warming:
+            if ports.budgets is None:
+                raise ConfigError("a pool warms up but no budget counter store was given")
+            guard = self.reputation
+            assert guard is not None
+            self.warmup = WarmupGate(
+                self.pools,
+                ports.budgets,
+                # the ramp holds while the pool's standing in the guard is out of band
+                standing=lambda name: guard.standing("pool", name),
                 clock=lambda: self.clock().timestamp(),
             )
         self.shaper: Shaper | None = None
@@ -986,16 +994,6 @@ class Invocation:
             return self._hand_to(claim, spent.overflow, "WarmupOverflow")
         return self._pool_wait(claim, "WarmupDeferred", spent.reason, spent.until)
 
-    def _warmup_bounced(self, claim: Claim, perm: dict[str, Result]) -> None:
-        gate = self.svc.warmup
-        if gate is None:
-            return
-        hard = sum(1 for r in perm.values() if r.code >= 500)  # a reply, not our verdict
-        try:
-            gate.bounced(self.svc.pool, hard)
-        except MailqueueError:  # a lost count, never a result
-            log.warning("warm-up bounce count not written")
-
     def _held(self, claim: Claim, site: str | None) -> str | None:
         """An operator suspension of the group's domain, sender domain or site: re-armed
         for its remaining time (at most suspension_recheck_seconds), not an attempt."""
@@ -1263,11 +1261,15 @@ class Invocation:
                 perm.update({rid: res for rid in temp})
                 temp = {}
             if self.svc.reputation is not None:
-                self.svc.reputation.note(group.principal, group.sender, counts_of({**ok, **perm}))
+                self.svc.reputation.note(
+                    group.principal,
+                    group.sender,
+                    counts_of({**ok, **perm}),
+                    claim.sending_pool or "",  # the pool that sent (warmup.py holds on it)
+                )
             if perm:
                 st.drop(claim, perm, tls=tls)
                 self.stats.add("bounced", len(perm))
-                self._warmup_bounced(claim, perm)
                 self._suppress(group, {pending[rid].address: r for rid, r in perm.items()})
             if temp:
                 assert delay is not None

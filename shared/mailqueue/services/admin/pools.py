@@ -16,7 +16,7 @@ from typing import Any
 from mailqueue.core.errors import NotFound
 from mailqueue.outbound.pools import Pool, PoolConfig
 from mailqueue.outbound.suspensions import SuspensionStore
-from mailqueue.outbound.warmup import BudgetCounters, WarmupGate
+from mailqueue.outbound.warmup import BudgetCounters, PoolStanding, WarmupGate
 
 
 class PoolsApi:
@@ -28,13 +28,13 @@ class PoolsApi:
         clock: Callable[[], datetime],
         *,
         queues: Mapping[str, str] | None = None,
-        bounce_band: float = 0.05,
+        standing: PoolStanding | None = None,
     ) -> None:
         self.config = config
         self.suspensions = suspensions
         self.queues = dict(queues or {})
         self.gate = (
-            WarmupGate(config, counters, bounce_band=bounce_band, clock=lambda: clock().timestamp())
+            WarmupGate(config, counters, standing=standing, clock=lambda: clock().timestamp())
             if counters is not None
             else None
         )
