@@ -36,12 +36,13 @@ from typing import Any
 
 from mailqueue.core.config import ConfigError
 from mailqueue.core.model import Priority
-from mailqueue.outbound.shaping import BackoffRules, Limits, ShapingRules
+from mailqueue.outbound.shaping import BackoffRules, Limits, Rate, ShapingRules
 
 DEFAULT_POOL = "default"
 NAT = "@nat"  # the pool's own NAT gateways' addresses (known to the stack, not the file)
 HOSTNAME = "@hostname"  # the delivery function's `hostname` setting
 SEPARATOR = "|"  # "<pool>|<site>": the shaping key of a site in a pool
+TOTAL = "*"  # "<pool>|*": the limiter's key of a pool's total over every site
 _NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 _HOST = re.compile(r"^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,63}$")
 _TAG = re.compile(r"^[A-Za-z0-9_:.-]{1,128}$")
@@ -168,6 +169,21 @@ def shaping_key(pool: str, site: str) -> str:
     return site if not pool or pool == DEFAULT_POOL else f"{pool}{SEPARATOR}{site}"
 
 
+def total_key(pool: str) -> str:
+    """The limiter's key of `pool`'s `max_per_second` (every site's mail together; the
+    default pool names itself here, since a bare "*" could be a site's name)."""
+    return f"{pool or DEFAULT_POOL}{SEPARATOR}{TOTAL}"
+
+
+def total_limits(max_per_second: float) -> Limits:
+    """A pool's total as limiter limits: the rate, a burst of one (in any second at
+    most one more than the rate), no connection limit (the sites have theirs)."""
+    per = 1.0
+    while abs(max_per_second * per - round(max_per_second * per)) > 1e-9 and per < 1000:
+        per *= 10  # 2.5/s is 25 per 10 s
+    return Limits(rates=(Rate(max(1, round(max_per_second * per)), per, 1),), block=1)
+
+
 def split_key(key: str) -> tuple[str, str]:
     """(pool, site) of a shaping key."""
     pool, sep, site = key.partition(SEPARATOR)
@@ -190,6 +206,8 @@ class PoolSiteLimits(Mapping[str, Limits]):
     def __getitem__(self, key: str) -> Limits:
         pool, site = split_key(key)
         p = self.pools.get(pool)
+        if site == TOTAL and p is not None and p.max_per_second is not None:
+            return total_limits(p.max_per_second)
         if p is not None and p.name != DEFAULT_POOL and p.limits is not None:
             return p.limits.limits_for(site)
         if p is not None and p.name != DEFAULT_POOL:
@@ -207,7 +225,10 @@ class PoolSiteLimits(Mapping[str, Limits]):
 
 def pool_rules(base: ShapingRules, config: PoolConfig) -> ShapingRules:
     """The site rules with the pools' limits behind `"<pool>|<site>"` keys."""
-    if all(p.limits is None for p in config.pools.values()) and config.single:
+    if (
+        all(p.limits is None and p.max_per_second is None for p in config.pools.values())
+        and config.single
+    ):
         return base
     return replace(base, sites=PoolSiteLimits(base, config.pools))
 
@@ -451,4 +472,6 @@ __all__ = [
     "pool_rules",
     "shaping_key",
     "split_key",
+    "total_key",
+    "total_limits",
 ]

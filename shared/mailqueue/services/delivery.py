@@ -66,6 +66,7 @@ from mailqueue.outbound.pools import (
     pool_rules,
     shaping_key,
     split_key,
+    total_key,
 )
 from mailqueue.outbound.reputation import REP_SCOPES, ReputationGuard, Thresholds, counts_of
 from mailqueue.outbound.returnpath import KeysUnavailable, ReturnPaths, SecretSource
@@ -269,6 +270,12 @@ class DeliverySettings:
                 load_rules(self.shaping_rules, self.backoff_rules)
             if self.pool_config().get(self.pool) is None:
                 raise ConfigError(f"pool {self.pool!r} is not in the pools file")
+            capped = [p.name for p in self.pool_config().pools.values() if p.max_per_second]
+            if capped and not self.shaping:
+                raise ConfigError(
+                    f"pool {capped[0]!r} has max_per_second: shaping must be on (the limiter "
+                    "keeps each pool's total over its sites)"
+                )
         except (ValueError, MailqueueError) as e:
             raise ConfigError(str(e)) from e
 
@@ -487,6 +494,8 @@ class DeliveryService:
             rules, backoff_rules = load_rules(settings.shaping_rules, settings.backoff_rules)
             if not self.pools.single:  # limits per (pool, site): "<pool>|<site>" keys
                 rules, backoff_rules = pool_rules(rules, self.pools), pool_backoff(backoff_rules)
+            elif self.pool.max_per_second is not None:  # one pool, its total: "default|*"
+                rules = pool_rules(rules, self.pools)
             check_transaction_limits(rules, storage.group_recipient_limit)
             self.shaper = Shaper(
                 rules,
@@ -742,6 +751,9 @@ class Invocation:
         throttled = self._shape(claim, group.key.split("#", 1)[0], hops)
         if throttled is not None:
             return throttled
+        throttled = self._pool_total(claim)
+        if throttled is not None:
+            return throttled
         spent = self._warmup(claim, hops)
         if spent is not None:
             return spent
@@ -904,6 +916,35 @@ class Invocation:
         return "throttled"
 
     # ------------------------------------------------------------------ egress pools
+    def _pool_total(self, claim: Claim) -> str | None:
+        """The pool's `max_per_second` over every site (pools.py), after the site said
+        yes: one more limiter key, "<pool>|*", shared by every delivery of the pool.
+        Short waits are slept; longer, the group goes back untried (as a site's)."""
+        shaper, pool = self.svc.shaper, self.svc.pool
+        if shaper is None or pool.max_per_second is None:
+            return None
+        key = total_key(pool.name)
+        record = f"{claim.group.mail_id}/{claim.group.key}"
+        while True:
+            got = shaper.admit(key, "total", 1, record=record)
+            if isinstance(got, Permit):
+                return None
+            if got.seconds > self.svc.settings.shaping_inline_wait_seconds or (
+                self.time_left() - got.seconds < self.svc.settings.min_time_left_seconds
+            ):
+                break
+            time.sleep(got.seconds)
+        self._give_back_holder()
+        self.stats.add("throttled")
+        self.stats.add("groups", -1)  # claimed, but not an attempt
+        self.stats.add_extra(f"Throttled_pool_{got.reason}")
+        wait = max(1, math.ceil(got.seconds + self.svc.rng.uniform(0, 1)))
+        self.svc.storage.postpone(claim, wait)
+        log.info("pool out of budget", extra={"pool": pool.name, "wait": wait})
+        if claim.receipt_handle:
+            raise KeepMessage(f"pool {pool.name} {got.reason}: back in {wait}s")
+        return "throttled"
+
     def _pool_gate(self, claim: Claim) -> str | None:
         """The group's egress pool (its `mailqueue:pool` tag) against this function's:
         ours (or one whose warm-up overflows to ours) goes on; another pool's trigger is
