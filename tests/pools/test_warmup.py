@@ -124,6 +124,9 @@ def test_warmup_caps_a_cold_pool_at_its_days_total_and_sends_the_rest_the_next_d
         assert r.service.warmup is not None
         show = r.service.warmup.progress(r.service.pool).to_json()
         assert (show["step"], show["total"], show["sent"]) == (1, 4, 4)
+        # delivery counted the four sends in the guard under the pool (the ramp's hold)
+        assert r.service.reputation is not None
+        assert r.service.reputation.standing("pool", "cold").sends == 4
         # nothing comes back the same day: a poll now finds nothing due
         assert r.poll().received == 0
         clock.at = START + timedelta(days=1)

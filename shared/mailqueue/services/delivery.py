@@ -757,7 +757,9 @@ class Invocation:
         spent = self._warmup(claim, hops)
         if spent is not None:
             return spent
-        if not self.svc.pools.single:  # the pool that sends (its events name it)
+        if not self.svc.pools.single or self.svc.pool.warmup is not None:
+            # the pool that sends: its events name it, the guard counts its results
+            # under it (a warming pool's ramp holds on them, warmup.py)
             claim.sending_pool = self.svc.pool.name
         try:
             mail = st.read_inflight(claim)
