@@ -116,7 +116,7 @@ def delivery_service_from_env(
         # local stack) its clients go there too
         dkim_keys = powertools_key_source(**key_clients(storage.s))
     return delivery_service(
-        DeliverySettings.from_env(**({"pool": pool} if pool else {})),
+        DeliverySettings.from_env(pool=pool) if pool else DeliverySettings.from_env(),
         storage,
         credentials=credentials,
         dkim_keys=dkim_keys,
