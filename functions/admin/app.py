@@ -180,6 +180,14 @@ def make_router(api: AdminApi, metrics: Metrics | None = None) -> APIGatewayHttp
         reply = api.suppression("remove", address, query(), None, actor())
         return counted(reply, "unsuppress")
 
+    @router.get("/v1/queue/pools")
+    def pools() -> Response[str]:
+        return _response(api.pools(None))
+
+    @router.get("/v1/queue/pools/<pool>")
+    def pool(pool: str) -> Response[str]:
+        return _response(api.pools(pool))
+
     @router.get("/v1/queue/reputation/<scope>/<target>")
     def reputation(scope: str, target: str) -> Response[str]:
         path = {"scope": scope, "target": target}

@@ -16,7 +16,7 @@ from aws_lambda_powertools.utilities.batch import (
 )
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from mailqueue.compose.aws import delivery_service_from_env
+from mailqueue.compose.aws import delivery_service_from_env, pool_for_source
 from mailqueue.compose.xray import LazyTracer
 from mailqueue.outbound.secrets import powertools_credentials
 from mailqueue.outbound.smtp import lambda_deadline
@@ -30,9 +30,17 @@ metrics = Metrics(namespace="mailqueue", service="delivery")
 
 
 @functools.cache
-def default_service() -> DeliveryService:
-    """Built once per container, on first use (never at import): the AWS adapters."""
-    return delivery_service_from_env(credentials=powertools_credentials)
+def default_service(pool: str | None = None) -> DeliveryService:
+    """Built once per container and egress pool, on first use (never at import): the AWS
+    adapters. `pool`: the pool whose own queue the records come from (outbound/pools.py;
+    its EHLO name, source address and limits), None: the default pool's."""
+    return delivery_service_from_env(credentials=powertools_credentials, pool=pool)
+
+
+def _pool(event: dict[str, Any]) -> str | None:
+    """An invocation's records come from one event source, so from one pool's queue."""
+    records = event.get("Records") or []
+    return pool_for_source(records[0].get("eventSourceARN")) if records else None
 
 
 def handle(event: dict[str, Any], context: LambdaContext, service: DeliveryService) -> Any:
@@ -73,4 +81,7 @@ def handle(event: dict[str, Any], context: LambdaContext, service: DeliveryServi
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> Any:
-    return handle(event, context, default_service())
+    pool = _pool(event)
+    # `default_service()` and `default_service(None)` are two keys of the cache: the
+    # default pool's is always the first, so a container builds it once
+    return handle(event, context, default_service(pool) if pool else default_service())

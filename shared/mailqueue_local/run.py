@@ -104,6 +104,13 @@ def build_parser() -> argparse.ArgumentParser:
         "second) divided by N for each key value of the table and its index; over it a "
         "request is throttled as in AWS (default 100; 0: off)",
     )
+    p.add_argument(
+        "--pools",
+        default="",
+        metavar="local|FILE",
+        help="egress pools (outbound/pools.py): 'local' = transactional mail from 127.0.0.2, "
+        "bulk from 127.0.0.3 (the sink files each mail's peer address); or a pools file",
+    )
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging on the console")
     return p
 
@@ -235,6 +242,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         concurrency=concurrency,
         smtpd=not ns.no_smtpd,
         disabled_triggers=frozenset(ns.disable_trigger),
+        pools=ns.pools,
         progress=lambda step: log.info("start %s", step),
     )
     stack = LocalStack(options)

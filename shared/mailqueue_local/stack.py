@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from mailqueue.core.authz import PERMISSIVE_SENDER_POLICY
+from mailqueue.core.config import ConfigError
 
 from mailqueue_local.gateway import ApiGateway, LocalAuth
 from mailqueue_local.runtime import (
@@ -147,6 +148,11 @@ class StackOptions:
     # queue fills and nothing consumes it (tests that keep what ingress stored in place)
     disabled_triggers: frozenset[str] = frozenset()
     smtpd_receive_port: int = -1
+    # egress pools (outbound/pools.py): "" = the one default pool; "local" = LOCAL_POOLS
+    # (transactional mail from 127.0.0.2, bulk from 127.0.0.3); else a pools file (path
+    # or JSON). Each pool but the default gets the template's PoolN queue and delivery
+    # (EgressPools), and each pool's delivery binds its loopback source address
+    pools: str = ""
     # one line per start step ("moto: …", "resources: …"), for `make run` and `make demo`:
     # the start takes tens of seconds on a loaded machine and should not be silent (issue 44)
     progress: Callable[[str], None] | None = None
@@ -505,6 +511,8 @@ class LocalStack:
             if mode == "cloudformation":
                 raise RuntimeError(f"cannot deploy the template: {reason}")
             log.warning("resources created directly, not from the template: %s", reason)
+            if self.options.pools:
+                raise RuntimeError("egress pools need the template deployed (CloudFormation)")
         from mailqueue.backends.aws.resources import create_resources
 
         res = create_resources(self.clients)
@@ -529,10 +537,12 @@ class LocalStack:
 
         from mailqueue_local import cfn
 
-        out = cfn.deploy_stack(
-            self.endpoint_url,
-            parameters={"Hostname": HOSTNAME, **self.options.template_parameters},
-        )
+        params = {
+            "Hostname": HOSTNAME,
+            **pool_parameters(self.options.pools),
+            **self.options.template_parameters,
+        }
+        out = cfn.deploy_stack(self.endpoint_url, parameters=params)
         sess = boto3.session.Session()
         kw: dict[str, Any] = {"endpoint_url": self.endpoint_url, "region_name": REGION}
         physical: dict[str, str] = {}
@@ -750,6 +760,42 @@ class LocalStack:
 #: pollers than that only contend for the CPU and split batches thinner); the option
 #: (`--concurrency`) sets any value
 LOCAL_CONCURRENCY_DIVISOR = 3
+
+
+# `StackOptions(pools="local")` (make run --pools local): two pools on loopback source
+# addresses, so the sink's peer address says which pool sent a mail
+LOCAL_POOLS: dict[str, Any] = {
+    "version": 1,
+    "pools": {
+        "default": {"addresses": ["127.0.0.2/32"], "bind": "127.0.0.2", "ehlo": "@hostname"},
+        "bulk": {
+            "addresses": ["127.0.0.3/32"],
+            "bind": "127.0.0.3",
+            "ehlo": "bulk.mailqueue.localhost",
+        },
+    },
+    "routing": {"default": "default", "rules": [{"priority": "bulk", "pool": "bulk"}]},
+}
+
+
+def pool_parameters(pools: str) -> dict[str, str]:
+    """The template's pool parameters for a pools file: EgressPools, Pools and the names
+    of the pools other than the default one (at most two: the template's Pool2, Pool3)."""
+    if not pools:
+        return {}
+    from mailqueue.outbound.pools import load_pools
+
+    text = json.dumps(LOCAL_POOLS) if pools == "local" else pools
+    if not text.lstrip().startswith("{"):
+        text = Path(text).read_text()
+    cfg = load_pools(text)  # refused here, with its place and reason, before any deploy
+    extra = [n for n in cfg.pools if n != cfg.default]
+    if len(extra) > 2:
+        raise ConfigError(f"pools: the template takes 3 pools at most, not {len(cfg.pools)}")
+    out = {"EgressPools": str(1 + len(extra)), "Pools": json.dumps(json.loads(text))}
+    for i, name in enumerate(extra, start=2):
+        out[f"Pool{i}Name"] = name
+    return out
 
 
 def trigger_concurrency(t: SqsTrigger, overrides: Mapping[str, int]) -> int:

@@ -29,6 +29,7 @@ SAMPLE = {
     "action": "hold",
     "job_id": "J1",
     "address": "bob@example.net",
+    "pool": "default",
 }
 
 

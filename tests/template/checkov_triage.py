@@ -15,6 +15,10 @@ FUNCTIONS = (
     "SweeperFunction",
     "AdminFunction",
     "EventsFunction",
+    # the added egress pools' delivery functions (EgressPools 2, 3): DeliveryFunction's
+    # twins, with its code, role and settings
+    "Pool2DeliveryFunction",
+    "Pool3DeliveryFunction",
 )
 LOG_GROUPS = tuple(f.replace("Function", "LogGroup") for f in FUNCTIONS) + ("ApiAccessLogGroup",)
 QUEUES = (
@@ -26,6 +30,8 @@ QUEUES = (
     "BounceDeadLetterQueue",
     "EventsFailureQueue",
     "IngressFailureQueue",
+    "Pool2DeliveryQueue",
+    "Pool3DeliveryQueue",
 )
 
 #: check id → (logical ids, why the finding is accepted)
@@ -62,7 +68,7 @@ TRIAGE: dict[str, tuple[tuple[str, ...], str]] = {
         "EventInvokeConfig destination; a function DLQ would duplicate them",
     ),
     "CKV_AWS_117": (
-        tuple(f for f in FUNCTIONS if f != "DeliveryFunction"),
+        tuple(f for f in FUNCTIONS if not f.endswith("DeliveryFunction")),
         "no VPC needed: these reach only AWS APIs over TLS with IAM; the delivery "
         "function runs in one with EgressMode=direct (its sending IPs)",
     ),

@@ -279,7 +279,11 @@ def test_every_function_folder_is_deployed(template: dict[str, Any]) -> None:
         fp = function_props(template, lid)
         m = re.fullmatch(r"functions/([a-z_]+)/", fp["CodeUri"])
         assert m, f"{lid}: CodeUri {fp['CodeUri']}"
-        declared[m.group(1)] = lid
+        if re.fullmatch(r"Pool\d+DeliveryFunction", lid):
+            # an added egress pool's delivery (EgressPools): the delivery code again
+            assert m.group(1) == "delivery", lid
+        else:
+            declared[m.group(1)] = lid
         assert fp["Runtime"] == "python3.12"
         assert fp["Architectures"] == ["arm64"]
         assert fp["Handler"] == "app.handler"
@@ -452,7 +456,9 @@ def test_relay_credentials_are_read_from_secrets_only_by_delivery(template: dict
     for fid, statements in roles(template).items():
         actions = {a for st in statements for a in as_list(st["Action"])}
         secret = {"secretsmanager:GetSecretValue", "ssm:GetParameter"} & actions
-        readers = ("DeliveryFunction", "AdminFunction", "IngressFunction", "DestinationsFunction")
+        # the added egress pools' delivery functions share DeliveryFunction's role
+        readers = ("DeliveryFunction", "AdminFunction", "IngressFunction", "DestinationsFunction",
+                   "Pool2DeliveryFunction", "Pool3DeliveryFunction")  # fmt: skip
         assert bool(secret) == (fid in readers), fid
     # the destinations function reads the webhooks' signing keys only, from the one secret
     # EventWebhookSecretArn names, and only when it names one

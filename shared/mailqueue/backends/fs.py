@@ -49,10 +49,12 @@ from mailqueue.core.model import (
     from_iso,
     mail_id_for_key,
     new_mail_id,
+    pool_of,
     principal_of,
     priority_of,
     to_iso,
     utcnow,
+    wait_item,
 )
 from mailqueue.core.storage import ClaimRefused, InflightMail, PendingCleanup, Transition
 from mailqueue.core.transitions import envelope_digest
@@ -170,6 +172,7 @@ class FsStorage:
             principal=principal_of(item.get("tags")),
             tags=tuple((str(k), str(v)) for k, v in (item.get("tags") or {}).items()),
             reservation=item.get("rsv"),
+            wait=dict(item["wt"]) if item.get("wt") else None,
         )
 
     def _items(self) -> Iterator[dict[str, Any]]:
@@ -245,6 +248,7 @@ class FsStorage:
                 [MailRef(mail_id, g) for g in groups],
                 _ceil_seconds(due - now),
                 priority=priority_of(envelope.tags),
+                pool=pool_of(envelope.tags),
             )
         return answer
 
@@ -417,7 +421,9 @@ class FsStorage:
         t = self._transition(claim, changed, next_attempt_at=next_attempt_at, op=op)
         if t.released and t.group.state == GroupState.QUEUED and self.triggers is not None:
             delay = _ceil_seconds(t.group.next_attempt_at - self.clock())
-            self.triggers.post([claim.ref], delay, priority=claim.group.priority)
+            self.triggers.post(
+                [claim.ref], delay, priority=claim.group.priority, pool=claim.group.pool
+            )
         return t
 
     def read_inflight(self, claim: Claim) -> InflightMail:
@@ -438,6 +444,7 @@ class FsStorage:
         attempt: Attempt | None = None,
         op: dict[str, Any] | None = None,
         reservation: str | None = None,  # "": clear it; None: leave it
+        wait: dict[str, str] | None = None,  # postpone's reason to wait (Group.wait)
     ) -> Transition:
         if claim.released:
             raise LeaseLost("this claim was already released")
@@ -474,6 +481,8 @@ class FsStorage:
                 item["next_at"] = to_iso(next_attempt_at)
             if op is not None:
                 item["op"] = {**op, "at": to_iso(now)}
+            if wait is not None:
+                item["wt"] = wait
             if reservation:
                 item["rsv"] = reservation
             elif reservation is not None:
@@ -508,6 +517,7 @@ class FsStorage:
             tls=tls,
             site=claim.site,
             shaping=claim.shaping,
+            pool=claim.sending_pool,
         )
 
     def _hand_to_bounce(self, ref: MailRef) -> None:
@@ -525,7 +535,12 @@ class FsStorage:
                 return
             except MailqueueError:
                 pass
-        self.triggers.post([claim.ref], delay_seconds, priority=claim.group.priority)
+        self.triggers.post(
+            [claim.ref],
+            delay_seconds,
+            priority=claim.group.priority,
+            pool=claim.hand_to or claim.group.pool,
+        )
 
     def send_done(
         self, claim: Claim, rids: Sequence[str], result: Result, *, tls: bool = False
@@ -547,7 +562,12 @@ class FsStorage:
         return t.group
 
     def postpone(
-        self, claim: Claim, delay_seconds: int, *, reservation: str | None = None
+        self,
+        claim: Claim,
+        delay_seconds: int,
+        *,
+        reservation: str | None = None,
+        wait: Result | None = None,
     ) -> Group:
         until = self.clock() + timedelta(seconds=delay_seconds)
         t = self._transition(
@@ -555,6 +575,7 @@ class FsStorage:
             {r.rid: r.with_(state=RecipientState.QUEUED) for r in claim.unresolved()},
             next_attempt_at=max(claim.group.next_attempt_at, until),
             reservation=reservation or "",
+            wait=wait_item(wait, self.clock(), until),
         )
         self._rearm(claim, delay_seconds)
         return t.group

@@ -152,6 +152,7 @@ class QueueTriggers:
         delay_seconds: int = 0,
         *,
         priority: Priority = Priority.TRANSACTIONAL,
+        pool: str = "",
     ) -> None:
         for ref in refs:
             self.queue.send(trigger_body(ref), delay_seconds)
@@ -233,6 +234,54 @@ class MemorySuspensionStore:
         with self._lock:
             self.requests += 1
             return self._items.pop((scope, target), None)
+
+
+class MemoryBudgetCounters:
+    """`BudgetCounters` (outbound/warmup.py) in a dict, one lock: atomic in one process."""
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self._n: dict[str, int] = {}
+        self._ramps: dict[str, tuple[str, int]] = {}
+        self._lock = threading.Lock()
+
+    def take(self, key: str, limit: int, ttl: float) -> bool:
+        with self._lock:
+            self.requests += 1
+            if self._n.get(key, 0) >= limit:
+                return False
+            self._n[key] = self._n.get(key, 0) + 1
+            return True
+
+    def give_back(self, key: str) -> None:
+        with self._lock:
+            self.requests += 1
+            if self._n.get(key, 0) > 0:
+                self._n[key] -= 1
+
+    def add(self, key: str, n: int, ttl: float) -> None:
+        with self._lock:
+            self.requests += 1
+            self._n[key] = self._n.get(key, 0) + n
+
+    def get(self, keys: Sequence[str]) -> dict[str, int]:
+        with self._lock:
+            self.requests += 1
+            return {k: self._n[k] for k in keys if k in self._n}
+
+    def ramp(self, pool: str) -> tuple[str, int] | None:
+        with self._lock:
+            self.requests += 1
+            return self._ramps.get(pool)
+
+    def set_ramp(self, pool: str, day: str, step: int, expected: str | None) -> bool:
+        with self._lock:
+            self.requests += 1
+            cur = self._ramps.get(pool)
+            if (cur[0] if cur else None) != expected:
+                return False
+            self._ramps[pool] = (day, step)
+            return True
 
 
 class MemoryJobStore:
@@ -417,6 +466,7 @@ class InProcess:
     mta_sts_cache: MemoryPolicyCache
     reputation: MemoryReputationStore = field(default_factory=MemoryReputationStore)
     reputation_events: list[dict[str, Any]] = field(default_factory=list)
+    budgets: MemoryBudgetCounters = field(default_factory=MemoryBudgetCounters)
 
     @classmethod
     def new(cls, visibility_timeout: float = 60.0) -> InProcess:
@@ -446,6 +496,7 @@ class InProcess:
             shaping=self.shaping,
             reputation=self.reputation,
             reputation_events=self.reputation_events.append,
+            budgets=self.budgets,
         )
 
 

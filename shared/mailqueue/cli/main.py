@@ -36,6 +36,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol, TextIO
 
 from mailqueue.cli import doctor as cli_doctor
+from mailqueue.cli import pool as cli_pool
 from mailqueue.cli import suppress as cli_suppress
 from mailqueue.cli import suspend as cli_suspend
 from mailqueue.cli.common import (  # noqa: F401 (the exit codes are part of the CLI's API)
@@ -664,6 +665,7 @@ COMMANDS: dict[str, Callable[[Client, argparse.Namespace, TextIO, TextIO], int]]
     "doctor": cli_doctor.cmd_doctor,
     "suppression": cli_suppress.cmd_suppression,
     **cli_suspend.COMMANDS,
+    **cli_pool.COMMANDS,
     **dict.fromkeys(ACTIONS, cmd_action),
 }
 
@@ -774,6 +776,7 @@ def build_parser() -> argparse.ArgumentParser:
     cli_doctor.add_parser(sub, common)
     cli_suppress.add_parser(sub, common)
     cli_suspend.add_parsers(sub, common)
+    cli_pool.add_parsers(sub, common)
     return parser
 
 

@@ -49,6 +49,27 @@ def build_admin(
         suppressions=DynamoSuppressionStore(clients.dynamodb, table),
         suspensions=DynamoSuspensionStore(clients.dynamodb, table),
         reputation=reputation_api(settings, clients, clock),
+        pools=pools_api(settings, clients, clock),
+    )
+
+
+def pools_api(settings: AdminSettings, clients: Any, clock: Callable[[], datetime]) -> Any:
+    """The /pools routes: the pools file, the warm-up counters in the state table."""
+    from mailqueue.backends.aws.budget_store import DynamoBudgetCounters
+    from mailqueue.compose.aws import reputation_guard
+    from mailqueue.outbound.pools import load_pools
+    from mailqueue.services.admin.pools import PoolsApi
+
+    table = settings.storage.table
+    guard = reputation_guard(clients.dynamodb, table, settings.reputation_thresholds)
+    return PoolsApi(
+        load_pools(settings.pools),
+        DynamoBudgetCounters(clients.dynamodb, table),
+        DynamoSuspensionStore(clients.dynamodb, table),
+        clock,
+        queues=settings.storage.pool_queues(),
+        # the ramp's hold: each pool's standing in the guard's counters (warmup.py)
+        standing=lambda name: guard.standing("pool", name),
     )
 
 

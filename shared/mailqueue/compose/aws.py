@@ -49,8 +49,11 @@ def delivery_ports(storage: AwsStorage, settings: DeliverySettings) -> DeliveryP
         from mailqueue.backends.aws.shaping_store import DynamoShapingStore
 
         extra["shaping"] = DynamoShapingStore(ddb, table)
-    if settings.reputation or settings.list_unsubscribe_url or settings.return_path_policy:
-        # the counters, or only the origins late feedback needs (reputation.Origin)
+    warming = any(p.warmup is not None for p in settings.pool_config().pools.values())
+    feedback = bool(settings.list_unsubscribe_url or settings.return_path_policy)
+    if settings.reputation or warming or feedback:
+        # the counters, or only the origins late feedback needs (reputation.Origin); a
+        # warming pool's ramp reads the guard's counts
         from mailqueue.backends.aws.reputation_store import (
             DynamoReputationStore,
             OutboxReputationEvents,
@@ -58,6 +61,10 @@ def delivery_ports(storage: AwsStorage, settings: DeliverySettings) -> DeliveryP
 
         extra["reputation"] = DynamoReputationStore(ddb, table)
         extra["reputation_events"] = OutboxReputationEvents(ddb, table)
+    if warming:
+        from mailqueue.backends.aws.budget_store import DynamoBudgetCounters
+
+        extra["budgets"] = DynamoBudgetCounters(ddb, table)
     if not extra:
         return ports
     from dataclasses import replace
@@ -70,6 +77,7 @@ def delivery_service(settings: DeliverySettings, storage: AwsStorage, **kw: Any)
     the container's DNS cache (outbound/dnscache.py), built here once per container."""
     from mailqueue.services.delivery import DeliveryService
 
+    kw.setdefault("pool_queues", tuple(storage.s.pool_queues()))
     kw.setdefault("dns_cache", settings.dns_cache())
     return DeliveryService(settings, storage, ports=delivery_ports(storage, settings), **kw)
 
@@ -94,9 +102,13 @@ def _storage_from_env() -> AwsStorage:
 
 
 def delivery_service_from_env(
-    credentials: CredentialsProvider | None = None, dkim_keys: KeySource | None = None
+    credentials: CredentialsProvider | None = None,
+    dkim_keys: KeySource | None = None,
+    pool: str | None = None,
 ) -> DeliveryService:
-    """The delivery function's service: settings from the environment."""
+    """The delivery function's service: settings from the environment; `pool`: the egress
+    pool it sends for (the pool whose queue the records come from; None: MQ_POOL, else
+    the default pool)."""
     from mailqueue.outbound.dkim import powertools_key_source
     from mailqueue.services.delivery import DeliverySettings
 
@@ -106,12 +118,17 @@ def delivery_service_from_env(
         # local stack) its clients go there too
         dkim_keys = powertools_key_source(**key_clients(storage.s))
     return delivery_service(
-        DeliverySettings.from_env(),
+        DeliverySettings.from_env(pool=pool) if pool else DeliverySettings.from_env(),
         storage,
         credentials=credentials,
         dkim_keys=dkim_keys,
         return_path_keys=dkim_keys,  # the same cached secret source (outbound/returnpath.py)
     )
+
+
+def pool_for_source(source_arn: str | None) -> str | None:
+    """The egress pool of an SQS event source (its queue in MQ_POOL_QUEUE_URLS)."""
+    return settings_from_env(StorageSettings).pool_for_source(source_arn)
 
 
 def bounce_service_from_env() -> BounceService:

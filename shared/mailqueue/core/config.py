@@ -6,6 +6,7 @@ factory, once per container, and tests pass values explicitly.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
@@ -99,6 +100,10 @@ class StorageSettings:
     # the bulk delivery path (template: BulkDeliveryQueue); "" = bulk mail shares the
     # delivery queue (one path, as before priorities)
     bulk_delivery_queue_url: str = ""
+    # egress pools (outbound/pools.py): {"pool": "queue URL"} for each pool with a
+    # delivery queue (and function) of its own; a mail's triggers go to its pool's
+    # queue, a pool not named here (the default one) uses the priority's queue
+    pool_queue_urls: str = ""
     # Shards of the state index's partition key (`st` = "<state>#<shard>", the shard a
     # hash of the mail id): one key value is one partition (1,000 write units a second),
     # so each state's writes are spread over this many. 64 keeps each under half of that
@@ -144,12 +149,50 @@ class StorageSettings:
             self.bounce_queue_url,
         ):
             raise ConfigError("bulk_delivery_queue_url must be a queue of its own")
+        pool_urls = self.pool_queues()
+        shared = set(pool_urls.values()) & {
+            self.delivery_queue_url,
+            self.bulk_delivery_queue_url,
+            self.bounce_queue_url,
+        }
+        if shared or len(set(pool_urls.values())) != len(pool_urls):
+            raise ConfigError("pool_queue_urls: each pool's delivery queue must be its own")
 
-    def queue_url(self, priority: str) -> str:
-        """The delivery queue of a priority (`mailqueue.core.model.Priority`)."""
+    def pool_queues(self) -> dict[str, str]:
+        """`pool_queue_urls` parsed: pool name -> queue URL."""
+        if not self.pool_queue_urls.strip():
+            return {}
+        try:
+            doc = json.loads(self.pool_queue_urls)
+        except ValueError as e:
+            raise ConfigError(f"pool_queue_urls: not JSON: {e}") from e
+        if not isinstance(doc, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) and v for k, v in doc.items()
+        ):
+            raise ConfigError('pool_queue_urls: an object {"pool": "queue URL"}')
+        return dict(doc)
+
+    def queue_url(self, priority: str, pool: str = "") -> str:
+        """The delivery queue of a pool with its own, else of a priority
+        (`mailqueue.core.model.Priority`)."""
+        if pool:
+            url = self.pool_queues().get(pool)
+            if url:
+                return url
         if priority == "bulk" and self.bulk_delivery_queue_url:
             return self.bulk_delivery_queue_url
         return self.delivery_queue_url
+
+    def pool_for_source(self, source_arn: str | None) -> str | None:
+        """The egress pool whose own delivery queue an SQS record came from (None: one of
+        the priority queues, served by the default pool's delivery)."""
+        if not source_arn:
+            return None
+        name = source_arn.rsplit(":", 1)[-1]
+        for pool, url in self.pool_queues().items():
+            if url.rstrip("/").rsplit("/", 1)[-1] == name:
+                return pool
+        return None
 
     def queue_for_source(self, source_arn: str | None) -> str | None:
         """The delivery queue an SQS record came from (its eventSourceARN names the queue;
@@ -157,7 +200,11 @@ class StorageSettings:
         if not source_arn:
             return None
         name = source_arn.rsplit(":", 1)[-1]
-        for url in (self.delivery_queue_url, self.bulk_delivery_queue_url):
+        for url in (
+            self.delivery_queue_url,
+            self.bulk_delivery_queue_url,
+            *self.pool_queues().values(),
+        ):
             if url and url.rstrip("/").rsplit("/", 1)[-1] == name:
                 return url
         return None

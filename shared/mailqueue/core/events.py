@@ -34,6 +34,8 @@ OPERATOR_EVENT = f"{NAMESPACE}:Operator"
 #: one-click unsubscribe (SES's Subscription event); reputation pauses (ours, no `mail`)
 SUBSCRIPTION_EVENT = "Subscription"
 REPUTATION_EVENT = f"{NAMESPACE}:Reputation"
+#: the egress pool that sent (an attempt's; `mailqueue:pool` is the one routed at enqueue)
+SENDING_POOL_TAG = f"{NAMESPACE}:sending-pool"
 #: SES's own value where SES has one: its Reject object's reason is "Bad content" for a
 #: virus (https://docs.aws.amazon.com/ses/latest/dg/event-publishing-retrieving-sns-contents.html,
 #: "Reject object": the only value SES uses); others are ours, namespaced "mailqueue:".
@@ -309,13 +311,15 @@ class QueueEvent:
                 drec["diagnosticCode"] = diagnostic_code(r)
             doc["deliveryDelay"] = {
                 "timestamp": ts,
-                "delayType": delay_type(r),
+                "delayType": self.extra.get("delay_type") or delay_type(r),
                 "expirationTime": self.extra.get("expiration_time"),
                 "delayedRecipients": [drec],
                 "reportingMTA": f"dns; {reporting}",
             }
             if self.extra.get("next_attempt_at"):
                 ours["nextAttemptAt"] = self.extra["next_attempt_at"]
+            if self.extra.get("wait"):  # a wait without an attempt (an egress pool's)
+                ours["wait"] = self.extra["wait"]
         elif self.event_type == "Reject":
             reason = str(self.extra.get("reason") or "unspecified")
             doc["reject"] = {"reason": SES_REJECT_REASONS.get(reason, f"{NAMESPACE}:{reason}")}
@@ -352,6 +356,12 @@ class QueueEvent:
                 ours["attempt"]["site"] = a.site
             if a.shaping is not None:
                 ours["attempt"]["shaping"] = a.shaping
+            if a.pool is not None:
+                # the egress pool that made the attempt (SES names a configuration set's
+                # dedicated IP pool `SendingPoolName`; its events have no field for it,
+                # so ours is here and in mail.tags, where a consumer filters by tag)
+                ours["attempt"]["sendingPoolName"] = a.pool
+                doc["mail"]["tags"][SENDING_POOL_TAG] = [a.pool]
         doc[NAMESPACE] = ours
         return doc
 

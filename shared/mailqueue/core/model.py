@@ -126,6 +126,31 @@ PRIORITY_TAG = "mailqueue:priority"
 
 PRINCIPAL_TAG = "mailqueue:principal"
 
+# The egress pool chosen at enqueue (outbound/pools.py): a tag like the priority, so it
+# is on every item of the mail and in every event's mail.tags (SES names a dedicated IP
+# pool `sendingPoolName` in a configuration set's DeliveryOptions; its events carry the
+# configuration set in mail.tags). Absent: the default pool (mail from before pools).
+POOL_TAG = "mailqueue:pool"
+
+
+def wait_item(wait: Result | None, now: datetime, until: datetime) -> dict[str, str] | None:
+    """A group's `wait` as stored (Group.wait): the reason, when it was written, until
+    when (None: no reason given, nothing stored)."""
+    if wait is None:
+        return None
+    return {
+        "status": wait.status,
+        "text": wait.text,
+        "at": to_iso(now) or "",
+        "until": to_iso(until) or "",
+    }
+
+
+def pool_of(tags: Any) -> str:
+    """A mail's egress pool from its tags ("" when none: the default pool)."""
+    items = tags.items() if isinstance(tags, dict) else (tags or ())
+    return next((str(v) for name, v in items if name == POOL_TAG), "")
+
 
 def principal_of(tags: Any) -> str:
     """The submitting principal from a mail's tags ("" when unknown: DSNs, old mail)."""
@@ -216,6 +241,9 @@ class Attempt:
     tls: bool = False
     site: str | None = None  # the traffic-shaping site (shaping.py), when shaping is on
     shaping: str | None = None  # "<rule id>:<actions>" of a backoff rule this attempt hit
+    # the egress pool whose delivery made the attempt (outbound/pools.py): the routed
+    # one of the `mailqueue:pool` tag, or the one its warm-up overflowed to
+    pool: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         out = {
@@ -230,6 +258,8 @@ class Attempt:
             out["site"] = self.site
         if self.shaping is not None:
             out["shaping"] = self.shaping
+        if self.pool is not None:
+            out["pool"] = self.pool
         return out
 
     @classmethod
@@ -246,6 +276,7 @@ class Attempt:
             tls=bool(d.get("tls", False)),
             site=d.get("site"),
             shaping=d.get("shaping"),
+            pool=d.get("pool"),
         )
 
 
@@ -392,6 +423,10 @@ class Group:
     # a traffic-shaping slot booked for this group when it was postponed (opaque to
     # storage; outbound.shaping.Reservation reads it): it comes back and sends, no poll
     reservation: str | None = None
+    # why the group last waited without an attempt (a pool paused or missing, a warm-up
+    # day's budget spent: services/delivery.py), as {"status", "text", "at", "until"};
+    # the event log makes a DeliveryDelay of each new one (attempts are not counted)
+    wait: dict[str, str] | None = field(default=None, compare=False)
     # where the backend's index orders this group, when that may lag `next_attempt_at`
     # (AwsStorage: the `by_state` entry's `due`; opaque to the core, not compared)
     index_due: datetime | None = field(default=None, compare=False)
@@ -399,6 +434,11 @@ class Group:
     @property
     def ref(self) -> MailRef:
         return MailRef(self.mail_id, self.key)
+
+    @property
+    def pool(self) -> str:
+        """The egress pool chosen at enqueue (its `mailqueue:pool` tag; "": default)."""
+        return pool_of(self.tags)
 
     @property
     def attempts(self) -> int:
@@ -481,9 +521,13 @@ class Claim:
     number: int = 0  # this attempt's number, fixed at claim time (0: derive from the group)
     site: str | None = None  # traffic-shaping site, recorded on the attempt
     shaping: str | None = None  # backoff rule hit by this attempt, recorded on the attempt
+    sending_pool: str | None = None  # the egress pool sending it, recorded on the attempt
     # the queue (URL) the receipt handle belongs to, from the record's eventSourceARN;
     # None: the group's own priority queue
     receipt_queue: str | None = None
+    # a fresh trigger for this claim (no receipt to re-arm) goes to this egress pool's
+    # queue instead of the group's own (delivery hands a group to another pool)
+    hand_to: str | None = None
     # the content, when the storage returned it with the claim (a solo mail on AWS): the
     # attempt then reads nothing more
     content: bytes | None = field(default=None, repr=False)

@@ -30,9 +30,11 @@ class Triggers(Protocol):
         delay_seconds: int = 0,
         *,
         priority: Priority = Priority.TRANSACTIONAL,
+        pool: str = "",
     ) -> None:
-        """New triggers for these groups of one `priority`, due after `delay_seconds`
-        (the adapter may cap the delay; an early receipt is re-armed by delivery)."""
+        """New triggers for these groups of one `priority` and egress `pool` ("": the
+        default), due after `delay_seconds` (the adapter may cap the delay; an early
+        receipt is re-armed by delivery). The pool's own queue when it has one."""
         ...
 
     def queue_of(self, source: str | None) -> str | None:

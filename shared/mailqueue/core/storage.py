@@ -248,12 +248,19 @@ class QueueStorage(Storage, Protocol):
         ...
 
     def postpone(
-        self, claim: Claim, delay_seconds: int, *, reservation: str | None = None
+        self,
+        claim: Claim,
+        delay_seconds: int,
+        *,
+        reservation: str | None = None,
+        wait: Result | None = None,
     ) -> Group:
         """Give a claimed group back untried for `delay_seconds`: no attempt, no event;
         its trigger comes back after the delay (traffic shaping, suspensions).
         `reservation`: kept with the group (its `reservation` on the next claim),
-        replacing any earlier one; None clears it. Same request as without."""
+        replacing any earlier one; None clears it. Same request as without.
+        `wait`: why it waits (kept as the group's `wait`, in the same write): still no
+        attempt, but the event log makes it a DeliveryDelay (an egress pool's wait)."""
         ...
 
     def dsn_sent(self, ref: MailRef, rids: Sequence[str], kind: str) -> Transition | None:

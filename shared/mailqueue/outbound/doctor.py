@@ -74,6 +74,8 @@ class DoctorInput:
     sender_domains: tuple[str, ...] = ()  # more domains (without DKIM keys)
     dkim_key_prefix: str = "mailqueue/"
     key_store: str = "secretsmanager"  # or ssm
+    # the other egress pools (outbound/pools.py): (name, EHLO name, its addresses)
+    pools: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
 
     @property
     def domains(self) -> list[str]:
@@ -99,6 +101,11 @@ class DoctorSettings:
     # the local stack (MQ_LOCAL_STACK): it publishes no DNS, so the checks are skipped
     # with a plain word instead of failing against the machine's resolver
     local_stack: bool = False
+    # egress pools (outbound/pools.py): the pools file, and the NAT addresses of each
+    # added pool whose file entry says "@nat" ("pool=ip,ip;pool2=ip": the stack's
+    # PoolSendingIps); every pool but the default one is checked under its own EHLO name
+    pools: str = ""
+    pool_sending_ips: str = ""
 
     def __post_init__(self) -> None:
         self.input()  # fail fast on malformed settings
@@ -131,6 +138,7 @@ class DoctorSettings:
         if self.dkim_key_store not in ("secretsmanager", "ssm"):
             raise ConfigError("dkim_key_store must be secretsmanager or ssm")
         return DoctorInput(
+            pools=self._pools(),
             ehlo=self.hostname.lower().rstrip("."),
             sending_ips=tuple(str(ipaddress.ip_address(i)) for i in ips),
             dkim={k.lower().rstrip("."): tuple(v) for k, v in dkim.items()},
@@ -138,6 +146,32 @@ class DoctorSettings:
             dkim_key_prefix=self.dkim_key_prefix,
             key_store=self.dkim_key_store,
         )
+
+    def _pools(self) -> tuple[tuple[str, str, tuple[str, ...]], ...]:
+        from mailqueue.outbound.pools import NAT, load_pools
+
+        nat: dict[str, list[str]] = {}
+        for part in self.pool_sending_ips.split(";"):
+            name, sep, ips = part.strip().partition("=")
+            if not part.strip():
+                continue
+            if not sep:
+                raise ConfigError(f"pool_sending_ips: {part!r} is not pool=ip,ip")
+            try:
+                nat[name] = [str(ipaddress.ip_address(i.strip())) for i in ips.split(",") if i]
+            except ValueError as e:
+                raise ConfigError(f"pool_sending_ips: {e}") from e
+        cfg = load_pools(self.pools)
+        out = []
+        for p in cfg.pools.values():
+            if p.name == cfg.default and p.ehlo_name(self.hostname) == self.hostname:
+                continue  # the default pool: the checks above (sending_ips, hostname)
+            if p.addresses == (NAT,):
+                addrs = nat.get(p.name, [])
+            else:
+                addrs = [str(a) for n in p.networks() for a in list(n)[:256]]
+            out.append((p.name, p.ehlo_name(self.hostname).lower(), tuple(addrs)))
+        return tuple(out)
 
     def resolver(self) -> dns.resolver.Resolver:
         """The run's resolver, through a cache of its own (dnscache.py): the SPF includes
@@ -441,6 +475,12 @@ def _run(inp: DoctorInput, resolver: dns.resolver.Resolver, keys: KeySource) -> 
     for ip in inp.sending_ips:
         out.extend(check_fcrdns(ip, inp.ehlo, resolver))
     out.append(check_spf(inp.ehlo, inp.sending_ips, resolver, ehlo=inp.ehlo, helo_identity=True))
+    for name, ehlo, ips in inp.pools:  # each egress pool: its addresses under its name
+        if not ips:
+            out.append(Finding("fcrdns", f"pool {name}", False, "no sending IPs (PoolSendingIps)"))
+        for ip in ips:
+            out.extend(check_fcrdns(ip, ehlo, resolver))
+        out.append(check_spf(ehlo, ips, resolver, ehlo=ehlo, helo_identity=True))
     for domain in inp.domains:
         out.append(check_spf(domain, inp.sending_ips, resolver, ehlo=inp.ehlo))
         selectors = inp.dkim.get(domain, ())

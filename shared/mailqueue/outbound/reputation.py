@@ -60,8 +60,12 @@ from mailqueue.outbound.suspensions import MAX_SECONDS, Suspension, SuspensionSt
 
 log = logging.getLogger(__name__)
 
-RepScope = Literal["principal", "sender_domain"]
-REP_SCOPES: tuple[RepScope, ...] = ("principal", "sender_domain")
+RepScope = Literal["principal", "sender_domain", "pool"]
+REP_SCOPES: tuple[RepScope, ...] = ("principal", "sender_domain", "pool")
+# scopes a "pause" verdict suspends: an egress pool's is judged (its warm-up stops
+# ramping, outbound/warmup.py; a review event) but not suspended, since that would stop
+# every sender's mail for one sender's list, whose own scopes are paused already
+PAUSE_SCOPES: tuple[RepScope, ...] = ("principal", "sender_domain")
 ACTOR = "reputation"
 EVENT_TYPE = REPUTATION_EVENT
 FeedbackKind = Literal["bounce", "soft_bounce", "complaint", "unsubscribe"]
@@ -288,9 +292,10 @@ def rep_key(scope: RepScope, target: str) -> str:
     return f"{scope}#{principal_key(target) if scope == 'principal' else target}"
 
 
-def targets(principal: str, sender: str) -> list[tuple[RepScope, str]]:
-    """The keys a mail counts under: its principal and its sender's domain."""
-    out: list[tuple[RepScope, str]] = []
+def targets(principal: str, sender: str, pool: str = "") -> list[tuple[RepScope, str]]:
+    """The keys a mail counts under: its principal, its sender's domain and the egress
+    pool that sent it (when there are pools)."""
+    out: list[tuple[RepScope, str]] = [("pool", pool)] if pool else []
     if principal:
         out.append(("principal", principal))
     domain = sender.rpartition("@")[2].lower().rstrip(".")
@@ -391,22 +396,33 @@ class ReputationGuard:
     # off: guards are off (no counts, no verdicts); the guard only keeps and finds origins,
     # which late events need for their `mail` (sender, arrival) whatever the guards say
     counting: bool = True
+    # the scopes counted (a guard kept only for the pools' warm-up counts: ("pool",))
+    scopes: tuple[RepScope, ...] = REP_SCOPES
     _pending: dict[tuple[RepScope, str], Counts] = field(default_factory=dict)
     _origins: list[Origin] = field(default_factory=list)
     _judged_at: dict[tuple[RepScope, str], float] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def note(
-        self, principal: str, sender: str, counts: Counts, *, origin: Origin | None = None
+        self,
+        principal: str,
+        sender: str,
+        counts: Counts,
+        pool: str = "",
+        *,
+        origin: Origin | None = None,
     ) -> None:
-        """Count a group's results (written by flush); with `origin` and `remember`, keep
-        the finished mail's origin for the feedback that may come later."""
+        """Count a group's results (written by flush) under the scopes kept; with `origin`
+        and `remember`, keep the finished mail's origin for the feedback that may come
+        later."""
         with self._lock:
             if origin is not None and self.remember:
                 self._origins.append(origin)
             if not counts or not self.counting:
                 return
-            for k in targets(principal, sender):
+            for k in targets(principal, sender, pool):
+                if k[0] not in self.scopes:
+                    continue
                 self._pending.setdefault(k, Counts()).add(counts)
 
     def bucket(self, now: float) -> int:
@@ -451,7 +467,10 @@ class ReputationGuard:
         """Judge one key; pause it (a suspension) or flag it for review (an event)."""
         s = self.standing(scope, target)
         now = self.clock()
-        if s.verdict == "pause":
+        if s.verdict == "pause" and scope not in PAUSE_SCOPES:
+            log.warning("reputation review", extra={"scope": scope, "reason": s.reason})
+            self._emit(reputation_event("review", scope, target, now, standing=s))
+        elif s.verdict == "pause":
             held = [
                 x
                 for x in self.suspensions.all()
@@ -509,10 +528,13 @@ def record_feedback(
     sender_domain: str,
     kind: FeedbackKind,
     n: int = 1,
+    pool: str = "",
 ) -> list[Standing]:
     """Feedback that arrives after delivery: counted against the principal and the sender
-    domain at once, written and judged now (a report is its own invocation)."""
-    guard.note(principal, f"@{sender_domain}", feedback_counts([kind] * n))
+    domain at once, and the egress pool that sent the mail (`pool`: its attempt's, else its
+    `mailqueue:pool` tag) so a warming pool's ramp holds on it; written and judged now (a
+    report is its own invocation)."""
+    guard.note(principal, f"@{sender_domain}", feedback_counts([kind] * n), pool)
     return guard.flush()
 
 
@@ -567,7 +589,7 @@ def parse_rep_scope(value: Any) -> RepScope:
     from mailqueue.core.errors import InvalidInput
 
     if value not in REP_SCOPES:
-        raise InvalidInput("invalid_scope", "scope must be principal|sender_domain", "scope")
+        raise InvalidInput("invalid_scope", "scope must be principal|sender_domain|pool", "scope")
     return value  # type: ignore[no-any-return]
 
 

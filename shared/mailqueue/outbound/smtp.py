@@ -598,6 +598,10 @@ class SmtpClient:
     ``hostname`` is what we say in EHLO (should have forward and reverse DNS).
     ``credentials`` resolves a route's ``secretsmanager:``/``ssm:`` reference.
     ``pool`` None: every session is closed after its transaction.
+    ``source_address``: the local address every connection binds (an egress pool's,
+    outbound/pools.py; the local stack's 127.0.0.x per pool). None: the system's choice
+    (on AWS the pool is its subnets' NAT gateways, no bind needed). A hop of the other
+    address family is not tried from a wrong address: it fails temporarily.
     """
 
     def __init__(
@@ -609,9 +613,11 @@ class SmtpClient:
         *,
         credentials: CredentialsProvider | None = None,
         max_sessions: int = 2,
+        source_address: str | None = None,
     ) -> None:
         if not hostname or not hostname.isascii() or any(c.isspace() for c in hostname):
             raise ValueError(f"invalid EHLO hostname {hostname!r}")
+        self.source_address = source_address
         if max_sessions < 1:
             raise ValueError("max_sessions must be >= 1")
         self.hostname = hostname
@@ -775,8 +781,20 @@ class SmtpClient:
         seconds = clock.phase(self.timeouts.connect)
         if seconds <= 0:
             raise _HopFailed(connect_failure(f"connect to {hop.name}: deadline reached", hop.host))
+        source = None
+        if self.source_address is not None:
+            if (":" in self.source_address) != (":" in hop.address):
+                raise _HopFailed(
+                    connect_failure(
+                        f"connect to {hop.name}: no source address of its family in the pool",
+                        hop.host,
+                    )
+                )
+            source = (self.source_address, 0)
         try:
-            sock = socket.create_connection((hop.address, hop.port), timeout=seconds)
+            sock = socket.create_connection(
+                (hop.address, hop.port), timeout=seconds, source_address=source
+            )
             # commands and the final dot are small writes: without NODELAY, Nagle holds
             # each behind the peer's delayed ACK (~40 ms per transaction)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

@@ -25,10 +25,13 @@ from typing import Any, Literal, Protocol
 from mailqueue.core.errors import InvalidInput
 from mailqueue.core.trace import principal_key
 
-Scope = Literal["site", "domain", "sender_domain", "principal"]
-SCOPES: tuple[Scope, ...] = ("site", "domain", "sender_domain", "principal")
+Scope = Literal["site", "domain", "sender_domain", "principal", "pool"]
+SCOPES: tuple[Scope, ...] = ("site", "domain", "sender_domain", "principal", "pool")
 MAX_SECONDS = 30 * 86400
 _TARGET = re.compile(r"^[a-z0-9][a-z0-9._:,*-]{0,199}$")
+# an egress pool (outbound/pools.py), or a site in one pool: "<pool>|<site>"
+_POOL = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
+_POOL_SITE = re.compile(r"^[a-z][a-z0-9-]{0,30}\|[a-z0-9][a-z0-9._:,*-]{0,199}$")
 # a principal is an IAM ARN (case kept; reputation.py pauses one automatically)
 _PRINCIPAL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/@+=,*-]{0,499}$")
 
@@ -46,6 +49,12 @@ def parse_target(value: Any, scope: Scope | None = None) -> str:
             raise InvalidInput("invalid_target", "a principal (IAM ARN)", "target")
         return p
     t = value.strip().lower().rstrip(".") if isinstance(value, str) else ""
+    if scope == "pool":
+        if not _POOL.match(t):
+            raise InvalidInput("invalid_target", "an egress pool name", "target")
+        return t
+    if scope == "site" and _POOL_SITE.match(t):
+        return t  # a site in one pool
     if not _TARGET.match(t):
         raise InvalidInput("invalid_target", "a site or domain name (lower case)", "target")
     return t
@@ -86,15 +95,22 @@ def matching(
     sender_domain: str,
     site: str | None,
     principal: str = "",
+    pool: str = "",
 ) -> Suspension | None:
-    """The active suspension that holds a group (the one ending last), if any. A
-    principal is compared by its digest (core/trace.principal_key): a suspension naming
-    the ARN holds mail whose tag holds the digest (trace_private on) and the reverse."""
+    """The active suspension that holds a group (the one ending last), if any: a site
+    suspension holds it in every pool, a "<pool>|<site>" one in that egress pool only,
+    a pool suspension everything the pool sends. A principal is compared by its digest
+    (core/trace.principal_key): a suspension naming the ARN holds mail whose tag holds the
+    digest (trace_private on) and the reverse."""
     keys = {("domain", domain.lower()), ("sender_domain", sender_domain.lower())}
     if principal:
         keys.add(("principal", principal_key(principal)))
+    if pool:
+        keys.add(("pool", pool))
     if site:
         keys.add(("site", site))
+        if pool:
+            keys.add(("site", f"{pool}|{site}"))
 
     def key(s: Suspension) -> tuple[str, str]:
         return (s.scope, principal_key(s.target) if s.scope == "principal" else s.target)
@@ -137,7 +153,13 @@ class SuspensionCache:
             return self._items
 
     def find(
-        self, *, domain: str, sender_domain: str, site: str | None, principal: str = ""
+        self,
+        *,
+        domain: str,
+        sender_domain: str,
+        site: str | None,
+        principal: str = "",
+        pool: str = "",
     ) -> Suspension | None:
         return matching(
             self.current(),
@@ -146,6 +168,7 @@ class SuspensionCache:
             sender_domain=sender_domain,
             site=site,
             principal=principal,
+            pool=pool,
         )
 
     def forget(self) -> None:

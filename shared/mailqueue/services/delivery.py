@@ -20,7 +20,7 @@ import math
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -59,7 +59,17 @@ from mailqueue.outbound.dnscache import DEFAULT_MIN_TTL as DNS_CACHE_MIN_TTL
 from mailqueue.outbound.dnscache import DnsCache
 from mailqueue.outbound.dnscache import check_limits as check_dns_cache
 from mailqueue.outbound.mtasts import Mode, MtaSts, PolicyCache, explain
+from mailqueue.outbound.pools import (
+    PoolConfig,
+    load_pools,
+    pool_backoff,
+    pool_rules,
+    shaping_key,
+    split_key,
+    total_key,
+)
 from mailqueue.outbound.reputation import (
+    REP_SCOPES,
     Origin,
     ReputationEvents,
     ReputationGuard,
@@ -106,6 +116,7 @@ from mailqueue.outbound.suppression import (
     parse_statuses,
 )
 from mailqueue.outbound.suspensions import SuspensionCache, SuspensionStore
+from mailqueue.outbound.warmup import BudgetCounters, WarmupGate
 
 if TYPE_CHECKING:
     import dns.resolver
@@ -214,6 +225,11 @@ class DeliverySettings:
     list_unsubscribe_kid: str = ""
     list_unsubscribe_key_name: str = ""  # Secrets Manager name (unsubscribe.keys_from_secret)
     list_unsubscribe_mailto: str = ""
+    # egress pools (outbound/pools.py, warmup.py): the pools file (path, inline JSON, ""
+    # = the packaged one pool) and the pool this function sends for (its EHLO name, its
+    # source address, its (pool, site) limits, its warm-up budget)
+    pools: str = ""
+    pool: str = "default"
 
     def __post_init__(self) -> None:
         if not self.hostname or " " in self.hostname:
@@ -262,8 +278,19 @@ class DeliverySettings:
                     raise ConfigError("list_unsubscribe_url is set but no keys are")
             if self.shaping:
                 load_rules(self.shaping_rules, self.backoff_rules)
+            if self.pool_config().get(self.pool) is None:
+                raise ConfigError(f"pool {self.pool!r} is not in the pools file")
+            capped = [p.name for p in self.pool_config().pools.values() if p.max_per_second]
+            if capped and not self.shaping:
+                raise ConfigError(
+                    f"pool {capped[0]!r} has max_per_second: shaping must be on (the limiter "
+                    "keeps each pool's total over its sites)"
+                )
         except (ValueError, MailqueueError) as e:
             raise ConfigError(str(e)) from e
+
+    def pool_config(self) -> PoolConfig:
+        return load_pools(self.pools)
 
     def routing_table(self) -> RoutingTable:
         return RoutingTable.from_json(self.routes or "{}")
@@ -353,6 +380,7 @@ class DeliveryPorts:
     shaping: ShapingStore | None = None
     reputation: ReputationStore | None = None  # needed when reputation guards are on
     reputation_events: ReputationEvents | None = None  # where pause/review events go
+    budgets: BudgetCounters | None = None  # warm-up counters: needed when a pool warms up
 
 
 class DeliveryService:
@@ -375,9 +403,13 @@ class DeliveryService:
         rng: random.Random | None = None,
         timeouts: Timeouts | None = None,
         return_path_keys: SecretSource | None = None,
+        pool_queues: Collection[str] = (),
         dns_cache: DnsCache | None = None,
     ) -> None:
         self.settings = settings
+        # the egress pools with a delivery queue of their own (StorageSettings'
+        # pool_queue_urls): a group of one of them is handed to its queue
+        self.pool_queues = frozenset(pool_queues)
         self.return_paths = ReturnPaths.from_settings(
             settings.return_path_policy, settings.return_path_keys, return_path_keys
         )
@@ -394,6 +426,15 @@ class DeliveryService:
         self.storage = storage
         self.ports = ports
         self.triggers = ports.triggers
+        self.pools = settings.pool_config()
+        pool = self.pools.get(settings.pool)
+        if pool is None:
+            raise ConfigError(f"pool {settings.pool!r} is not in the pools file")
+        self.pool = pool
+        self.warmup: WarmupGate | None = None
+        # warm-up caps per big receiver name shaping sites: their names even with the
+        # limiter off (the site rules' MX rollup)
+        self.site_rules = load_rules(settings.shaping_rules, settings.backoff_rules)[0]
         self.routes = settings.routing_table()
         self.policy = settings.retry_policy()
         # every lookup of delivery (MX, A, AAAA, MTA-STS, DANE) through the container's
@@ -452,9 +493,12 @@ class DeliveryService:
         # feedback can come back only through a VERP return path or a one-click link:
         # then finished mails leave their origin for it (reputation.Origin), guards or not
         remember = self.return_paths.policy.enabled or self.unsub_keys is not None
-        if settings.reputation or (remember and ports.reputation is not None):
+        warming = any(p.warmup is not None for p in self.pools.pools.values())
+        if settings.reputation or warming or (remember and ports.reputation is not None):
             if ports.reputation is None:
-                raise ConfigError("reputation is on but no reputation store was given")
+                raise ConfigError(
+                    "reputation is on (or a pool warms up) but no reputation store was given"
+                )
             self.reputation = ReputationGuard(
                 ports.reputation,
                 ports.suspensions,
@@ -462,13 +506,31 @@ class DeliveryService:
                 events=ports.reputation_events,
                 clock=lambda: self.clock().timestamp(),
                 remember=remember,
-                counting=settings.reputation,
+                counting=settings.reputation or warming,
+                # the guards off, a warming pool still needs its own counts (warmup.py)
+                scopes=REP_SCOPES if settings.reputation else ("pool",),
+            )
+        if warming:
+            if ports.budgets is None:
+                raise ConfigError("a pool warms up but no budget counter store was given")
+            guard = self.reputation
+            assert guard is not None
+            self.warmup = WarmupGate(
+                self.pools,
+                ports.budgets,
+                # the ramp holds while the pool's standing in the guard is out of band
+                standing=lambda name: guard.standing("pool", name),
+                clock=lambda: self.clock().timestamp(),
             )
         self.shaper: Shaper | None = None
         if settings.shaping:
             if ports.shaping is None:
                 raise ConfigError("shaping is on but no shaping store was given")
             rules, backoff_rules = load_rules(settings.shaping_rules, settings.backoff_rules)
+            if not self.pools.single:  # limits per (pool, site): "<pool>|<site>" keys
+                rules, backoff_rules = pool_rules(rules, self.pools), pool_backoff(backoff_rules)
+            elif self.pool.max_per_second is not None:  # one pool, its total: "default|*"
+                rules = pool_rules(rules, self.pools)
             check_transaction_limits(rules, storage.group_recipient_limit)
             self.shaper = Shaper(
                 rules,
@@ -486,7 +548,8 @@ class DeliveryService:
         """One SMTP connection pool per invocation, closed at the end whatever happens."""
         pool = ConnectionPool()
         client = SmtpClient(
-            self.settings.hostname,
+            self.pool.ehlo_name(self.settings.hostname),
+            source_address=self.pool.bind,
             timeouts=self.timeouts,
             pool=pool,
             credentials=self.credentials,
@@ -711,6 +774,9 @@ class Invocation:
             self.stats.add("handed_back")
             raise KeepMessage("not enough time left; handed back")
 
+        moved = self._pool_gate(claim)
+        if moved is not None:
+            return moved
         held = self._held(claim, None)
         if held is not None:
             return held
@@ -720,6 +786,16 @@ class Invocation:
         throttled = self._shape(claim, group.key.split("#", 1)[0], hops)
         if throttled is not None:
             return throttled
+        throttled = self._pool_total(claim)
+        if throttled is not None:
+            return throttled
+        spent = self._warmup(claim, hops)
+        if spent is not None:
+            return spent
+        if not self.svc.pools.single or self.svc.pool.warmup is not None:
+            # the pool that sends: its events name it, the guard counts its results
+            # under it (a warming pool's ramp holds on them, warmup.py)
+            claim.sending_pool = self.svc.pool.name
         try:
             mail = st.read_inflight(claim)
         except NotFound:
@@ -764,7 +840,10 @@ class Invocation:
         shaper = self.svc.shaper
         if shaper is None:
             return None
-        site = shaper.site_for(domain, lambda: [h.host for h in hops])
+        # the limiter's key: the site, per egress pool ("<pool>|<site>"; pools.py)
+        site = shaping_key(
+            self.svc.pool.name, shaper.site_for(domain, lambda: [h.host for h in hops])
+        )
         claim.site = site
         held = self._held(claim, site)
         if held is not None:
@@ -873,6 +952,126 @@ class Invocation:
             raise KeepMessage(f"site {site} {got.reason}: back in {wait}s")
         return "throttled"
 
+    # ------------------------------------------------------------------ egress pools
+    def _pool_total(self, claim: Claim) -> str | None:
+        """The pool's `max_per_second` over every site (pools.py), after the site said
+        yes: one more limiter key, "<pool>|*", shared by every delivery of the pool.
+        Short waits are slept; longer, the group goes back untried (as a site's)."""
+        shaper, pool = self.svc.shaper, self.svc.pool
+        if shaper is None or pool.max_per_second is None:
+            return None
+        key = total_key(pool.name)
+        record = f"{claim.group.mail_id}/{claim.group.key}"
+        while True:
+            got = shaper.admit(key, "total", 1, record=record)
+            if isinstance(got, Permit):
+                return None
+            if got.seconds > self.svc.settings.shaping_inline_wait_seconds or (
+                self.time_left() - got.seconds < self.svc.settings.min_time_left_seconds
+            ):
+                break
+            time.sleep(got.seconds)
+        self._give_back_holder()
+        self.stats.add("throttled")
+        self.stats.add("groups", -1)  # claimed, but not an attempt
+        self.stats.add_extra(f"Throttled_pool_{got.reason}")
+        wait = max(1, math.ceil(got.seconds + self.svc.rng.uniform(0, 1)))
+        self.svc.storage.postpone(claim, wait)
+        log.info("pool out of budget", extra={"pool": pool.name, "wait": wait})
+        if claim.receipt_handle:
+            raise KeepMessage(f"pool {pool.name} {got.reason}: back in {wait}s")
+        return "throttled"
+
+    def _pool_gate(self, claim: Claim) -> str | None:
+        """The group's egress pool (its `mailqueue:pool` tag) against this function's:
+        ours (or one whose warm-up overflows to ours) goes on; another pool's trigger is
+        handed to that pool's queue; a pool paused or missing keeps the mail waiting with
+        a DeliveryDelay saying why (nothing refused, nothing sent from a wrong address)."""
+        cfg, mine = self.svc.pools, self.svc.pool
+        name = claim.group.pool or cfg.default
+        pool = cfg.get(name)
+        if pool is None:
+            return self._pool_wait(claim, "PoolMissing", f"egress pool {name} is not configured")
+        if pool.name != mine.name:
+            overflow = pool.warmup.overflow if pool.warmup is not None else None
+            if overflow == mine.name:
+                self.stats.add_extra("PoolOverflowTaken")
+                return None
+            if pool.name not in self.svc.pool_queues:  # nobody here sends for it
+                return self._pool_wait(
+                    claim, "PoolMissing", f"egress pool {name} has no delivery queue"
+                )
+            return self._hand_to(claim, pool.name, "PoolHandedOver")
+        if mine.paused:
+            return self._pool_wait(claim, "PoolPaused", f"egress pool {name} is paused")
+        return None
+
+    def _hand_to(self, claim: Claim, pool: str, metric: str) -> str:
+        """Give the claim back with a fresh trigger on `pool`'s queue (this record is then
+        deleted): the group is attempted by that pool's delivery, from its addresses."""
+        self.stats.add("groups", -1)
+        self.stats.add_extra(metric)
+        claim.receipt_handle = None  # no re-arm here: a new trigger, on the pool's queue
+        claim.hand_to = pool
+        self.svc.storage.send_cancel(claim)
+        log.info("handed to its egress pool", extra={"pool": pool})
+        return f"pool:{pool}"
+
+    def _pool_wait(self, claim: Claim, metric: str, reason: str, until: float | None = None) -> str:
+        """The group waits (a DeliveryDelay event with `reason`, a metric): a paused or
+        missing pool is rechecked after suspension_recheck_seconds, a spent warm-up
+        budget at `until` (the next UTC day, spread over its first ten minutes)."""
+        self.stats.add("groups", -1)  # claimed, but not an attempt
+        self.stats.add_extra(metric)
+        now = self.svc.clock()
+        if until is None:
+            at = now + timedelta(seconds=self.svc.settings.suspension_recheck_seconds)
+        else:
+            at = datetime.fromtimestamp(until + self.svc.rng.uniform(0, 600), now.tzinfo)
+        # postponed, not rescheduled: the attempts stay as they were (a wait for the
+        # pool is not a delivery attempt, so it never brings the mail nearer a bounce);
+        # the reason is kept as the group's `wait`, which the event log makes a
+        # DeliveryDelay of (eventlog.derive_events)
+        try:
+            seconds = max(1, math.ceil((at - now).total_seconds()))
+            self.svc.storage.postpone(claim, seconds, wait=Result(0, "4.4.5", reason))
+        except LeaseLost:
+            self.stats.add("lost_claims")
+            return "lease_lost"
+        log.info("waits for its egress pool", extra={"reason": metric})
+        if claim.receipt_handle:
+            raise KeepMessage(f"{reason}: back at {at.isoformat()}")
+        return "pool_wait"
+
+    def _warmup(self, claim: Claim, hops: list[Hop]) -> str | None:
+        """The pool's warm-up budget for today (warmup.py), after the limiter said yes:
+        spent, the mail overflows to the pool the schedule names or waits for tomorrow."""
+        gate = self.svc.warmup
+        if gate is None:
+            return None
+        cfg = self.svc.pools
+        pool = cfg.get(claim.group.pool or cfg.default) or self.svc.pool
+        if pool.name != self.svc.pool.name:  # taken as overflow: the budget is ours
+            pool = self.svc.pool
+        if pool.warmup is None:
+            return None
+        if claim.site is not None:  # the limiter's site
+            site = split_key(claim.site)[1]
+        else:
+            site = self.svc.site_rules.site_of([h.host for h in hops])
+        spent = gate.admit(pool, site)
+        if spent is None:
+            self.stats.add_extra("WarmupSent")
+            return None
+        self._give_back_holder()
+        if (
+            spent.overflow is not None
+            and claim.group.pool != spent.overflow
+            and (spent.overflow in self.svc.pool_queues or spent.overflow == self.svc.pools.default)
+        ):
+            return self._hand_to(claim, spent.overflow, "WarmupOverflow")
+        return self._pool_wait(claim, "WarmupDeferred", spent.reason, spent.until)
+
     def _held(self, claim: Claim, site: str | None) -> str | None:
         """An operator suspension of the group's domain, sender domain or site: re-armed
         for its remaining time (at most suspension_recheck_seconds), not an attempt."""
@@ -880,8 +1079,9 @@ class Invocation:
         s = self.svc.suspensions.find(
             domain=group.key.split("#", 1)[0],
             sender_domain=group.sender.rpartition("@")[2],
-            site=site,
+            site=split_key(site)[1] if site is not None else None,
             principal=group.principal,
+            pool=self.svc.pool.name,
         )
         if s is None:
             return None
@@ -1144,7 +1344,11 @@ class Invocation:
                         group.mail_id, group.principal, group.sender, group.arrival.timestamp()
                     )
                 self.svc.reputation.note(
-                    group.principal, group.sender, counts_of({**ok, **perm}), origin=origin
+                    group.principal,
+                    group.sender,
+                    counts_of({**ok, **perm}),
+                    claim.sending_pool or "",  # the pool that sent (warmup.py holds on it)
+                    origin=origin,
                 )
             if perm:
                 st.drop(claim, perm, tls=tls)

@@ -32,7 +32,15 @@ from mailqueue.core.events import (
     QueueEvent,
     header_section,
 )
-from mailqueue.core.model import Attempt, Recipient, RecipientState, from_iso, to_iso, utcnow
+from mailqueue.core.model import (
+    Attempt,
+    Recipient,
+    RecipientState,
+    Result,
+    from_iso,
+    to_iso,
+    utcnow,
+)
 from mailqueue.services.destinations import (
     Destination,
     EventOutbox,
@@ -113,6 +121,9 @@ def derive_events(
     action = OPERATOR_ACTIONS.get(str(op.get("action")), str(op.get("action")))
     common = {"reporting_mta": ctx.reporting_mta}
     expires = to_iso(mail.timestamp + timedelta(seconds=ctx.queue_lifetime_s))
+    wait_new: Mapping[str, Any] | None = new.get("wt") or None
+    if wait_new is not None and wait_new == (old or {}).get("wt"):
+        wait_new = None  # written before: its event was made then
     if old is None and after:
         key = new.get("content_key")
         if key == SOLO_MARK:  # a solo mail: its content is in this item
@@ -153,6 +164,30 @@ def derive_events(
                     result,
                     attempt,
                     {**common, "next_attempt_at": new.get("next_at"), "expiration_time": expires},
+                )
+            )
+        if wait_new and r.state == RecipientState.QUEUED and r.attempts == b.attempts:
+            # a wait without an attempt (an egress pool's: Group.wait): SES's
+            # SendingDeferral, "deemed appropriate to internally defer the message"
+            out.append(
+                QueueEvent(
+                    "DeliveryDelay",
+                    mail,
+                    r.address,
+                    from_iso(wait_new.get("at")) or when,
+                    f"wait@{wait_new.get('at')}",
+                    Result(0, str(wait_new.get("status") or "4.4.5"), str(wait_new.get("text"))),
+                    None,
+                    {
+                        **common,
+                        "next_attempt_at": wait_new.get("until") or new.get("next_at"),
+                        "expiration_time": expires,
+                        "delay_type": "SendingDeferral",
+                        "wait": {
+                            "reason": str(wait_new.get("text") or ""),
+                            "until": wait_new.get("until") or None,
+                        },
+                    },
                 )
             )
         if op_new and (r.state != b.state or action == "retried"):

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 
 from mailqueue.core.config import ConfigError
 from mailqueue.core.errors import LeaseLost
-from mailqueue.core.model import Claim, Group, GroupState, Priority, utcnow
+from mailqueue.core.model import Claim, Group, GroupState, utcnow
 from mailqueue.core.policy import expired
 from mailqueue.core.ports import BounceHandoff, Triggers
 from mailqueue.core.storage import QueueStorage
@@ -139,10 +139,10 @@ class Sweeper:
                 continue
             lost.append(g)
         if lost:
-            for p in Priority:  # each on its priority's queue
-                refs = [g.ref for g in lost if g.priority == p]
-                if refs:
-                    self.triggers.post(refs, priority=p)
+            # each on its pool's or priority's queue
+            for p, pool in sorted({(g.priority, g.pool) for g in lost}):
+                refs = [g.ref for g in lost if (g.priority, g.pool) == (p, pool)]
+                self.triggers.post(refs, priority=p, pool=pool)
             stats.triggers_reposted += len(lost)
 
     def _expire_if_old(self, claim: Claim, stats: SweepStats) -> bool:

@@ -126,10 +126,12 @@ from mailqueue.core.model import (
     group_key_for,
     mail_id_for_key,
     new_mail_id,
+    pool_of,
     principal_of,
     priority_of,
     to_iso,
     utcnow,
+    wait_item,
 )
 from mailqueue.core.storage import (
     ClaimRefused,
@@ -267,6 +269,7 @@ class AwsStorage:
             principal=principal_of(d.get("tags")),
             tags=tuple((str(k), str(v)) for k, v in (d.get("tags") or {}).items()),
             reservation=d.get("rsv"),
+            wait={str(k): str(v) for k, v in d["wt"].items()} if d.get("wt") else None,
             index_due=_index_due(d, self.s.state_shards),
         )
 
@@ -280,9 +283,11 @@ class AwsStorage:
         refs: Sequence[MailRef],
         delay: int = 0,
         priority: Priority = Priority.TRANSACTIONAL,
+        pool: str = "",
     ) -> None:
-        """SendMessageBatch in chunks of 10 to the priority's delivery queue; failed
-        entries are retried, never dropped."""
+        """SendMessageBatch in chunks of 10 to the delivery queue of the group's pool
+        (StorageSettings.pool_queue_urls) or else its priority's; failed entries are
+        retried, never dropped."""
         entries = [
             {
                 "Id": str(i),
@@ -291,7 +296,7 @@ class AwsStorage:
             }
             for i, ref in enumerate(refs)
         ]
-        self._send_batch(self.s.queue_url(priority), entries)
+        self._send_batch(self.s.queue_url(priority, pool), entries)
 
     def _send_batch(self, queue_url: str, entries: list[dict[str, Any]]) -> None:
         for i in range(0, len(entries), 10):
@@ -328,16 +333,16 @@ class AwsStorage:
         delay: int = 0,
         *,
         priority: Priority = Priority.TRANSACTIONAL,
+        pool: str = "",
     ) -> None:
         """Post fresh triggers (sweeper: a trigger lost between state write and SQS send)."""
-        self._send_triggers(refs, delay, priority)
+        self._send_triggers(refs, delay, priority, pool)
 
     def repost_groups(self, groups: Sequence[Group], delay: int = 0) -> None:
-        """Fresh triggers for these groups, each on its own priority's queue."""
-        for p in Priority:
-            refs = [g.ref for g in groups if g.priority == p]
-            if refs:
-                self._send_triggers(refs, delay, p)
+        """Fresh triggers for these groups, each on its own pool's or priority's queue."""
+        for p, pool in sorted({(g.priority, g.pool) for g in groups}):
+            refs = [g.ref for g in groups if (g.priority, g.pool) == (p, pool)]
+            self._send_triggers(refs, delay, p, pool)
 
     # ------------------------------------------------------------------ enqueue
     def validate(self, envelope: Envelope, content: bytes) -> None:
@@ -445,6 +450,7 @@ class AwsStorage:
             [MailRef(mail_id, g) for g in groups],
             _seconds_until(due, now),
             priority_of(envelope.tags),
+            pool_of(envelope.tags),
         )
         return answer
 
@@ -528,6 +534,7 @@ class AwsStorage:
             [MailRef(mail_id, g) for g in groups],
             _seconds_until(due, now),
             priority_of(envelope.tags),
+            pool_of(envelope.tags),
         )
         return answer
 
@@ -558,6 +565,7 @@ class AwsStorage:
             [MailRef(answer.mail_id, g) for g in groups],
             _seconds_until(due, now),
             priority_of(envelope.tags),
+            pool_of(envelope.tags),
         )
         return answer
 
@@ -694,6 +702,7 @@ class AwsStorage:
                 fresh,
                 _seconds_until(due, self.clock()),
                 priority_of(envelope.tags),
+                pool_of(envelope.tags),
             )
         return replace(answer, duplicate=True)
 
@@ -1178,6 +1187,7 @@ class AwsStorage:
                 [claim.ref],
                 _seconds_until(t.group.next_attempt_at, self.clock()),
                 claim.group.priority,
+                claim.group.pool,
             )
         return t
 
@@ -1291,6 +1301,7 @@ class AwsStorage:
         attempt: Attempt | None = None,
         op: dict[str, Any] | None = None,
         reservation: str | None = None,  # postpone's shaping slot; "": clear it
+        wait: dict[str, str] | None = None,  # postpone's reason to wait (Group.wait)
     ) -> Transition:
         """Write changed recipients; release the lease when none of the claim is unresolved.
 
@@ -1324,6 +1335,12 @@ class AwsStorage:
                     req["UpdateExpression"] += (
                         ", rsv" if " REMOVE " in req["UpdateExpression"] else " REMOVE rsv"
                     )
+            if wait is not None:  # the same UpdateItem: no attempt, a DeliveryDelay event
+                req = plan.request
+                req["ExpressionAttributeValues"][":wt"] = _ser.serialize(wait)
+                req["UpdateExpression"] = req["UpdateExpression"].replace(
+                    "SET ", "SET wt = :wt, ", 1
+                )
             with translate("dynamodb:UpdateItem"):
                 try:
                     self.c.dynamodb.update_item(**plan.request)
@@ -1357,6 +1374,7 @@ class AwsStorage:
             next_attempt_at=next_at,
             history=tuple(history),
             reservation=(reservation or None) if reservation is not None else group.reservation,
+            wait=wait if wait is not None else group.wait,
             lease_token=None if release else group.lease_token,
             lease_until=None if release else group.lease_until,
             index_due=plan.index_due,
@@ -1579,6 +1597,7 @@ class AwsStorage:
             tls=tls,
             site=claim.site,
             shaping=claim.shaping,
+            pool=claim.sending_pool,
         )
 
     def send_done(
@@ -1604,11 +1623,17 @@ class AwsStorage:
         return t.group
 
     def postpone(
-        self, claim: Claim, delay_seconds: int, *, reservation: str | None = None
+        self,
+        claim: Claim,
+        delay_seconds: int,
+        *,
+        reservation: str | None = None,
+        wait: Result | None = None,
     ) -> Group:
         """Give a claimed group back untried for `delay_seconds` (traffic shaping: its
         site is out of budget). Like send_cancel: no attempt, no event; the trigger is
-        re-armed for the delay (lifetime is checked when it comes back)."""
+        re-armed for the delay (lifetime is checked when it comes back). `wait`: why
+        (Group.wait, a DeliveryDelay in the event log; still not an attempt)."""
         if claim.released:
             raise LeaseLost("this claim was already released")
         group = claim.group
@@ -1618,6 +1643,7 @@ class AwsStorage:
             {r.rid: r.with_(state=RecipientState.QUEUED) for r in claim.unresolved()},
             next_attempt_at=max(group.next_attempt_at, until),
             reservation=reservation or "",
+            wait=wait_item(wait, self.clock(), until),
         )
         self._rearm(claim, delay_seconds)
         return t.group
@@ -1641,7 +1667,8 @@ class AwsStorage:
                 try:
                     self.c.sqs.change_message_visibility(
                         # a receipt handle is valid only on the queue it came from
-                        QueueUrl=claim.receipt_queue or self.s.queue_url(claim.group.priority),
+                        QueueUrl=claim.receipt_queue
+                        or self.s.queue_url(claim.group.priority, claim.group.pool),
                         ReceiptHandle=claim.receipt_handle,
                         VisibilityTimeout=max(0, min(MAX_VISIBILITY, delay_seconds)),
                     )
@@ -1656,7 +1683,9 @@ class AwsStorage:
                         "AWS.SimpleQueueService.MessageNotInflight",
                     ):
                         raise
-        self._send_triggers([claim.ref], delay_seconds, claim.group.priority)
+        self._send_triggers(
+            [claim.ref], delay_seconds, claim.group.priority, claim.hand_to or claim.group.pool
+        )
 
     def reschedule(
         self,

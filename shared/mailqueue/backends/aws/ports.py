@@ -25,8 +25,9 @@ class SqsTriggers:
         delay_seconds: int = 0,
         *,
         priority: Priority = Priority.TRANSACTIONAL,
+        pool: str = "",
     ) -> None:
-        self.storage.repost(refs, delay_seconds, priority=priority)
+        self.storage.repost(refs, delay_seconds, priority=priority, pool=pool)
 
     def queue_of(self, source: str | None) -> str | None:
         return self.storage.s.queue_for_source(source)

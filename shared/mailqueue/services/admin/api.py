@@ -19,6 +19,7 @@ Routes (all under IAM auth):
   GET|POST /v1/queue/suppressions, GET|DELETE /v1/queue/suppressions/{address}
                                               the suppression list (admin/suppressions.py)
   GET /v1/queue/reputation/{scope}/{target}, POST .../resume   reputation pauses (reputation.py)
+  GET /v1/queue/pools, GET /v1/queue/pools/{pool}  egress pools, warm-up (admin/pools.py)
   GET|POST /v1/queue/suspensions, DELETE /v1/queue/suspensions/{scope}/{target}
                                               operator suspensions (admin/suspensions.py)
 """
@@ -133,6 +134,17 @@ class AdminApi:
             if op == "suspend":
                 return Reply(200, api.suspend(_json_object(body), actor))
             return Reply(200, api.resume(path["scope"], path["target"]))
+
+        return self._guard(run)
+
+    def pools(self, name: str | None) -> Reply:
+        """The egress pools and their warm-up (admin/pools.py)."""
+
+        def run() -> Reply:
+            api = self.service.pools
+            if api is None:
+                raise ConfigError("no pools were given to the admin service")
+            return Reply(200, api.list() if name is None else api.show(name))
 
         return self._guard(run)
 
@@ -375,6 +387,12 @@ _ROUTES: tuple[tuple[str, re.Pattern[str], _Route], ...] = (
         "DELETE",
         re.compile(r"/v1/queue/suspensions/(?P<scope>[^/]+)/(?P<target>[^/]+)"),
         lambda a, m, q, b, u: a.suspension("resume", m, q, b, u),
+    ),
+    ("GET", re.compile(r"/v1/queue/pools"), lambda a, m, q, b, u: a.pools(None)),
+    (
+        "GET",
+        re.compile(r"/v1/queue/pools/(?P<pool>[^/]+)"),
+        lambda a, m, q, b, u: a.pools(m["pool"]),
     ),
     (
         "GET",

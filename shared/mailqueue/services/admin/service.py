@@ -49,10 +49,12 @@ from mailqueue.core.model import (
 )
 from mailqueue.core.ports import BounceHandoff
 from mailqueue.core.storage import ClaimRefused, Transition, read_scope
+from mailqueue.outbound.pools import load_pools
 from mailqueue.outbound.suppression import SuppressionStore
 from mailqueue.outbound.suspensions import SuspensionStore
 
 if TYPE_CHECKING:
+    from mailqueue.services.admin.pools import PoolsApi
     from mailqueue.services.admin.reputation import ReputationApi
 from mailqueue.services.admin.filters import QueueFilter, parse_filter
 from mailqueue.services.admin.jobs import DONE, Job, JobStore, lease_expired
@@ -149,11 +151,14 @@ class AdminSettings:
     admin_principals: str = ""
     # the delivery function's reputation thresholds (outbound/reputation.py), same JSON
     reputation_thresholds: str = ""
+    # the delivery functions' pools file (outbound/pools.py): the /pools routes
+    pools: str = ""
 
     def __post_init__(self) -> None:
         self.operators()  # fail fast on a bad pattern
         if self.job_runner not in ("lambda", "inline"):
             raise ConfigError("job_runner must be lambda or inline")
+        load_pools(self.pools)  # a bad pools file refuses the start
         if not 10 <= self.admin_lease_seconds <= 900:
             raise ConfigError("admin_lease_seconds must be within 10..900")
         if not 1 <= self.job_page_size <= 500:
@@ -329,9 +334,11 @@ class QueueAdmin:
         suppressions: SuppressionStore | None = None,
         suspensions: SuspensionStore | None = None,
         reputation: ReputationApi | None = None,
+        pools: PoolsApi | None = None,
     ) -> None:
         self.s = settings
         self.reputation = reputation  # the /reputation routes (admin/reputation.py)
+        self.pools = pools  # the /pools routes (admin/pools.py)
         self.storage = storage
         self.bounces = bounces
         # the operator lists (the API's /suppressions and /suspensions); the composition

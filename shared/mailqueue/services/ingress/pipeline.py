@@ -37,6 +37,7 @@ from mailqueue.core.dsn import Action, DsnRecipient, DsnRequest, build_dsn, dsn_
 from mailqueue.core.errors import Conflict, InvalidInput, NotFound
 from mailqueue.core.events import EventEmitter, MailInfo, QueueEvent
 from mailqueue.core.model import (
+    POOL_TAG,
     PRIORITY_TAG,
     Envelope,
     Priority,
@@ -148,6 +149,7 @@ class Acceptance:
         self.suppression = suppression
         self.senders = settings.senders()
         self.dkim = settings.dkim()
+        self.pools = settings.pool_config()  # the routing policy (outbound/pools.py)
 
     def mail_id(self, full_key: str) -> str:
         return mail_id_for_key(self.s.storage.idempotency_scope, full_key)
@@ -260,11 +262,23 @@ class Acceptance:
     def _tagged(self, envelope: Envelope, principal: str, priority: Priority) -> Envelope:
         """The submitter's tags plus ours: `mailqueue:principal`, the calling IAM principal
         (its hash when traces are private, or when the ARN is no valid tag value), and
-        `mailqueue:priority` (the delivery path, read back by the storage)."""
+        `mailqueue:priority` (the delivery path, read back by the storage) and, with more
+        than one egress pool, `mailqueue:pool` (the routing policy's choice)."""
         who = principal
         if self.s.trace_private or not TAG_VALUE_RE.match(principal):
             who = principal_tag(principal)
-        ours = (("mailqueue:principal", who), (PRIORITY_TAG, priority.value))
+        ours: tuple[tuple[str, str], ...] = (
+            ("mailqueue:principal", who),
+            (PRIORITY_TAG, priority.value),
+        )
+        if not self.pools.single:  # one pool: no tag, as before pools
+            pool = self.pools.choose(
+                priority=priority,
+                principal=principal,
+                sender=envelope.sender,
+                tags=dict(envelope.tags),
+            )
+            ours = (*ours, (POOL_TAG, pool))
         return replace(envelope, tags=(*envelope.tags, *ours))
 
     # ------------------------------------------------------------------ 3: suppression

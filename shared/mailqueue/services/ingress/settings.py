@@ -12,6 +12,7 @@ from mailqueue.core.config import ConfigError, StorageSettings, settings_from_en
 from mailqueue.core.trace import TRACE_RESERVE
 from mailqueue.core.verp import ReturnPathPolicy
 from mailqueue.outbound.dkim import DkimConfig, DkimError
+from mailqueue.outbound.pools import PoolConfig, load_pools
 from mailqueue.outbound.reputation import Thresholds
 from mailqueue.outbound.routing import RoutingConfigError, RoutingTable, check_receiving_routes
 from mailqueue.outbound.suppression import SUPPRESSION_POLICIES
@@ -100,6 +101,9 @@ class IngressSettings:
     # count against the mail's principal and sender domain; the delivery function's values
     reputation: bool = False
     reputation_thresholds: str = ""
+    # egress pools (outbound/pools.py): the pools file (path, inline JSON, "" = the
+    # packaged one pool); its routing policy chooses each mail's pool at enqueue
+    pools: str = ""
 
     def __post_init__(self) -> None:
         for name in (
@@ -121,6 +125,7 @@ class IngressSettings:
         if self.ses_priority not in ("transactional", "bulk"):
             raise ConfigError("ses_priority must be transactional or bulk")
         self.senders()  # fail fast on a bad sender policy
+        self.pool_config()  # a bad pools file refuses the start (file, place, reason)
         if not 0 < self.max_size <= 40 * 1024 * 1024:
             # the enqueue path holds the whole mail in memory (and SES receives at most 40 MB)
             raise ConfigError("max_size must be within 1..41943040")
@@ -168,6 +173,9 @@ class IngressSettings:
 
     def return_path(self) -> ReturnPathPolicy:
         return ReturnPathPolicy.parse(self.return_path_policy)
+
+    def pool_config(self) -> PoolConfig:
+        return load_pools(self.pools)
 
     def senders(self) -> SenderPolicy:
         """Who may send as which domain: the policy plus allowed_sender_domains."""
