@@ -27,7 +27,7 @@ this machine (no receiver's per-address limit, no NAT gateway). What the model r
   per address times their number (outbound/warmup.py). Each address takes 55,000
   concurrent connections to one destination (same post): not binding here.
 * **Data.** Every byte crosses the pool's NAT gateway once (NAT processing, both
-  directions, bench/egress_cost.py's SMTP overhead per mail) and leaves to the internet
+  directions, bench/model/egress.py's SMTP overhead per mail) and leaves to the internet
   (data transfer out at the first-10-TB rate: an upper bound above it).
 * **Warm-up.** The packaged ramp (data/pools.json "ses-dedicated-45d": 200 mails on day
   1 to 50,000 a day per address at step 45, the end point of SES's automatic warm-up)
@@ -48,7 +48,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from bench.egress_cost import API_BYTES_PER_MAIL, SMTP_OVERHEAD_IN, SMTP_OVERHEAD_OUT
+from bench.model.egress import API_BYTES_PER_MAIL, SMTP_OVERHEAD_IN, SMTP_OVERHEAD_OUT
 
 SECTION = "## Egress pools (issue 41)"
 HOURS_PER_MONTH = 730
@@ -215,7 +215,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     ns = ap.parse_args(argv)
     lines = markdown_section(load_prices(), ns.rate)
     if not ns.no_write:
-        from bench.run import write_section
+        from bench.sections import write_section
 
         write_section(lines, SECTION)
     print("\n".join(lines))
