@@ -1,5 +1,6 @@
-"""Cost per million events to each destination kind (issue 42, item 4), from the shared
-price file (/work/shared/aws-prices.json, else bench/aws-prices.json).
+"""Cost per million events to each destination kind (issue 42, item 4), from the project's
+price file (bench/aws-prices.json: the list we were handed plus, with their sources, the
+EventBridge and SNS prices it lacked).
 
 What one event costs on its way to one destination: the outbox's SQS requests
 (SendMessageBatch by the event writer, ReceiveMessage and DeleteMessageBatch by the event
@@ -24,7 +25,9 @@ from typing import Any
 from bench.sections import write_section
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED = (Path("/work/shared/aws-prices.json"), ROOT.parent / "shared" / "aws-prices.json")
+#: the project's price file, as every model reads it: the list we were handed plus the
+#: entries it lacked, each with its source (EventBridge's and SNS's among them)
+PRICE_FILES = (ROOT / "bench" / "aws-prices.json",)
 SECTION = "## Event destinations: cost per million events"
 KINDS = ("webhook", "eventbridge", "sns")
 CHUNK = 64 * 1024  # SQS, EventBridge and SNS each bill a 64 KB chunk as one request/event
@@ -32,8 +35,8 @@ MEMORY_GB = 256 / 1024  # the template's DestinationsFunction MemorySize
 BATCH = 10  # DestinationsEventSource BatchSize; the writer's SendMessageBatch takes 10
 
 
-def load_prices(paths: tuple[Path, ...] = SHARED) -> tuple[dict[str, Any], Path]:
-    for p in (*paths, ROOT / "bench" / "aws-prices.json"):
+def load_prices(paths: tuple[Path, ...] = PRICE_FILES) -> tuple[dict[str, Any], Path]:
+    for p in paths:
         if p.exists():
             return json.loads(p.read_text()), p
     raise FileNotFoundError("no aws-prices.json")
@@ -97,18 +100,26 @@ def _usd(v: float | None) -> str:
     return "not priced" if v is None else f"{v:.3f}"
 
 
+def _shown(path: Path) -> str:
+    """The price file as the repository names it (not this machine's absolute path)."""
+    try:
+        return str(path.relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
 def section(rows_by_size: dict[int, list[Row]], source: Path, send_ms: float) -> list[str]:
     lines = [
         SECTION,
         "",
-        f"`python -m bench.destinations` (prices: `{source}`, us-east-1 list prices, free "
-        f"tiers ignored). Per destination an event takes: the outbox's SQS requests, the "
-        f"destinations function (256 MB arm64, batches of {BATCH}, each send assumed to "
-        f"hold it {send_ms:g} ms), and the destination's own charge. The price file has no "
-        "EventBridge or SNS price, so those columns say *not priced* rather than guess; "
-        "add `eventbridge.custom_events_per_million` and `sns_standard.publish_per_million` "
-        "to it and they are priced (each per 64 KB chunk). The S3 event log's cost is "
-        "unchanged (it is written first, as before).",
+        f"`python -m bench.destinations` (prices: `{_shown(source)}`, us-east-1 list prices, "
+        f"free tiers ignored). Per destination an event takes: the outbox's SQS requests, "
+        f"the destinations function (256 MB arm64, batches of {BATCH}, each send assumed to "
+        f"hold it {send_ms:g} ms), and the destination's own charge: a webhook's bytes out, "
+        "EventBridge's custom events and SNS's publishes each per 64 KB chunk (their prices "
+        "from AWS's price pages, named in the price file; a price the file lacks is shown "
+        "*not priced*, never guessed). The S3 event log's cost is unchanged (it is written "
+        "first, as before).",
         "",
         "| event size | destination | outbox SQS $/M | Lambda $/M | destination $/M | total $/M | note |",
         "|---:|---|---:|---:|---:|---:|---|",
