@@ -1,15 +1,21 @@
-# `make fuzz`: 10,000 generated submissions to the local stack over HTTP (make test runs 300).
+# `make fuzz`: 10,000 generated submissions to the local stack over HTTP (make test runs 300),
+# and 10,000 generated requests over every admin route (tests/fuzz/test_fuzz_admin.py; make
+# test runs 200 of the same seed) → var/admin-fuzz-report.json
 FUZZ_COUNT ?= 10000
 FUZZ_SEED  ?= 14
+ADMIN_FUZZ_COUNT ?= 10000
+ADMIN_FUZZ_SEED  ?= 43
 # the suite's per-test timeout (300 s) is for make test's slice; 10,000 need longer
 FUZZ_TIMEOUT ?= 5400
 
 .PHONY: fuzz
-fuzz: $(STAMP)  ## 10,000 generated submissions to the local stack (FUZZ_COUNT, FUZZ_SEED)
+fuzz: $(STAMP)  ## 10,000 generated submissions and 10,000 admin requests to the local stack (FUZZ_COUNT, ADMIN_FUZZ_COUNT)
 	@mkdir -p var
 	FUZZ_COUNT=$(FUZZ_COUNT) FUZZ_SEED=$(FUZZ_SEED) FUZZ_REPORT=var/fuzz-report.json \
+		ADMIN_FUZZ_COUNT=$(ADMIN_FUZZ_COUNT) ADMIN_FUZZ_SEED=$(ADMIN_FUZZ_SEED) \
+		ADMIN_FUZZ_REPORT=var/admin-fuzz-report.json \
 		$(PY) -m pytest -q -p no:cacheprovider -s --timeout=$(FUZZ_TIMEOUT) tests/fuzz
-	@cat var/fuzz-report.json
+	@cat var/fuzz-report.json var/admin-fuzz-report.json
 
 # `make fuzz` also runs the SMTP session fuzz long (tests/fuzz/test_fuzz_smtp.py; make test
 # runs 25 sessions): SMTP_FUZZ_COUNT sessions from seed SMTP_FUZZ_SEED → var/smtp-fuzz-report.json

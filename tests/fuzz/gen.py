@@ -46,6 +46,8 @@ class Case:
     body: bytes
     key: str | None = None  # Idempotency-Key
     content_type: str = "application/json"
+    method: str = "POST"  # the admin fuzz (tests/fuzz/admin_gen.py) sends every route
+    path: str = "/v1/messages"  # the request target: path and query string, as sent
 
 
 def _addr(rng: random.Random, utf8: bool = False) -> str:
