@@ -58,7 +58,10 @@ def parse_duration(value: Any, where: str) -> float:
     if isinstance(value, bool):
         raise RulesError(f"{where}: expected a duration, got {value!r}")
     if isinstance(value, int | float):
-        seconds = float(value)
+        try:
+            seconds = float(value)
+        except OverflowError:  # an int past a float's range (JSON has no bound on digits)
+            raise RulesError(f"{where}: a duration must be finite") from None
     elif isinstance(value, str):
         m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*", value)
         if not m:
