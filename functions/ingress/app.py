@@ -30,6 +30,7 @@ from mailqueue.core.jsonbody import event_body
 from mailqueue.services import ingress
 from mailqueue.services.ingress import Answer, IngressService, IngressSettings
 from mailqueue.services.ingress.doors.ses import is_ses_event
+from mailqueue.services.unsubscribe import UnsubscribeService
 
 logger = Logger(service="mailqueue-ingress")
 tracer = LazyTracer(service="mailqueue-ingress")
@@ -53,6 +54,13 @@ def default_service() -> IngressService:
         region=settings.storage.region, endpoint_url=settings.storage.endpoint_url
     )
     return build_service(settings, clients)
+
+
+@functools.cache
+def unsubscribe_service() -> UnsubscribeService:
+    """The one-click endpoint's service, built once per container (this module's cache, so
+    it goes with the container: compose/unsubscribe.py says why)."""
+    return unsubscribe.service_from_env()
 
 
 def _json(
@@ -168,7 +176,7 @@ def handle(
     if "requestContext" not in event:
         raise ValueError("neither an SES receipt nor an HTTP API request")
     if unsubscribe.is_unsubscribe(event):  # public one-click route (services/unsubscribe.py)
-        return unsubscribe.handle_http(event, unsubscribe.default_service())
+        return unsubscribe.handle_http(event, unsubscribe_service())
     response: dict[str, Any] = make_router(service, metrics).resolve(event, context)
     return response
 

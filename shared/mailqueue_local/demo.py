@@ -20,7 +20,13 @@ until all four are finished and the DSN has landed. Then the feedback a sender g
 
 the reports go to the stack's receiving listener (the port-25 role) over SMTP. The demo
 waits until the event log holds the late `Bounce`, the `Complaint` and the `Subscription`
-(what `make report`'s feedback section counts), and stops the stack.
+(what `make report`'s feedback section counts). Then the reputation guard (on, with a
+verdict from 5 sends instead of 200): the complaint, 1 in 7 sends, is over SES's 0.5 %, so
+the development principal and example.org are paused (``mailqueue reputation show``
+prints it); one more mail waits in the queue; ``mailqueue reputation resume`` for both,
+and it is delivered. The demo's bounce bands are raised (review 50 %, pause 90 %): two of
+its seven mails bounce on purpose, and SES's 10 % would pause it on those before the
+complaint arrives. Then it stops the stack.
 
     .venv/bin/python -m mailqueue_local.demo [--var var/demo] [--timeout 120]
 """
@@ -30,6 +36,7 @@ from __future__ import annotations
 import argparse
 import base64
 import gzip
+import io
 import json
 import logging
 import queue
@@ -49,12 +56,13 @@ from typing import Any, TextIO
 from boto3.dynamodb.types import TypeDeserializer
 
 from mailqueue_local import receivers
-from mailqueue_local.runtime import REGION
+from mailqueue_local.runtime import ACCOUNT_ID, REGION
 from mailqueue_local.sink import SinkEvent, SinkRules
 from mailqueue_local.stack import FAST_RETRIES, LocalStack, StackOptions
 from mailqueue_local.streams import StreamPoller
 
 SENDER = "demo@example.org"
+PRINCIPAL = f"arn:aws:iam::{ACCOUNT_ID}:user/local-dev"  # the development token's caller
 DELAY_SECONDS = 15
 BOUNCE_DOMAIN = "bounces.example.org"
 UNSUBSCRIBE_URL = "https://mail.example.org"
@@ -376,6 +384,8 @@ def run(
                     say("sink", f"accepted for {', '.join(ev.recipients)}")
 
         problem = feedback_phase(stack, tracker, lock, say, pump, delivered, deadline)
+        if not problem:
+            problem = reputation_phase(stack, tracker, lock, say, pump, delivered, deadline)
         if problem:
             out.write(f"\ndemo: {problem}\n")
             return 1
@@ -401,6 +411,27 @@ def feedback_settings() -> dict[str, str]:
         "MQ_LIST_UNSUBSCRIBE_URL": UNSUBSCRIBE_URL,
         "MQ_LIST_UNSUBSCRIBE_KEYS": json.dumps({"k1": unsub}),
         "MQ_LIST_UNSUBSCRIBE_KID": "k1",
+        **reputation_settings(),
+    }
+
+
+def reputation_settings() -> dict[str, str]:
+    """The guard on, judging from 5 sends (the demo sends 7), evaluated at every flush; the
+    bounce bands raised because the demo bounces 2 of 7 on purpose (the module's
+    docstring); delivery re-reads the pauses at once and re-arms held mail after 1 s."""
+    thresholds = {
+        "min_sends": 5,
+        "window_sends": 1000,
+        "evaluate_seconds": 0,
+        "bucket_seconds": 60,
+        "bounce_review": 0.5,
+        "bounce_pause": 0.9,
+    }
+    return {
+        "MQ_REPUTATION": "true",
+        "MQ_REPUTATION_THRESHOLDS": json.dumps(thresholds),
+        "MQ_SUSPENSION_REFRESH_SECONDS": "0",
+        "MQ_SUSPENSION_RECHECK_SECONDS": "1",
     }
 
 
@@ -474,6 +505,83 @@ def feedback_phase(
     return "timed out; not in the event log: " + ", ".join(
         v for k, v in want.items() if k not in seen
     )
+
+
+def _cli(stack: LocalStack, *argv: str) -> tuple[int, str]:
+    """`mailqueue …` over the stack's admin API (the development token): exit code, output."""
+    from mailqueue.cli import main as cli
+
+    out, err = io.StringIO(), io.StringIO()
+    code = cli.main(
+        [*argv, "--api", stack.api_url, "--no-sign", "--token", stack.token],
+        stdout=out,
+        stderr=err,
+    )
+    return code, (out.getvalue() or err.getvalue()).strip()
+
+
+def reputation_phase(
+    stack: LocalStack,
+    tracker: Tracker,
+    lock: threading.Lock,
+    say: Any,
+    pump: Any,
+    delivered: dict[str, SinkEvent],
+    deadline: float,
+) -> str | None:
+    """The complaint's pause, a mail that waits, the operator's resume and its delivery;
+    None when that mail is delivered after the resume, else what went wrong."""
+    me = ("--principal", PRINCIPAL)
+    doc: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        code, text = _cli(stack, "reputation", "show", *me, "--json")
+        if code != 0:
+            return f"mailqueue reputation show: {text}"
+        doc = json.loads(text)
+        if doc.get("paused"):
+            break
+        pump()
+        time.sleep(0.3)
+    else:
+        return f"timed out; the complaint paused nothing: {doc}"
+    for who in (me, ("--sender-domain", SENDER.rpartition("@")[2])):
+        code, text = _cli(stack, "reputation", "show", *who)
+        say("reputation", f"mailqueue reputation show {' '.join(who)}: {text}")
+        if code != 0 or "PAUSED" not in text:
+            return f"not paused: {text}"
+
+    w = Submission("after pause", "grace@example.net")
+    answer = submit(stack.api_url, stack.token, w, message(w.label, w.recipient))
+    with lock:
+        w.mail_id = answer["mail_id"]
+        tracker.labels[w.mail_id] = w.label
+    say(w.label, f"submitted to {w.recipient}: 202 {w.mail_id}")
+    waited = time.monotonic() + 4  # several delivery polls and re-arms
+    while time.monotonic() < waited:
+        pump()
+        time.sleep(0.2)
+    if w.recipient in delivered:
+        return "the mail submitted during the pause was delivered before the resume"
+    code, text = _cli(stack, "show", w.mail_id, "--json")
+    states = sorted(
+        {r["state"] for g in json.loads(text)["groups"] for r in g["recipients"]}
+        if code == 0
+        else {text}
+    )
+    say(w.label, f"held by the pause: {', '.join(states)} after 4 s, not delivered")
+
+    for who in (me, ("--sender-domain", SENDER.rpartition("@")[2])):
+        code, text = _cli(stack, "reputation", "resume", *who)
+        say("operator", f"mailqueue reputation resume {' '.join(who)}: {text}")
+        if code != 0:
+            return f"mailqueue reputation resume failed: {text}"
+    while time.monotonic() < deadline:
+        pump()
+        if w.recipient in delivered:
+            say(w.label, f"delivered to {w.recipient} after the resume")
+            return None
+        time.sleep(0.2)
+    return "timed out; the mail held by the pause was not delivered after the resume"
 
 
 def _one_click_link(eml: bytes) -> str | None:

@@ -1,18 +1,25 @@
 """Composition of the one-click unsubscribe endpoint (services/unsubscribe.py) on AWS: the
 suppression list and the outbox in the state table; served by the ingress function on
-its public routes (``GET|POST /u/{token}``, no IAM authorizer)."""
+its public routes (``GET|POST /u/{token}``, no IAM authorizer).
+
+Nothing here is cached: the ingress function module keeps the built service (its
+``unsubscribe_service``), as it keeps its other per-container state, so a fresh container
+(and the local stack's container, which clears the function module's caches when a new
+stack starts in the same process) reads the settings again. A cache in this shared module
+outlived the stack that filled it: a second stack in one process (the test suite's
+workers run several) verified its links with the first stack's keys, a 400
+``invalid_token`` for every genuine link."""
 
 from __future__ import annotations
 
 import base64
-import functools
 import json
 from collections.abc import Mapping
 from typing import Any
 
 from mailqueue.services.unsubscribe import UnsubscribeService, UnsubscribeSettings
 
-__all__ = ["default_service", "handle_http", "is_unsubscribe"]
+__all__ = ["handle_http", "is_unsubscribe", "service_from_env"]
 
 PREFIX = "/u/"
 
@@ -21,9 +28,9 @@ def is_unsubscribe(event: Mapping[str, Any]) -> bool:
     return str(event.get("rawPath") or "").startswith(PREFIX)
 
 
-@functools.cache
-def default_service() -> UnsubscribeService:
-    """Once per container from MQ_* variables (the ingress function's storage settings)."""
+def service_from_env() -> UnsubscribeService:
+    """The service from MQ_* variables (the ingress function's storage settings); the
+    function module caches it once per container."""
     from mailqueue.backends.aws.clients import make_clients
     from mailqueue.backends.aws.outbox import TableOutboxEmitter
     from mailqueue.backends.aws.suppression_store import DynamoSuppressionStore
