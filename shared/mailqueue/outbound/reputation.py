@@ -153,12 +153,14 @@ class Counts:
 class Origin:
     """What feedback needs of the mail it is about, kept after the mail leaves the queue:
     the keys delivery counted it under (principal as its `mailqueue:principal` tag holds
-    it, sender) and its arrival (SES's `mail.timestamp` of the late events)."""
+    it, sender, the pool that sent it) and its arrival (SES's `mail.timestamp` of the
+    late events)."""
 
     mail_id: str
     principal: str
     sender: str
     arrival: float  # epoch seconds
+    pool: str = ""  # the egress pool that sent it: a warming pool's ramp holds on feedback
 
     @property
     def sender_domain(self) -> str:

@@ -1341,7 +1341,11 @@ class Invocation:
                 origin = None
                 if ok:  # a delivered recipient may complain or bounce later
                     origin = Origin(
-                        group.mail_id, group.principal, group.sender, group.arrival.timestamp()
+                        group.mail_id,
+                        group.principal,
+                        group.sender,
+                        group.arrival.timestamp(),
+                        pool=claim.sending_pool or "",
                     )
                 self.svc.reputation.note(
                     group.principal,

@@ -127,6 +127,7 @@ class DynamoReputationStore:
                             "p": {"S": o.principal or "-"},
                             "f": {"S": o.sender or "-"},
                             "a": {"N": str(int(o.arrival * 1000))},
+                            **({"o": {"S": o.pool}} if o.pool else {}),
                             "expires_at": {"N": str(expires_at)},
                         }
                     }
@@ -159,7 +160,7 @@ class DynamoReputationStore:
             v = str(item[k]["S"]) if k in item else "-"
             return "" if v == "-" else v
 
-        return Origin(mail_id, text("p"), text("f"), int(item["a"]["N"]) / 1000)
+        return Origin(mail_id, text("p"), text("f"), int(item["a"]["N"]) / 1000, text("o"))
 
 
 class OutboxReputationEvents:

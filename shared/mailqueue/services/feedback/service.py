@@ -35,7 +35,15 @@ from typing import Any, Protocol
 
 from mailqueue.core.errors import InvalidInput, MailqueueError, NotFound
 from mailqueue.core.events import EventEmitter, MailInfo, QueueEvent
-from mailqueue.core.model import PRINCIPAL_TAG, Group, Result, principal_of, to_iso, utcnow
+from mailqueue.core.model import (
+    PRINCIPAL_TAG,
+    Group,
+    Result,
+    pool_of,
+    principal_of,
+    to_iso,
+    utcnow,
+)
 from mailqueue.core.verp import Decoded, ForgedReturnPath, KeyRing, decode
 from mailqueue.outbound.reputation import FeedbackKind, Origin, ReputationGuard, feedback_counts
 from mailqueue.outbound.suppression import MAX_REASON, Entry, SuppressionStore, normalise
@@ -189,7 +197,7 @@ class FeedbackService:
             if origin is None:
                 out.counts["reputation_unattributed"] += len(kinds)
                 continue
-            guard.note(origin.principal, origin.sender, feedback_counts(kinds))
+            guard.note(origin.principal, origin.sender, feedback_counts(kinds), origin.pool)
             out.counts["reputation_counted"] += len(kinds)
         try:
             judged = guard.flush()
@@ -315,9 +323,12 @@ class FeedbackService:
                 return got
         if groups:
             g = groups[0]
-            return Origin(mail_id, g.principal, g.sender, g.arrival.timestamp())
+            return Origin(
+                mail_id, g.principal, g.sender, g.arrival.timestamp(), pool_of(g.tags)
+            )
         if mail is not None and isinstance(mail.get("sender"), str):
-            return Origin(mail_id, principal_of(mail.get("tags")), mail["sender"], 0.0)
+            tags = mail.get("tags")
+            return Origin(mail_id, principal_of(tags), mail["sender"], 0.0, pool_of(tags))
         return None
 
     def _recipients(self, d: Decoded, known: Mapping[str, str], named: list[str]) -> list[str]:
