@@ -54,6 +54,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from boto3.dynamodb.types import TypeDeserializer
+from mailqueue.core.events import REPUTATION_EVENT
 
 from mailqueue_local import receivers
 from mailqueue_local.runtime import ACCOUNT_ID, REGION
@@ -227,7 +228,6 @@ def message(label: str, recipient: str) -> bytes:
         "MIME-Version: 1.0\r\nContent-Type: text/plain; charset=utf-8\r\n\r\n"
         f"This is the {label} mail of the local demo.\r\n"
     ).encode()
-
 
 
 def _progress_to(out: TextIO) -> Callable[[str], None]:
@@ -579,9 +579,35 @@ def reputation_phase(
         pump()
         if w.recipient in delivered:
             say(w.label, f"delivered to {w.recipient} after the resume")
-            return None
+            break
         time.sleep(0.2)
-    return "timed out; the mail held by the pause was not delivered after the resume"
+    else:
+        return "timed out; the mail held by the pause was not delivered after the resume"
+    return _await_reputation_events(stack, say, pump, deadline)
+
+
+def _await_reputation_events(stack: LocalStack, say: Any, pump: Any, deadline: float) -> str | None:
+    """The guard's pause and the operator's resume reach the event log (outbox items the
+    stream carries to the events function): the demo does not stop the stack before they
+    are there, so the log it hands to `make report` is whole."""
+    want = {(a, s) for a in ("paused", "resumed") for s in ("principal", "sender_domain")}
+    seen: set[tuple[str, str]] = set()
+    while time.monotonic() < deadline:
+        pump()
+        for doc in _event_log(stack.events_dir):
+            if doc.get("eventType") != REPUTATION_EVENT:
+                continue
+            rep = doc.get("mailqueue", {}).get("reputation", {})
+            key = (str(rep.get("action", "")), str(rep.get("scope", "")))
+            if key in want and key not in seen:
+                seen.add(key)
+                say("reputation", f"event log: {REPUTATION_EVENT} {key[0]} ({key[1]})")
+        if seen == want:
+            return None
+        time.sleep(0.5)
+    return "timed out; not in the event log: " + ", ".join(
+        f"{REPUTATION_EVENT} {a} ({s})" for a, s in sorted(want - seen)
+    )
 
 
 def _one_click_link(eml: bytes) -> str | None:
