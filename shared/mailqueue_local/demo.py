@@ -513,7 +513,7 @@ def _cli(stack: LocalStack, *argv: str) -> tuple[int, str]:
 
     out, err = io.StringIO(), io.StringIO()
     code = cli.main(
-        [*argv, "--api", stack.api_url, "--no-sign", "--token", stack.token],
+        [*argv, f"--api={stack.api_url}", "--no-sign", f"--token={stack.token}"],
         stdout=out,
         stderr=err,
     )

@@ -425,6 +425,8 @@ class LocalStack:
         except FileNotFoundError:
             pass
         token = secrets.token_urlsafe(24)
+        while token.startswith("-"):  # `--token -x…` would read as an option (argparse)
+            token = secrets.token_urlsafe(24)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(token + "\n")

@@ -94,7 +94,11 @@ def run(clients: Clients, peers: Peers, sc: Scenario, at: int, kind: str) -> lis
     dsns = [m for m in msgs if m.mail_from in ("", "<>")]
     where = f"{sc.name} {inj.faulted}"
     assert all(got[r] == 1 for r in sc.delivered), f"{where}: {got}"
-    assert len(dsns) == (1 if sc.bounced else 0), where
+    # each DSN's recipients in the message: a second DSN is a repeat or a split, and which
+    # one it was is what the next look needs (seen once in CI, 2026-12-02, not reproduced)
+    assert len(dsns) == (1 if sc.bounced else 0), (
+        f"{where}: {[sorted(dsn_recipients(d.content)) for d in dsns]}"
+    )
     if dsns:
         assert sorted(dsn_recipients(dsns[0].content)) == sorted(sc.bounced)
     assert w.content_objects() == [], where

@@ -39,7 +39,7 @@ TH = {"min_sends": SENDS, "window_sends": 1000, "evaluate_seconds": 0, "bucket_s
 def _cli(stack: LocalStack, *argv: str) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     code = cli.main(
-        [*argv, "--api", stack.api_url, "--no-sign", "--token", stack.token],
+        [*argv, f"--api={stack.api_url}", "--no-sign", f"--token={stack.token}"],
         stdout=out,
         stderr=err,
     )
