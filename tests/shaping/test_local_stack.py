@@ -182,12 +182,6 @@ PEER = Behaviour(rate_limit=(10, 1.0), max_connections=3)
 CONCURRENCY = 5  # delivery invocations at once
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="issue 40 open (item 5): under load a booked group that comes back late still "
-    "sends with the default 10 s grace; 1 x 421 in one of the stop-46 CI runs (passed in "
-    "the other); the strict late tolerance that fixes it is off by default (docs/benchmarks.md)",
-)
 def test_site_limit_at_or_below_the_peers_no_421_and_everything_delivered(
     tmp_path: Path,
 ) -> None:

@@ -193,12 +193,10 @@ class DeliverySettings:
     # 6): on by default since bookings and connection slots are atomic writes (fewer
     # limiter requests and the limit's rate at every burst: docs/benchmarks.md)
     shaping_book_slots: bool = True
-    # a booked slot missed by more than this (and than one interval of the site's rate) is
-    # booked afresh: a late send would bunch with the on-time ones (issue 40). 0 (the
-    # default for now): sent up to 10 s late, as before; LATE_TOLERANCE (1 s) is the
-    # strict setting, off by default until test_waits_once holds its re-arm bound with it
-    # on a loaded machine (docs/benchmarks.md, issue 40 section)
-    shaping_late_tolerance_seconds: float = 0.0
+    # a booked slot missed by more than this (and than one interval of the site's rate,
+    # at least 1 s: shaping.LATE_FLOOR) is booked afresh: a late send would bunch with the
+    # on-time ones (issue 40). 0 turns it off: sent up to 10 s late, as before issue 40
+    shaping_late_tolerance_seconds: float = 1.0
     # grants a second per item of a site's state (shaping.site_shards: a faster site is
     # spread over more items); DynamoDB's per-key share, scaled down only by tests
     shaping_shard_max_rate: float = SITE_SHARD_MAX_RATE
