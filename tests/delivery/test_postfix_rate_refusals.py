@@ -188,13 +188,6 @@ def _delivered(peer: PostfixPeer) -> int:
     return sum(len(peer.delivered(b)) for b in BOXES)
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="issue 40 open: the margin (one send in anvil's unit) equals the late tolerance "
-    "(one interval), and a loaded machine's connect and STARTTLS come on top of it: 0 "
-    "refusals at load 3.4 and 15.1, 1 in 30 at load 2.9 and 4.9 (docs/benchmarks.md, "
-    "issue 40 section)",
-)
 def test_a_loaded_machine_sends_no_booked_group_late_into_anvil(
     rig: RigFactory, anvil_at_the_limit: PostfixPeer
 ) -> None:

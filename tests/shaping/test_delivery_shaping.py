@@ -12,6 +12,7 @@ import threading
 import time
 from typing import Any
 
+from mailqueue.core.errors import NotFound
 from mailqueue.core.model import GroupState, MailRef, RecipientState
 
 from bench.shaping import max_in_window
@@ -213,3 +214,44 @@ def test_a_5xx_known_to_be_temporary_is_deferred_not_bounced(rig: RigFactory, aw
         assert g.history[-1].site == "google"
         assert g.history[-1].shaping == "gmail-550-unusual-rate:suspend+slowdown+reclassify"
         assert r.bounce_messages() == []
+
+
+def test_a_slot_missed_while_connecting_is_booked_again_not_sent_late(
+    rig: RigFactory, aws: AwsEnv
+) -> None:
+    """Issue 40: the lateness of a shaped send is judged just before MAIL FROM, after the
+    connection (here a 1.5 s greet pause, past the 1 s tolerance), not only when the
+    limiter granted it. The first try sends nothing, is not an attempt and carries its
+    miss back (a booking at 0); the next try is not judged again (else a site that always
+    greets slowly would never be sent to) and delivers, once."""
+    with smtp_sink(Behaviour(greeting_delay=1.5)) as peer:
+        r = rig(
+            routes=relay_to(peer.port),
+            shaping=True,
+            backoff_rules=NO_BACKOFF,
+            shaping_rules=shaping(rates=[{"messages": 10, "per": "1s"}]),
+        )
+        assert r.service.settings.shaping_late_tolerance_seconds == 1.0  # the default
+        st = aws.storage()
+        queued = st.enqueue(f.envelope("a@peer.example"), f.content())
+        ref = MailRef(queued.mail_id, "peer.example")
+        delivery_app.metrics.clear_metrics()
+        res = r.poll()
+        assert res.failed == 1  # re-armed, not deleted
+        assert metric("Throttled_late") == 1 and metric("GroupsAttempted") == 0
+        assert peer.connections == 1 and "MAIL" not in peer.verbs() and peer.messages == []
+        g = st.get_group(ref)
+        assert g.state == GroupState.QUEUED and g.recipients[0].attempts == 0
+        assert g.history == ()
+        assert g.reservation is not None and g.reservation.startswith("0.000|0|")
+        stop = time.monotonic() + 20
+        while not peer.messages and time.monotonic() < stop:
+            if not r.poll().received:
+                time.sleep(0.2)
+        assert len(peer.messages) == 1
+        assert peer.verbs().count("MAIL") == 1
+        try:
+            done: Any = st.get_group(ref)
+        except NotFound:  # a delivered solo mail is cleaned up
+            done = None
+        assert done is None or done.recipients[0].attempts == 1

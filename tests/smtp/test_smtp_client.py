@@ -716,3 +716,32 @@ def test_constructor_validation() -> None:
         SmtpClient("ok.example", max_sessions=0)
     with pytest.raises(ValueError):
         Timeouts(connect=0)
+
+
+# ------------------------------------------------------------------ a shaped send's slot
+
+
+def test_a_slot_missed_before_mail_from_sends_nothing_and_keeps_the_session(
+    client: SmtpClient,
+) -> None:
+    """`late` is asked once, after the greeting and EHLO, just before MAIL FROM (issue
+    40): True gives the transaction up unsent, tries no other hop, and closes the session
+    (QUIT: the caller gives the site's connection slot back, so no idle connection stays
+    open beside what the limiter counts)."""
+    asked: list[list[str]] = []
+    with smtp_sink() as peer, smtp_sink() as other:
+
+        def late() -> bool:
+            asked.append(peer.verbs())
+            return True
+
+        out = send(client, [hop_to(peer), hop_to(other)], [("r0", A), ("r1", B)], late=late)
+        assert out.missed_slot is True
+        assert {r.status for r in out.results.values()} == {"4.7.0"}
+        assert asked == [["EHLO"]]  # once, on a session that has said EHLO and no more
+        assert peer.messages == [] and "MAIL" not in peer.verbs()
+        assert other.connections == 0  # no other hop tried
+        again = send(client, hop_to(peer), [("r0", A)], late=lambda: False)
+        assert statuses(again) == {"r0": "2.0.0"} and again.missed_slot is False
+        assert again.reused is False and peer.connections == 2
+        assert "QUIT" in peer.verbs() and len(peer.messages) == 1

@@ -185,6 +185,8 @@ class Behaviour:
         as its greeting and is closed (a provider enforcing concurrency).
     data_delay: seconds the peer takes before its reply to the final dot (a slow server:
         ``peak_transactions`` then shows how many senders were in DATA at once).
+    greeting_delay: seconds before the 220 banner (a greet pause, as Postfix's postscreen
+        keeps one; a slow connection: what a shaped send spends before MAIL FROM).
     """
 
     greeting: str | None = None
@@ -210,6 +212,7 @@ class Behaviour:
     rate_limit: tuple[int, float] | None = None
     max_connections: int | None = None
     data_delay: float = 0.0
+    greeting_delay: float = 0.0
     throttle_reply: str = (
         "421 4.7.28 [127.0.0.1] Our system has detected an unusual rate of unsolicited mail "
         "originating from your IP address. To protect our users from spam, mail sent from "
@@ -278,6 +281,8 @@ class _ScriptedSMTP(SMTP):
             assert self.transport is not None
             self.transport.close()
             return
+        if self._peer.behaviour.greeting_delay > 0:
+            await asyncio.sleep(self._peer.behaviour.greeting_delay)
         greeting = self._peer.behaviour.greeting
         if greeting is not None:
             await self.push(greeting)

@@ -145,6 +145,9 @@ class DeliveryOutcome:
     dsn: bool = False  # DSN parameters were passed on to the server
     reused: bool = False  # the session came from the connection pool
     hop_failures: tuple[Result, ...] = ()  # site-level failures of hops tried on the way
+    # the send's shaping slot passed before MAIL FROM (``deliver(late=...)``): nothing was
+    # sent, no result is an attempt; the caller books a fresh slot
+    missed_slot: bool = False
 
 
 TlsContextFactory = Callable[[TlsPolicy, str | None], ssl.SSLContext]
@@ -552,6 +555,7 @@ class _Message:
     envid: str | None
     smtputf8: bool
     body_8bit: bool | None
+    late: Callable[[], bool] | None = None
 
     def eight_bit(self) -> bool:
         """Whether the body has 8-bit octets; scanned once if seekable, else assumed."""
@@ -582,6 +586,7 @@ class _Tx:
     results: dict[str, Result]
     data_started: bool
     dsn: bool
+    missed_slot: bool = False
 
 
 def _as_rcpt(r: Rcpt | Recipient | tuple[Any, ...]) -> Rcpt:
@@ -644,6 +649,7 @@ class SmtpClient:
         smtputf8: bool = False,
         body_8bit: bool | None = None,
         deadline: Callable[[], float] | None = None,
+        late: Callable[[], bool] | None = None,
     ) -> DeliveryOutcome:
         """One SMTP transaction for ``recipients``; a Result for every rid, never raises
         for network or server trouble.
@@ -653,6 +659,10 @@ class SmtpClient:
         says the message needs SMTPUTF8 (non-ASCII addresses force it anyway).
         ``body_8bit`` None: scan a seekable body, assume 8-bit otherwise. ``deadline``
         returns the seconds left (see :func:`lambda_deadline`); None: no deadline.
+        ``late``, asked just before MAIL FROM: True gives the transaction up unsent (the
+        session is closed with QUIT, no other hop is tried) and the outcome says
+        ``missed_slot``: a shaped send whose slot passed while it connected, signed or
+        negotiated TLS would bunch with the on-time sends after it (issue 40).
         """
         rcpts = [_as_rcpt(r) for r in recipients]
         if len({r.rid for r in rcpts}) != len(rcpts):
@@ -696,6 +706,7 @@ class SmtpClient:
             envid=envid,
             smtputf8=need_utf8,
             body_8bit=body_8bit,
+            late=late,
         )
         site_failures: list[Result] = []
         sessions = 0
@@ -725,6 +736,8 @@ class SmtpClient:
                 raise
             results.update(tx.results)
             last = (session, tx)
+            if tx.missed_slot:
+                break
             retry = [r for r in pending if not results[r.rid].permanent]
             retry = [r for r in retry if not results[r.rid].success]
             if tx.data_started or not retry:
@@ -750,6 +763,7 @@ class SmtpClient:
             dsn=tx.dsn,
             reused=session.reused,
             hop_failures=tuple(site_failures),
+            missed_slot=tx.missed_slot,
         )
 
     # ------------------------------------------------------------------ sessions
@@ -1040,6 +1054,13 @@ class SmtpClient:
         if dsn and msg.envid:
             params.append(f"ENVID={xtext(msg.envid)}")
 
+        if msg.late is not None and msg.late():
+            all_get(local_result("4.7.0", "sending slot missed before MAIL FROM", hop.host), rcpts)
+            # closed, not pooled: the caller gives the site's connection slot back with
+            # the group, and an idle pooled session would be a connection the limiter
+            # no longer counts (Postfix's anvil does)
+            session.quit(self.timeouts.quit)
+            return _Tx(results, False, False, missed_slot=True)
         try:
             session.where = "sending MAIL FROM"
             conn.bound(clock.phase(t.mail))

@@ -824,9 +824,12 @@ class Invocation:
                 envid=group.envid,
                 smtputf8=group.smtputf8,
                 deadline=self.time_left,
+                late=self._late_check(),
             )
         finally:
             loop.close()
+        if outcome.missed_slot:
+            return self._missed_slot(claim)
         results = self._backoff(claim, explain(hops, outcome.results), outcome)
         return self._record(claim, results, outcome)
 
@@ -835,6 +838,7 @@ class Invocation:
         """Before connecting: the site's shared budget (shaping.py). Short waits are slept;
         out of budget is not an attempt: the group goes back to the queue for the time the
         limiter says, with no connection, no attempt and no event (a counter only)."""
+        self._lane.slot = None  # no send time yet (`_late_check`)
         shaper = self.svc.shaper
         if shaper is None:
             return None
@@ -848,7 +852,17 @@ class Invocation:
             return held
         inline = self.svc.settings.shaping_inline_wait_seconds
         book = self.svc.settings.shaping_book_slots
-        booked = Reservation.decode(claim.group.reservation) if book else None
+        previous = Reservation.decode(claim.group.reservation)
+        booked = previous if book else None
+        # a send given up at MAIL FROM for its missed slot (`_missed_slot`: a booking at
+        # 0) is not checked there again at this attempt: a site whose connection alone
+        # outlasts the tolerance (a greeting delay) would never be sent to
+        recheck = not (
+            previous is not None
+            and previous.at == 0
+            and previous.site == site
+            and previous.attempts == claim.group.attempts
+        )
         if booked is not None and not (
             booked.site == site
             and booked.attempts == claim.group.attempts
@@ -907,6 +921,10 @@ class Invocation:
             if isinstance(got, Permit):
                 self._note_slot(site, holder)
                 self._lane.using = (site, holder)
+                # the time this send is for: its booked slot, or now for a grant; the
+                # SMTP client asks `_late` just before MAIL FROM
+                if recheck:
+                    self._lane.slot = (site, booked.at if booked is not None else shaper.clock())
                 per_conn = 1 if _at_once(got.limits) else got.limits.max_messages_per_connection
                 if per_conn and self.client.pool is not None:
                     for h in hops:
@@ -948,6 +966,37 @@ class Invocation:
         log.info("site out of budget", extra={"site": site, "reason": got.reason, "wait": wait})
         if claim.receipt_handle:
             raise KeepMessage(f"site {site} {got.reason}: back in {wait}s")
+        return "throttled"
+
+    def _late_check(self) -> Callable[[], bool] | None:
+        """What the SMTP client asks just before MAIL FROM: whether this record's shaping
+        slot has been missed by more than the tolerance (`Shaper.late_by`). Asked at
+        `_shape` only, a send could still come late by the tolerance plus what follows
+        it: the pool total, the content read, DKIM, connect, EHLO and STARTTLS (1 refusal
+        in 30 from Postfix's anvil at load 2.9, issue 40). None: not shaped."""
+        shaper = self.svc.shaper
+        slot: tuple[str, float] | None = getattr(self._lane, "slot", None)
+        self._lane.slot = None
+        if shaper is None or slot is None:
+            return None
+        site, at = slot
+        return lambda: shaper.late_by(site, at)
+
+    def _missed_slot(self, claim: Claim) -> str:
+        """The slot passed before MAIL FROM and nothing was sent (`_late_check`): the
+        group goes back untried, as a throttled one, and books a fresh slot when it
+        comes back. Not an attempt: no result, no event, a counter. Once per attempt: the
+        booking it carries back (at 0) says so, and the next send is not checked. A warm-up
+        unit taken for it stays spent (the pool sends fewer than its budget, never more)."""
+        self._give_back_holder()
+        self.stats.add("throttled")
+        self.stats.add("groups", -1)  # claimed, but not an attempt
+        self.stats.add_extra("Throttled_late")
+        missed = Reservation(claim.site or "", 0.0, claim.group.attempts)
+        self.svc.storage.postpone(claim, 1, reservation=missed.encode())
+        log.info("site slot missed before MAIL FROM", extra={"site": claim.site, "wait": 1})
+        if claim.receipt_handle:
+            raise KeepMessage(f"site {claim.site} slot missed: back in 1s")
         return "throttled"
 
     # ------------------------------------------------------------------ egress pools
