@@ -721,7 +721,7 @@ def test_constructor_validation() -> None:
 # ------------------------------------------------------------------ a shaped send's slot
 
 
-def test_a_slot_missed_before_mail_from_sends_nothing_and_keeps_the_session(
+def test_a_slot_missed_before_mail_from_sends_nothing_and_closes_the_session(
     client: SmtpClient,
 ) -> None:
     """`late` is asked once, after the greeting and EHLO, just before MAIL FROM (issue
