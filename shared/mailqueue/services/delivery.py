@@ -922,7 +922,7 @@ class Invocation:
                 self._note_slot(site, holder)
                 self._lane.using = (site, holder)
                 # the time this send is for: its booked slot, or now for a grant; the
-                # SMTP client asks `_late` just before MAIL FROM
+                # SMTP client asks `_late_check`'s predicate just before MAIL FROM
                 if recheck:
                     self._lane.slot = (site, booked.at if booked is not None else shaper.clock())
                 per_conn = 1 if _at_once(got.limits) else got.limits.max_messages_per_connection
