@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -132,11 +133,40 @@ class Figures:
         )
 
 
-def failed(rep: Report) -> dict[str, bool]:
-    """The addresses a report makes the queue act on (a Bounce event; hard: suppressed)."""
+def failed(rep: Report, want: Collection[str] = ()) -> dict[str, bool]:
+    """The addresses a report makes the queue act on (a Bounce event; hard: suppressed).
+    A failure is known by its final address or by its DSN's Original-Recipient, as the
+    service matches it against the mail's recipients (services/feedback/service.py
+    _failures): the original when that is the one the corpus names."""
     if rep.kind != "bounce":
         return {}
-    return {f.address: f.hard for f in rep.failures if f.action != "delayed"}
+    out: dict[str, bool] = {}
+    for f in rep.failures:
+        if f.action == "delayed":
+            continue
+        a = f.address
+        if a not in want and f.original_recipient in want:
+            a = f.original_recipient
+        out[a] = f.hard
+    return out
+
+
+# BounceParser's corpus is anonymised down to one-letter top labels (`a@b.c`): no real
+# address has one and the address validation rightly refuses it (a false address is what
+# suppression must never get). The bench maps each such domain after an "@" to the
+# reserved `.example` under it (`a@b.c` -> `a@b.c.example`), in the message and in the
+# answers alike, so the corpus measures what it was written for; the parser is unchanged.
+_ONE_LETTER_TOP = re.compile(
+    r"(@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z])(?![A-Za-z0-9-]|\.[A-Za-z0-9])"
+)
+
+
+def deanonymise(text: str) -> str:
+    return _ONE_LETTER_TOP.sub(r"\1.example", text)
+
+
+def deanonymise_bytes(raw: bytes) -> bytes:
+    return re.sub(_ONE_LETTER_TOP.pattern.encode(), rb"\1.example", raw)
 
 
 def bounceparser_expectations() -> dict[str, dict[str, Any]]:
@@ -164,17 +194,17 @@ def bp_verdict(e: dict[str, Any]) -> bool | None:
 def measure_bounceparser() -> Figures:
     fig = Figures("BounceParser t/corpus (tuned on)")
     for name, e in sorted(bounceparser_expectations().items()):
-        raw = (BP / "t" / "corpus" / name).read_bytes()
+        raw = deanonymise_bytes((BP / "t" / "corpus" / name).read_bytes())
         rep = parse(raw)
         fig.files += 1
         if rep.kind == "delay":
             fig.delays_dropped += 1
-        mine = failed(rep)
         want: list[str] | None = None
         if e.get("is_bounce") == 0 or e.get("reports") == 0:
             want = []
         elif "addresses" in e:
-            want = [a.lower() for a in e["addresses"]]
+            want = [deanonymise(a.lower()) for a in e["addresses"]]
+        mine = failed(rep, want or ())
         if want is not None:
             fig.score(name, mine, want, f"corpus: {want}", rep.kind)
         hard = bp_verdict(e)
@@ -211,9 +241,9 @@ def measure_crisp() -> Figures:
         fig.files += 1
         if rep.kind == "delay":
             fig.delays_dropped += 1
-        mine = failed(rep)
         rcpt = e.get("data", {}).get("recipient")
         want = [rcpt.lower()] if e.get("bounce") and rcpt else []
+        mine = failed(rep, want)
         fig.score(name, mine, want, f"corpus: {want}", rep.kind)
         hard = crisp_verdict(e)
         if hard is not None and e.get("bounce"):
@@ -273,12 +303,12 @@ def measure_sisimai() -> Figures | None:
         undecided = {
             v["recipient"].lower().replace('"', "") for v in vs if v["reason"] in SISIMAI_UNDECIDED
         }
-        mine = {a: h for a, h in failed(rep).items() if a not in undecided}
         want = {
             v["recipient"].lower().replace('"', ""): v
             for v in vs
             if v["reason"] not in SISIMAI_UNDECIDED
         }
+        mine = {a: h for a, h in failed(rep, want).items() if a not in undecided}
         fig.score(p.name, mine, want, f"sisimai: {sorted(want)}", rep.kind)
         for a, v in want.items():
             if a not in mine:
