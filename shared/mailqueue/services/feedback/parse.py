@@ -643,7 +643,6 @@ def _prose(msg: Message, text: str, original: tuple[tuple[str, str], ...]) -> li
     ]
     spans: dict[str, None] = {}
     not_rcpt: set[str] = set(ids)
-    greeted: set[str] = set()
     for m in ADDR_RE.finditer(own):
         if m.start() and _LOCAL_CHAR_RE.match(own, m.start() - 1):
             continue  # the tail of a local part longer than 64: no address
@@ -651,10 +650,10 @@ def _prose(msg: Message, text: str, original: tuple[tuple[str, str], ...]) -> li
         if not a:
             continue
         before = own[max(0, m.start() - 40) : m.start()]
-        if _GREETING.search(before):
-            greeted.add(a)  # "Sorry a@b. Your mail to ...": the reader, not a recipient
-        if _HELP_DESK.search(before) or _SENDER_CONTEXT.search(before):
-            not_rcpt.add(a)  # the receiver's help desk, or the envelope sender
+        if _HELP_DESK.search(before) or _SENDER_CONTEXT.search(before) or _GREETING.search(before):
+            # the receiver's help desk, the envelope sender, or the reader the report
+            # greets ("Sorry a@b. Your mail to the following recipients ...": AOL)
+            not_rcpt.add(a)
             continue
         if re.match(r"(?:mailer-daemon|postmaster)$", a.split("@")[0]):
             continue
@@ -662,11 +661,7 @@ def _prose(msg: Message, text: str, original: tuple[tuple[str, str], ...]) -> li
     for a in not_rcpt:
         spans.pop(a, None)
     if not named:
-        # not the report's own From or To, nor the original's sender; one of those only
-        # when nothing else is named, and never one the report greets (AOL's "Sorry a@b.
-        # Your mail to the following recipients ...": the reader it returns the mail to)
-        others = [a for a in spans if a not in senders]
-        named = others or [a for a in spans if a not in greeted][:1]
+        named = [a for a in spans if a not in senders] or list(spans)[:1]
     own_low = own.lower()
     out = []
     for a in named[:MAX_FAILURES]:
