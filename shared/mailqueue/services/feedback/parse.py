@@ -6,7 +6,9 @@ Sendmail, Exchange, webmail providers); they name the failed recipient and the r
 reply in prose. The rules (the phrases in data/bounce-rules.json, read by rules.py; the
 address rules in addresses.py) were written against the Sisimai project's corpus
 (tests/data/sisimai, checked against Sisimai itself in tests/feedback/test_sisimai.py) and
-are measured on a corpus they were not tuned on (bench/bounce_corpora.py), with Sisimai's
+Mail::DeliveryStatus::BounceParser's (tests/data/bounceparser), and are measured on one
+they were not tuned on, Crisp's email-bounce-parser fixtures (tests/data/crisp;
+bench/bounce_corpora.py), with Sisimai's
 reason vocabulary for the verdict: a bounce is *hard* when the address
 itself is dead (no such user, no such domain, moved, the domain accepts no mail) and
 *soft* otherwise (full mailbox, blocked, policy, spam, expired, network...), since only
@@ -101,6 +103,7 @@ _HOST_TEXT = RULES.patterns["host_text"]
 _USER_STRONG = RULES.patterns["user_strong"]
 _HARD_TEXT = RULES.patterns["hard_text"]
 _HARD_STATUS = RULES.hard_status
+_CHALLENGE = RULES.patterns["challenge_text"]
 _NAMES_ADDRESS = re.compile(
     r"[245]\d\d[ :-]+(?:\d\.\d\.\d+ )?(?:<"
     + _ADDR
@@ -200,8 +203,11 @@ _BOUNCE_SUBJECT = re.compile(
 _HELP_DESK = re.compile(r"contact|write to|send (?:an )?e-?mail to", re.I)
 # a transcript's MAIL FROM, or a field naming the sender: not a recipient
 _SENDER_CONTEXT = re.compile(
-    r"(?:mail\s+from|envelope[- ]from|return-path|sender)\s*[:=]?\s*<?\s*$", re.I
+    r"(?:mail\s+from|envelope[- ]from|return-path|sender|message sent by)\s*[:=]?\s*<?\s*$",
+    re.I,
 )
+# the report speaking to its reader (the sender it returns the mail to) by address
+_GREETING = re.compile(r"(?:^|\n)[ \t]*(?:sorry|dear|hello|hi),?[ \t]*<?$", re.I)
 # Hotmail's pre-ARF complaint: the message attached, "complaint about message from <ip>"
 _COMPLAINT_SUBJECT = re.compile(r"complaint about message from", re.I)
 _BOUNCE_BODY = re.compile(
@@ -262,11 +268,22 @@ def parse(raw: bytes) -> Report:
         )
     if not failures:
         failures = _prose(msg, text, original)
+    if failures and all(_is_challenge(f) for f in failures):
+        # a challenge-response notice (Boxbe's "Sender not pre-approved", "Your server
+        # requires confirmation"): it asks the sender to confirm, it is no failure of the
+        # address, so it is read as an auto-reply (dropped and counted, no event)
+        return Report("autoreply", original=original)
     if failures:
         return Report("bounce", tuple(failures), original=original)
     if ct == "multipart/report" or _looks_like_bounce(msg):
         return Report("unknown", original=original)
     return Report("unknown", original=original)
+
+
+def _is_challenge(f: Failure) -> bool:
+    return not f.hard and bool(
+        _CHALLENGE.search(f.diagnostic) or _CHALLENGE.search(f.diagnostic_code)
+    )
 
 
 # a warning that delivery is still being tried (RFC 3464's "delayed", in prose)
@@ -502,6 +519,11 @@ def _delivery_status(p: Message, text: str) -> list[Failure]:
         if diag and (not status or status.endswith(".0.0")):
             status = find_status(diag) or status
         verdict_text = diag if _says_something(diag) or not prose else prose
+        if not g.get("diagnostic-code", "").partition(";")[2].strip() and status[-4:] != ".0.0":
+            # no reply in the fields, a definite status: the prose around the address is
+            # no reply either, unless it quotes one (a line with a code); a disclaimer
+            # ("scanned for all viruses") under a 5.1.1 does not make it soft
+            verdict_text = _diagnostic_line(span)
         if action == "delayed" and not status:
             status = "4.0.0"
         raw_diag = _one_line(g.get("diagnostic-code", ""), 1000)
@@ -544,7 +566,12 @@ def ip_of(remote_mta: str) -> str:
 
 
 def _says_something(text: str) -> bool:
-    return bool(_SOFT_TEXT.search(text) or _HARD_TEXT.search(text) or _HOST_TEXT.search(text))
+    return bool(
+        _SOFT_TEXT.search(text)
+        or _HARD_TEXT.search(text)
+        or _HOST_TEXT.search(text)
+        or _USER_STRONG.search(text)
+    )
 
 
 def _command_near(text: str, address: str, low: str = "") -> str:
@@ -625,8 +652,10 @@ def _prose(msg: Message, text: str, original: tuple[tuple[str, str], ...]) -> li
         if not a:
             continue
         before = own[max(0, m.start() - 40) : m.start()]
-        if _HELP_DESK.search(before) or _SENDER_CONTEXT.search(before):
-            not_rcpt.add(a)  # the receiver's help desk, or the envelope sender
+        if _HELP_DESK.search(before) or _SENDER_CONTEXT.search(before) or _GREETING.search(before):
+            # the receiver's help desk, the envelope sender, or the reader the report
+            # greets ("Sorry a@b. Your mail to the following recipients ...": AOL)
+            not_rcpt.add(a)
             continue
         if re.match(r"(?:mailer-daemon|postmaster)$", a.split("@")[0]):
             continue

@@ -1,4 +1,5 @@
-"""The hard/soft rules for bounces whose status code does not decide (data/bounce-rules.json).
+"""The hard/soft rules for bounces whose status code does not decide, and the phrases of a
+challenge-response notice, which is not a bounce (data/bounce-rules.json).
 
 Why data: like the delivery backoff rules, what counts as a dead address is policy that
 grows with the receivers met; each group names its source. The file is validated when it
@@ -16,7 +17,14 @@ from typing import Any
 
 from mailqueue.core.config import ConfigError
 
-GROUPS = ("dead_first", "soft_text", "host_text", "user_strong", "hard_text")
+GROUPS = (
+    "dead_first",
+    "soft_text",
+    "host_text",
+    "user_strong",
+    "hard_text",
+    "challenge_text",
+)
 _STATUS_RE = re.compile(r"^[245]\.\d{1,3}\.\d{1,3}$")
 
 
