@@ -351,7 +351,7 @@ def _warm_mail(
         _wait(lambda: want <= delivered, 180, "warm-up delivery")
         d = stack.deployment
         _wait(lambda: _count_items(stack, d.table) == 0, 60, "warm-up cleanup")
-        _wait(lambda: _stream_quiet(stack), 60, "warm-up stream drained")
+        _wait(_stream_quiet(stack), 60, "warm-up stream drained")
     finally:
         for n, f in stack.functions.items():
             f.handler = handlers[n]
@@ -462,7 +462,7 @@ def measure(
             d = stack.deployment
             assert d is not None
             _wait(lambda: _count_items(stack, d.table) == 0, 60, "cleanup")
-            _wait(lambda: _stream_quiet(stack), 60, "stream drained")
+            _wait(_stream_quiet(stack), 60, "stream drained")
             run.wall_s = time.monotonic() - t0
             for n, f in stack.functions.items():
                 run.invocations[n] = f.invocations - base[n][0]
@@ -573,17 +573,22 @@ def _count_items(stack: Any, table: str) -> int:
     return n
 
 
-_quiet: dict[int, tuple[int, float]] = {}
-
-
-def _stream_quiet(stack: Any) -> bool:
-    """The events function has not been invoked for 3 s (its window is shorter locally)."""
+def _stream_quiet(stack: Any) -> Callable[[], bool]:
+    """A check, true once the events function has not been invoked for 3 s since the
+    check began (its window is shorter locally). Each wait makes its own: one state shared
+    across waits (it was module state, keyed by the stack) answered the measured window's
+    wait at once from the warm-up's quiet, before the window's records reached the events
+    function, whose PUT then fell outside the run's invocations."""
     f = stack.functions["events"]
-    seen, since = _quiet.get(id(stack), (-1, time.monotonic()))
-    if f.invocations != seen:
-        _quiet[id(stack)] = (f.invocations, time.monotonic())
-        return False
-    return time.monotonic() - since > 3.0
+    state = [f.invocations, time.monotonic()]
+
+    def quiet() -> bool:
+        if f.invocations != state[0]:
+            state[:] = [f.invocations, time.monotonic()]
+            return False
+        return time.monotonic() - state[1] > 3.0
+
+    return quiet
 
 
 def _read_stream(stack: Any, arn: str) -> list[dict[str, Any]]:
