@@ -259,19 +259,21 @@ def _wrap(
     handler: Callable[..., Any],
     cpu: dict[str, float],
     records_in: Counter[str] | None = None,
+    var: contextvars.ContextVar[str | None] = _function,
 ) -> Callable[..., Any]:
     """The handler with its CPU counted: the handler thread's, and (while a `_ThreadCpu`
-    is installed) every thread it starts, e.g. delivery's lanes."""
+    is installed on `cpu`) every thread it starts, e.g. delivery's lanes. `var` names the
+    function to the hooks: `_function` (counted) or `_warming` (the warm-up mail)."""
 
     def run(event: Any, context: Any) -> Any:
-        token = _function.set(name)
+        token = var.set(name)
         if records_in is not None and isinstance(event, dict):
             records_in[name] += len(event.get("Records") or ()) or 1
         t0 = time.thread_time()
         try:
             return handler(event, context)
         finally:
-            _function.reset(token)
+            var.reset(token)
             cpu[name] = cpu.get(name, 0.0) + time.thread_time() - t0
             for tc in _THREAD_CPU:
                 if tc.cpu is cpu:
@@ -329,20 +331,8 @@ def _warm_mail(
     want = {r for rcpts, _ in todo for r in rcpts}
     handlers = {n: f.handler for n, f in stack.functions.items()}
 
-    def timed(name: str, h: Callable[..., Any]) -> Callable[..., Any]:
-        def run(event: Any, context: Any) -> Any:
-            token = _warming.set(name)
-            t0 = time.thread_time()
-            try:
-                return h(event, context)
-            finally:
-                _warming.reset(token)
-                init_cpu[name] = init_cpu.get(name, 0.0) + time.thread_time() - t0
-
-        return run
-
     for n, f in stack.functions.items():
-        f.handler = timed(n, f.handler)
+        f.handler = _wrap(n, f.handler, init_cpu, var=_warming)  # no lane threads counted
     try:
         if per_call == 1:
             _submit(stack, todo[0][0], todo[0][1])
@@ -358,8 +348,7 @@ def _warm_mail(
     with lock:
         delivered.difference_update(want)
     return {
-        str(r["dynamodb"].get("SequenceNumber"))
-        for r in _read_stream(stack, stack.deployment.stream_arn or "")
+        str(r["dynamodb"].get("SequenceNumber")) for r in _read_stream(stack, d.stream_arn or "")
     }
 
 
@@ -586,7 +575,7 @@ def _stream_quiet(stack: Any) -> Callable[[], bool]:
         if f.invocations != state[0]:
             state[:] = [f.invocations, time.monotonic()]
             return False
-        return time.monotonic() - state[1] > 3.0
+        return bool(time.monotonic() - state[1] > 3.0)
 
     return quiet
 
