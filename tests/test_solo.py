@@ -114,13 +114,15 @@ def _units(size: int) -> int:
 
 
 @pytest.mark.parametrize("content_bytes", [1500, 3000])
-def test_a_solo_mail_costs_fewer_write_units_than_two_items(
+def test_a_content_item_costs_fewer_write_units_than_a_solo_item_and_two_items(
     aws: AwsEnv, content_bytes: int
 ) -> None:
     """Write units per delivered mail, table and by_state index (projection KEYS_ONLY: one
     unit per index entry written, whatever the item's size), priced from the sizes of the
     items the code wrote, read back after each step (the image the cleanup deletes is
-    caught by cutting the cleanup short). A solo item of 2 and of 4 write units."""
+    caught by cutting the cleanup short). Content of 2 and of 4 write units, stored three
+    ways: a solo item (content items off), a content item and a group item of one unit
+    (the default, issue 40), a mail item and a group item (solo off)."""
     from tests.support.faults import InjectedCrash, short_circuit
 
     body = f.incompressible(content_bytes)
@@ -128,15 +130,17 @@ def test_a_solo_mail_costs_fewer_write_units_than_two_items(
     def die(_: dict[str, Any]) -> None:
         raise InjectedCrash("stop before the cleanup")
 
-    def run(solo_max: int) -> tuple[int, int, int]:
-        st = aws.storage(solo_item_max_bytes=solo_max, solo_delete=True)
+    def run(**settings: Any) -> tuple[int, int, int, float]:
+        st = aws.storage(solo_delete=True, **settings)
         q = st.enqueue(f.envelope(), body)
         gk = f"G#{q.groups[0]}"
         put = _items(aws, q.mail_id)
         c = st.send_start(MailRef(q.mail_id, q.groups[0]), utcnow(), lease_seconds=60)
         assert isinstance(c, Claim)
         claimed = _items(aws, q.mail_id)[gk]
-        st.read_inflight(c)
+        aws.counter.reset()
+        assert st.read_inflight(c).content.read() == body
+        reads = aws.counter.snapshot().get("dynamodb:GetItem", 0)
         with (
             short_circuit(aws.clients.dynamodb, "DeleteItem", die),
             short_circuit(aws.clients.dynamodb, "BatchWriteItem", die),
@@ -148,8 +152,9 @@ def test_a_solo_mail_costs_fewer_write_units_than_two_items(
         g0, g1 = (_units(item_size(it)) for it in (put[gk], claimed))
         g2 = max(g1, _units(item_size(done)))  # a write is priced on the larger image
         m = _units(item_size(put["M"])) if "M" in put else 0
+        cu = _units(item_size(put["C"])) if "C" in put else 0  # deleted by TTL: free
         deletes = m + _units(item_size(done))
-        table = m + g0 + g1 + g2  # puts, claim, result (the deletes apart)
+        table = m + cu + g0 + g1 + g2  # puts, claim, result (the deletes apart)
         # an index entry's units: the whole item (ALL) or its keys (KEYS_ONLY), as the
         # table the stack created declares
         proj = next(
@@ -162,21 +167,27 @@ def test_a_solo_mail_costs_fewer_write_units_than_two_items(
         i0, i1, i2 = (
             _units(item_size(it)) if proj == "ALL" else 1 for it in (put[gk], claimed, done)
         )
-        if solo_max:  # the result takes it out of the index (and drops the content)
-            assert "st" not in done and "body" not in done and m == 0
+        if "M" not in put:  # the result takes it out of the index (and drops the content)
+            assert "st" not in done and "body" not in done
             # the claim adds <= 128 bytes: at most one more unit (just under a boundary)
             assert g0 <= g1 <= g0 + 1, (g0, g1)
             index = i0 + i0  # put, left on the result (the claim writes no entry)
         else:  # moved on the result (queued -> done), deleted by the cleanup
             index = i0 + (i0 + i2) + i2
-        return table, index, deletes
+        if "C" in put:  # every write of the group item is one unit; the content is read
+            assert (g0, g1, g2) == (1, 1, 1) and reads == 1, (g0, g1, g2, reads)
+        # a consistent read of up to 4 KB is one read unit, a fifth of a write unit's price
+        return table, index, deletes, reads * 0.125 / 0.625
 
-    solo = run(aws.storage().s.solo_item_max_bytes)
-    two = run(0)
+    solo = run(content_item_max_bytes=0)
+    citem = run()
+    two = run(solo_item_max_bytes=0)
     assert 2 * 3 <= solo[0] <= 4 * 3, solo  # a solo item of 2 to 4 units: 3 writes each
-    # by default a finished solo item is left to DynamoDB's TTL (no write unit); the two
-    # items are deleted (mail item and group), as the cleanup does
-    assert solo[0] + solo[1] < two[0] + two[1] + two[2], (solo, two)
+    assert solo[2] == citem[2] == 1  # the done group item's delete (solo_delete)
+    # by default a finished solo item and a content item are left to DynamoDB's TTL (no
+    # write unit); the two items are deleted (mail item and group), as the cleanup does
+    whole = {k: v[0] + v[1] + v[3] for k, v in (("solo", solo), ("citem", citem))}
+    assert whole["citem"] < whole["solo"] < two[0] + two[1] + two[2], (solo, citem, two)
 
 
 def test_the_solo_limit_leaves_room_for_the_lease_in_the_same_write_units(aws: AwsEnv) -> None:

@@ -48,11 +48,14 @@ class Backend:
         return list(groups)
 
 
-@pytest.fixture(params=["aws", "aws-item", "aws-s3", "fs"])
+@pytest.fixture(params=["aws", "aws-citem", "aws-item", "aws-s3", "fs"])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
     if request.param == "aws":  # the defaults: a small one-group mail is one item (solo)
         aws: AwsEnv = request.getfixturevalue("aws")
         yield Backend(aws.storage(), "aws", "aws")
+    elif request.param == "aws-citem":  # every one-group mail's content in a content item
+        aws = request.getfixturevalue("aws")
+        yield Backend(aws.storage(content_item_above_bytes=0), "aws", "aws-citem")
     elif request.param == "aws-item":  # small mails' content in a mail item of their own
         aws = request.getfixturevalue("aws")
         yield Backend(aws.storage(solo_item_max_bytes=0), "aws", "aws-item")
@@ -341,10 +344,20 @@ def test_find_pending_cleanup_finds_a_finished_mail_whose_cleanup_was_cut_short(
     def die(params: dict[str, object]) -> None:
         raise InjectedCrash("died before cleanup")
 
-    if backend.variant == "aws" and content == "small":
-        # a solo mail: its result drops the content and expires the item, out of the state
-        # index; its cleanup is DynamoDB's TTL (no request to cut short)
+    if backend.variant in ("aws", "aws-citem") and content == "small":
+        # a solo mail: its result drops the content (or leaves its content item to its
+        # TTL) and expires the item, out of the state index; its cleanup is DynamoDB's TTL
+        # (no request to cut short)
         backend.storage.send_done(c, ["r0"], OK)
+        citem = aws.clients.dynamodb.get_item(
+            TableName=aws.resources.table,
+            Key={"pk": {"S": f"M#{q.mail_id}"}, "sk": {"S": "C"}},
+            ConsistentRead=True,
+        ).get("Item")
+        if backend.variant == "aws-citem":  # kept for its TTL, served by no read
+            assert citem is not None and int(citem["expires_at"]["N"]) > utcnow().timestamp()
+        else:
+            assert citem is None
         assert not backend.content_exists(q.mail_id)
         item = aws.clients.dynamodb.get_item(
             TableName=aws.resources.table,

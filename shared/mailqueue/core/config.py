@@ -97,6 +97,31 @@ class StorageSettings:
     # DynamoDB's TTL, which deletes it for free within days, instead of a DeleteItem (one
     # write unit). True: delete it at once.
     solo_delete: bool = False
+    # A one-group mail whose solo item would take more than `content_item_above_bytes`
+    # (one write unit, less what a claim adds) keeps its content in an item of its own
+    # (`M#<id>`/`C`, backends/aws/items.py) when that item is at most this many bytes: its
+    # group item then costs one unit a write. On the table a solo item of k units costs 3k
+    # (put, claim, result) and 2k more a retry; a content item of c units and a group item
+    # of one cost c + 3 and 2 a retry, and one consistent read a claim (a read unit, a
+    # fifth of a write's price): cheaper from k = 2. Up to 5 units (c at $0.625/M each,
+    # deleted free by TTL) it also costs less than S3's PUT and GET ($5.40/M) for content
+    # past `inline_content_max_bytes`. The content is kept until `max_queue_lifetime_seconds`
+    # + `content_item_margin_seconds` after the mail is due (a DSN needs it until then),
+    # `content_expiration_days` from a hold (as S3's backstop expiry); after delivery it is
+    # readable by no call of the queue (the group item says done), and TTL removes it.
+    # 0: off (S3 past the solo item's limit, as before).
+    content_item_max_bytes: int = 5 * 1024
+    content_item_above_bytes: int = 1024 - 128
+    content_item_margin_seconds: int = 2 * 86400
+    # True: a delivered mail's content item is deleted at its result (c write units)
+    # instead of left to TTL
+    content_item_delete: bool = False
+    # the delivery, bounce and sweeper functions' lifetime (MQ_MAX_QUEUE_LIFETIME_SECONDS,
+    # the same variable): how long a content item must outlive its mail's due time
+    max_queue_lifetime_seconds: int = 5 * 86400
+    # template ContentExpirationDays: S3's backstop expiry of content objects, and how long
+    # a content item is kept from a hold
+    content_expiration_days: int = 30
     # the bulk delivery path (template: BulkDeliveryQueue); "" = bulk mail shares the
     # delivery queue (one path, as before priorities)
     bulk_delivery_queue_url: str = ""
@@ -138,6 +163,16 @@ class StorageSettings:
             raise ConfigError("inline_content_max_bytes must be within 0..65536")
         if not 0 <= self.solo_item_max_bytes <= 65536:
             raise ConfigError("solo_item_max_bytes must be within 0..65536")
+        if not 0 <= self.content_item_max_bytes <= 65536:
+            raise ConfigError("content_item_max_bytes must be within 0..65536")
+        if not 0 <= self.content_item_above_bytes <= 65536:
+            raise ConfigError("content_item_above_bytes must be within 0..65536")
+        if self.content_item_margin_seconds < 3600:
+            raise ConfigError("content_item_margin_seconds must be at least 3600")
+        if self.max_queue_lifetime_seconds <= 0:
+            raise ConfigError("max_queue_lifetime_seconds must be positive")
+        if self.content_expiration_days < 2:
+            raise ConfigError("content_expiration_days must be at least 2")
         if not 0 <= self.index_due_slack_seconds <= 12 * 3600:
             raise ConfigError("index_due_slack_seconds must be within 0..43200")
         if not 1 <= self.state_shards <= 100:

@@ -56,6 +56,7 @@ from mailqueue.backends.aws.items import (  # noqa: F401 (re-exported names)
     _UNRECORDED_OK,
     CLAIM_GROWTH,
     CONTENT_PREFIXES,
+    CONTENT_SK,
     GSI_STATE,
     INLINE_PREFIX,
     LEASE_ATTRS,
@@ -85,9 +86,12 @@ from mailqueue.backends.aws.items import (  # noqa: F401 (re-exported names)
     _to_ddb,
     _transition_dsn_request,
     _TransitionPlan,
+    content_elsewhere,
+    content_item_key,
     content_shard,
     inline_body,
     inline_key,
+    is_content_item,
     is_inline,
     is_s3_solo,
     is_solo,
@@ -376,7 +380,13 @@ class AwsStorage:
         recipients, groups, due, answer = plan.recipients, plan.groups, plan.due, plan.answer
         sha = hashlib.sha256(content).hexdigest()
         packed = self._packed(content)
-        if packed is not None:
+        if packed is not None and idempotency_key is None and len(groups) == 1:
+            single = self._enqueue_single(
+                mail_id, sha, packed, content, answer, envelope, recipients, groups, now, due
+            )
+            if single is not None:
+                return single
+        if packed is not None and len(packed) <= self.s.inline_content_max_bytes:
             return self._enqueue_inline(
                 mail_id,
                 sha,
@@ -455,13 +465,95 @@ class AwsStorage:
         return answer
 
     # ---- content in the mail item (issue 18): enqueue ------------------------------------
+    def _content_items(self) -> bool:
+        """Whether a one-group mail may keep its content in an item of its own: content
+        in DynamoDB at all (`inline_content_max_bytes`), solo mails, content items on."""
+        s = self.s
+        return min(s.inline_content_max_bytes, s.solo_item_max_bytes, s.content_item_max_bytes) > 0
+
     def _packed(self, content: bytes) -> bytes | None:
-        """zlib(content) when it is small enough to live in the mail item, else None."""
+        """zlib(content) when it is small enough to live in the mail item or in a content
+        item, else None (the caller checks which: the mail item's limit is the smaller)."""
         limit = self.s.inline_content_max_bytes
+        if limit > 0 and self._content_items():
+            limit = max(limit, self.s.content_item_max_bytes)
         if limit <= 0 or len(content) > 64 * limit:  # not worth compressing to find out
             return None
         packed = zlib.compress(content, 6)
         return packed if len(packed) <= limit else None
+
+    def _enqueue_single(
+        self,
+        mail_id: str,
+        sha: str,
+        packed: bytes,
+        content: bytes,
+        answer: QueuedMail,
+        envelope: Envelope,
+        recipients: tuple[Recipient, ...],
+        groups: dict[str, list[Recipient]],
+        now: datetime,
+        due: datetime,
+    ) -> QueuedMail | None:
+        """A one-group unkeyed mail with content for DynamoDB: one solo item when it
+        stays within one write unit through its claim (or content items are off), else
+        its content in an item of its own and a group item of one unit (CONTENT_SK);
+        None when neither fits (the caller stores it as before)."""
+        from mailqueue.backends.aws.limits import item_size
+
+        solo = None
+        if len(packed) <= self.s.inline_content_max_bytes:
+            items = self._items_for(
+                mail_id, sha, envelope, recipients, groups, now, due, inline_key(mail_id),
+                len(content), body=packed,
+            )  # fmt: skip
+            solo = self._solo_item(items)
+        on = self._content_items()
+        if solo is not None and (not on or item_size(solo) <= self.s.content_item_above_bytes):
+            return self._put_solo(solo, answer, groups, envelope, now, due)
+        if on:
+            keep = timedelta(
+                seconds=self.s.max_queue_lifetime_seconds + self.s.content_item_margin_seconds
+            )
+            citem = {
+                "pk": {"S": _pk(mail_id)},
+                "sk": {"S": CONTENT_SK},
+                _BODY: {"B": packed},
+                "expires_at": {"N": str(int((max(now, due) + keep).timestamp()))},
+            }
+            if item_size(citem) <= self.s.content_item_max_bytes:
+                items = self._items_for(
+                    mail_id, sha, envelope, recipients, groups, now, due,
+                    content_item_key(mail_id), len(content),
+                )  # fmt: skip
+                grp = _folded(items)
+                _add_headers(grp, content, reserve=CLAIM_GROWTH)
+                # the content first, durable before any group names it (a crash between
+                # leaves an item no group names, which its TTL removes)
+                with translate("dynamodb:PutItem"):
+                    self.c.dynamodb.put_item(TableName=self.s.table, Item=citem)
+                return self._put_solo(grp, answer, groups, envelope, now, due)
+        if solo is not None:
+            return self._put_solo(solo, answer, groups, envelope, now, due)
+        return None
+
+    def _keep_content(self, mail_id: str) -> None:
+        """A held mail's content item kept `content_expiration_days` from now (as S3's
+        backstop keeps its objects): a hold has no lifetime. Never creates the item."""
+        until = int(self.clock().timestamp()) + self.s.content_expiration_days * 86400
+        with translate("dynamodb:UpdateItem"):
+            try:
+                self.c.dynamodb.update_item(
+                    TableName=self.s.table,
+                    Key={"pk": {"S": _pk(mail_id)}, "sk": {"S": CONTENT_SK}},
+                    UpdateExpression="SET expires_at = :t",
+                    ConditionExpression="attribute_exists(pk) AND expires_at < :t",
+                    ExpressionAttributeValues={":t": {"N": str(until)}},
+                )
+            except ClientError as e:
+                # gone (nothing to keep), or kept at least as long already
+                if error_code(e) != "ConditionalCheckFailedException":
+                    raise
 
     def _enqueue_inline(
         self,
@@ -490,10 +582,6 @@ class AwsStorage:
         items = self._items_for(
             mail_id, sha, envelope, recipients, groups, now, due, key, size, body=packed
         )
-        if not keyed and len(groups) == 1:
-            solo = self._solo_item(items)
-            if solo is not None:
-                return self._put_solo(solo, answer, groups, envelope, now, due)
         rest = items
         if keyed:
             try:
@@ -1161,7 +1249,11 @@ class AwsStorage:
                         raise _Refused(e.response.get("Item")) from e
                     raise
         except _Refused as r:
-            return self._refusal(r.item, now)
+            refusal = self._refusal(r.item, now)
+            key = ((r.item or {}).get("content_key") or {}).get("S")
+            if refusal.reason == "unrecorded" and is_content_item(key):
+                self._keep_content(ref.mail_id)  # before the hold that follows (send_start)
+            return refusal
         item = _from_ddb(resp["Attributes"])
         group = self._group_from_item(item)
         # a solo mail: the claim returned the content, so the attempt needs no read for it
@@ -1181,6 +1273,10 @@ class AwsStorage:
         `op` ({action, actor, job}) is recorded on the item so the event writer can emit
         an Operator event per affected recipient.
         """
+        if is_content_item(claim.group.content_key) and any(
+            r.state == RecipientState.HELD for r in changed.values()
+        ):
+            self._keep_content(claim.ref.mail_id)  # a hold has no lifetime: before it
         t = self._transition(claim, changed, next_attempt_at=next_attempt_at, op=op)
         if t.released and t.group.state == GroupState.QUEUED:
             self._send_triggers(
@@ -1436,10 +1532,10 @@ class AwsStorage:
                 values[kind] = {"S": stored.dsn_pending}
                 conds.append(f"rcpts.#r{i}.#dp = {kind}")
                 guarded.append(rid)
-        if is_s3_solo(group.content_key):
+        if content_elsewhere(group.content_key):
             # the header section served the Send (read from the INSERT's image); every
-            # later image is smaller without it: a retried S3 solo group stays within one
-            # write unit through its reschedule
+            # later image is smaller without it: a retried S3 or content-item solo group
+            # stays within one write unit through its reschedule
             removes.append("hdrs")
         resting_rcpts = tuple(_resting(r) for r in new_rcpts.values())
         history = list(group.history)
@@ -1549,6 +1645,13 @@ class AwsStorage:
                 # finder removes it once TTL has taken the item (`find_orphans`)
                 with translate("s3:DeleteObject"):
                     self.c.s3.delete_object(Bucket=self.s.bucket, Key=object_key(group.content_key))
+            elif is_content_item(group.content_key) and self.s.content_item_delete:
+                # its content item, at once instead of by TTL (its size in write units)
+                with translate("dynamodb:DeleteItem"):
+                    self.c.dynamodb.delete_item(
+                        TableName=self.s.table,
+                        Key={"pk": {"S": _pk(mail_id)}, "sk": {"S": CONTENT_SK}},
+                    )
             if not self.s.solo_delete:
                 return True, True
             with translate("dynamodb:DeleteItem"):
@@ -1887,6 +1990,8 @@ class AwsStorage:
 
     def content_exists(self, mail_id: str) -> bool:
         item = self._mail_item(mail_id) or self._solo_of(mail_id)
+        if item is not None and is_content_item(item.get("content_key")):
+            return self._content_item_body(item) is not None
         if item is not None and is_inline(item.get("content_key")):
             return _BODY in item
         named = object_key(str(item.get("content_key") or "")) if item is not None else ""
@@ -1900,6 +2005,14 @@ class AwsStorage:
                     if error_code(e) not in ("404", "NoSuchKey", "NotFound"):
                         raise
         return False
+
+    def _content_item_body(self, group_item: dict[str, Any]) -> bytes | None:
+        """A content-item solo's content for the operator's and the bounce path's reads:
+        None once its group is finished (delivered content is not served while TTL has
+        yet to remove it) or the item is gone."""
+        if "st" not in group_item:  # a finished solo item leaves the state index
+            return None
+        return read_inline(self.c.dynamodb, self.s.table, str(group_item["content_key"]))
 
     def _solo_of(self, mail_id: str) -> dict[str, Any] | None:
         """A mail without a mail item: its solo group item, if it is one (one Query)."""
@@ -1916,7 +2029,11 @@ class AwsStorage:
         item = self._mail_item(mail_id) or self._solo_of(mail_id)
         key = str(item.get("content_key") or "") if item is not None else ""
         if is_inline(key):
-            data = inline_body(item)
+            data = (
+                self._content_item_body(item)
+                if item is not None and is_content_item(key)
+                else inline_body(item)
+            )
             if data is None:
                 raise NotFound(mail_id)
             return io.BytesIO(data)

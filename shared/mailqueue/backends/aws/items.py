@@ -126,6 +126,30 @@ def is_solo(content_key: str | None) -> bool:
     return is_s3_solo(content_key) or (is_inline(content_key) and _SOLO_SEP in str(content_key))
 
 
+# A one-group mail whose solo item would take more than one write unit keeps its content
+# in an item of its own (issue 40): "M#<id>"/"C", written before its group item, read by
+# one consistent GetItem at the claim, never rewritten, and deleted by DynamoDB's TTL
+# (free) once the mail can no longer need it: a group item of one unit instead of one of
+# two to four, and every write of the group (claim, result, each retry's reschedule and
+# claim) billed one unit. Its content key names that item: "ddb:M#<id>|C". The group item
+# carries the mail's fields and header section (`hdrs`), as an S3 solo's does.
+CONTENT_SK = "C"
+
+
+def content_item_key(mail_id: str) -> str:
+    return f"{INLINE_PREFIX}M#{mail_id}{_SOLO_SEP}{CONTENT_SK}"
+
+
+def is_content_item(content_key: str | None) -> bool:
+    """Whether a content key names a solo mail's content item ("ddb:M#<id>|C")."""
+    return is_inline(content_key) and str(content_key).endswith(_SOLO_SEP + CONTENT_SK)
+
+
+def content_elsewhere(content_key: str | None) -> bool:
+    """A solo mail whose content is not in its group item: in S3 or in a content item."""
+    return is_s3_solo(content_key) or is_content_item(content_key)
+
+
 def _content_key_of(item: dict[str, Any]) -> str | None:
     """A group item's content key, a solo item's mark expanded to name the item."""
     key = item.get("content_key")
@@ -142,7 +166,7 @@ def _mail_view(item: dict[str, Any]) -> dict[str, Any]:
         **{k: item[k] for k in _MAIL_FIELDS if k in item},
         "sk": "M",
         "content_key": key
-        if is_s3_solo(key)
+        if content_elsewhere(key)
         else solo_key(str(item["pk"])[2:], str(item["sk"])[2:]),
         "sha256": hashlib.sha256(body).hexdigest() if body is not None else None,
         "groups": [str(item["sk"])[2:]],
