@@ -229,3 +229,25 @@ def test_the_settings_are_bounded() -> None:
     ):
         with pytest.raises(ConfigError):
             StorageSettings(**base, **bad)  # type: ignore[arg-type]
+
+
+def test_the_events_functions_stream_filter_leaves_content_items_out(aws: AwsEnv) -> None:
+    """The template's filter (Lambda event filtering, as bench.model.stream evaluates it)
+    passes a group item's INSERT and no content item's INSERT or TTL REMOVE: a content
+    item costs the events function nothing."""
+    from bench.model.stream import matches
+    from bench.model.template import Template
+
+    filters = Template.load().events_filters
+    assert filters
+    st, _, q = _enqueued(aws)
+    items = aws.mail_items(q.mail_id)
+
+    def record(name: str, sk: str) -> dict[str, Any]:
+        keys = {"pk": items[sk]["pk"], "sk": items[sk]["sk"]}
+        return {"eventName": name, "dynamodb": {"Keys": keys, "NewImage": items[sk]}}
+
+    group = f"G#{q.groups[0]}"
+    assert any(matches(flt, record("INSERT", group)) for flt in filters)
+    for name in ("INSERT", "REMOVE"):
+        assert not any(matches(flt, record(name, "C")) for flt in filters), name

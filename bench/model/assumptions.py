@@ -22,6 +22,13 @@ ASSUMPTIONS = {
     # of what is provisioned, per table and index): a weekday curve 4:1, weekends at 60 %,
     # a bulk hour a weekday (a tenth of the day's mail), three 20-minute bulk sends a day
     "provisioned_traffic_profile": "bursty",
+    # DynamoDB's TTL deletes an expired item "typically within a few days"; 2 assumed (the
+    # developer guide's "Using time to live (TTL) in DynamoDB" gives no bound). An item
+    # left to TTL (a content item, a finished solo item) is stored until then
+    "ttl_delete_lag_days": 2.0,
+    # DynamoDB stores 100 bytes of overhead per item on top of its attributes (developer
+    # guide, "Item sizes and formats": storage is billed on the item plus 100 bytes)
+    "item_storage_overhead_bytes": 100,
 }
 #: AWS's answer time per request inside a region (typical published figures), added to the
 #: handler's own CPU time to get a Lambda duration (moto's answer time is not AWS's).

@@ -117,6 +117,35 @@ def state_write_units(run: Run, tpl: Template) -> tuple[float, float]:
     return wru_table, wru_gsi
 
 
+def ttl_storage_gb_months(records: list[dict[str, Any]]) -> float:
+    """GB-months the run's items left to DynamoDB's TTL are stored (issue 40: a content
+    item is kept for the mail's lifetime and a margin): each item whose last image has
+    `expires_at` and no REMOVE, from its mail's arrival to `expires_at` plus the TTL's
+    deletion lag, at its size plus DynamoDB's per-item overhead."""
+    lag = float(ASSUMPTIONS["ttl_delete_lag_days"]) * 86400
+    overhead = int(ASSUMPTIONS["item_storage_overhead_bytes"])
+    last: dict[tuple[str, str], dict[str, Any]] = {}
+    arrival: dict[str, float] = {}
+    for r in records:
+        ddb = r.get("dynamodb") or {}
+        k = ddb.get("Keys") or {}
+        pk = str(k.get("pk", {}).get("S", ""))
+        last[(pk, str(k.get("sk", {}).get("S", "")))] = r
+        img = ddb.get("NewImage") or {}
+        at = img.get("arrival", {}).get("S")
+        if at and pk not in arrival:
+            arrival[pk] = datetime.fromisoformat(at.replace("Z", "+00:00")).timestamp()
+    gb_s = 0.0
+    for (pk, _sk), r in last.items():
+        img = (r.get("dynamodb") or {}).get("NewImage") or {}
+        ttl = img.get("expires_at", {}).get("N")
+        if r.get("eventName") == "REMOVE" or ttl is None or pk not in arrival:
+            continue
+        kept = max(0.0, float(ttl) - arrival[pk]) + lag
+        gb_s += (item_size(img) + overhead) / 1e9 * kept
+    return gb_s / (SECONDS_PER_MONTH)
+
+
 def failed_writes(run: Run) -> tuple[int, int]:
     """The run's failed conditional writes and the write units DynamoDB bills for them:
     each item the larger of its size (its largest image in the stream) and 1 KB's unit,
@@ -222,6 +251,12 @@ def lines(run: Run, tpl: Template, m: Month) -> list[Line]:
             f"failed conditional writes ({failed_n / run.mails:.2f} per mail; billed, not streamed)",
             failed_u * per * wru,
         )
+    # stored the same way whatever the capacity mode
+    add(
+        "DynamoDB",
+        "table storage of items left to TTL (content items, finished solo items)",
+        ttl_storage_gb_months(state_records(run.records)) * per * ddb["storage_per_gb_month"],
+    )
     if run.counters_by_batch:  # a run of a revision with queue-size counters
         # the upper bound (no netting within a batch): the run's mails are few and quick,
         # so in its batches most of a mail's deltas cancel; at volume they span batches

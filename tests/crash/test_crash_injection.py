@@ -35,7 +35,8 @@ class Scenario:
     delivered: frozenset[str]
     bounced: frozenset[str]
     temporary_first: bool
-    # "small": content in the mail item; "incompressible": content in S3
+    # "small": content in the mail item; "incompressible": content in S3; "citem": 1.5 KB
+    # that zlib cannot shrink, a solo item of two units: a content item when unkeyed
     content: str = "small"
     # False: submitted without an idempotency key; one group of small content is then a
     # solo mail (one item; crash points start at its 202, see World.enqueue)
@@ -92,7 +93,23 @@ SCENARIOS = [
         "solo-s3-permanent", ("bad@x.example",), frozenset(), frozenset({"bad@x.example"}),
         False, content="incompressible", keyed=False,
     ),
+    # content items (issue 40): the content in an item of its own, written before the
+    # group item, left to TTL after delivery, deleted with the group after a DSN
+    Scenario(
+        "citem-temporary", ("later@x.example",), frozenset({"later@x.example"}), frozenset(),
+        True, content="citem", keyed=False,
+    ),
+    Scenario(
+        "citem-permanent", ("bad@x.example",), frozenset(), frozenset({"bad@x.example"}),
+        False, content="citem", keyed=False,
+    ),
 ]  # fmt: skip
+
+_BODIES = {
+    "small": lambda: f.content(),
+    "incompressible": lambda: f.incompressible(),
+    "citem": lambda: f.incompressible(1500),
+}
 
 
 def _key_of(item: dict[str, Any]) -> str:
@@ -116,13 +133,14 @@ def run(clients: Clients, peers: Peers, sc: Scenario, crash_at: int) -> Outcome:
         inj,
         failing_port=peers.failing.port if sc.temporary_first else None,
     )
-    body = f.content() if sc.content == "small" else f.incompressible()
+    body = _BODIES[sc.content]()
     mail_id = w.enqueue(
         f.envelope(*sc.recipients), body, key=f"{sc.name}-{crash_at}" if sc.keyed else None
     )
     if not sc.keyed:
         got_items = [it for it in w.items() if it["pk"]["S"] == f"M#{mail_id}"]
-        assert [it["sk"]["S"] for it in got_items] == ["G#x.example"], "not a solo mail"
+        want = ["C", "G#x.example"] if sc.content == "citem" else ["G#x.example"]
+        assert sorted(it["sk"]["S"] for it in got_items) == want, "not a solo mail"
     w.run_until_quiet()
     msgs = peers.ok.messages[starts[0] :] + peers.failing.messages[starts[1] :]
     originals = [m for m in msgs if m.mail_from not in ("", "<>")]
@@ -137,7 +155,7 @@ def run(clients: Clients, peers: Peers, sc: Scenario, crash_at: int) -> Outcome:
     if dsns:
         assert sorted(dsn_recipients(dsns[0].content)) == sorted(sc.bounced), where
         assert dsns[0].rcpt_tos == ["alice@example.org"], where
-    if w.content_objects() and sc.content != "small" and not sc.keyed:
+    if w.content_objects() and sc.content == "incompressible" and not sc.keyed:
         # an S3 solo mail whose object delete was cut short after its last result: the
         # orphan finder's, once the orphan grace (36 h) has passed
         w.clock.advance(timedelta(hours=37))
@@ -158,7 +176,13 @@ def run(clients: Clients, peers: Peers, sc: Scenario, crash_at: int) -> Outcome:
     assert all(is_solo(_key_of(it)) and not {"body", "hdrs"} & set(it) for it in expired), (
         f"{where}: a non-solo item, or content, left to TTL"
     )
-    left = [it for it in mail_items if "tomb" not in it and it not in expired]
+    # a delivered mail's content item waits for its TTL (moto runs none): no later than
+    # the mail's lifetime and margin from now, and only once no group of it is left
+    keep = w.storage.s.max_queue_lifetime_seconds + w.storage.s.content_item_margin_seconds
+    citems = [it for it in mail_items if it["sk"]["S"] == "C"]
+    for it in citems:
+        assert int(it["expires_at"]["N"]) <= now_s + keep, f"{where}: content kept too long"
+    left = [it for it in mail_items if "tomb" not in it and it not in expired + citems]
     assert left == [], f"{where}: state left behind"
     return Outcome(len(inj.seen), sum(n - 1 for n in got.values() if n > 1), list(inj.seen))
 

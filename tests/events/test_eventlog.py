@@ -271,3 +271,26 @@ def test_header_sections_are_packed_as_text_or_compressed() -> None:
     latin = b"Subject: caf\xe9\r\n\r\n"
     packed = pack_headers(latin, 1000)
     assert isinstance(packed, bytes) and unpack_headers(packed) == latin
+
+
+def test_send_headers_of_a_content_item_mail_come_from_its_group_item(aws: AwsEnv) -> None:
+    """A one-group mail over one write unit keeps its content in a content item (issue
+    40), which the stream's filter leaves out; its group item carries the header section
+    (`hdrs`), so the Send needs no read of the content."""
+    st = aws.storage()
+    reader = StreamReader(aws)
+    body = f.incompressible(1500)
+    q = st.enqueue(f.envelope(), body)
+    item = aws.clients.dynamodb.get_item(
+        TableName=aws.resources.table,
+        Key={"pk": {"S": f"M#{q.mail_id}"}, "sk": {"S": f"G#{q.groups[0]}"}},
+    )["Item"]
+    assert item["content_key"]["S"].endswith("|C") and "hdrs" in item and "body" not in item
+    records = reader.poll()
+    aws.counter.reset()
+    _service(aws).handle(records)
+    assert aws.counter.total == 1 and aws.counter.calls["s3:PutObject"] == 1  # the log
+    send = _send(aws)
+    subject = next(h["value"] for h in send["mail"]["headers"] if h["name"] == "Subject")
+    assert send["mail"]["commonHeaders"]["subject"] == subject
+    assert send["mail"]["messageId"] and send["mail"]["source"] == "alice@example.org"
