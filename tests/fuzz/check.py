@@ -127,7 +127,7 @@ def send_all(api_url: str, token: str, cases: Iterable[Case]) -> Results:
 
 @dataclass(frozen=True)
 class Stored:
-    content: frozenset[str]  # mail ids with content (an S3 object, or in the mail item)
+    content: frozenset[str]  # mail ids with content (an S3 object, the mail item, a content item)
     items: frozenset[tuple[str, str]]  # (mail id, "M" | group key)
     triggers: int  # messages in the delivery queue(s): visible, in flight, delayed
 
@@ -150,11 +150,14 @@ def stored_state(ready: dict[str, Any]) -> Stored:
     items: set[tuple[str, str]] = set()
     for page in ddb.get_paginator("scan").paginate(
         TableName=ready["table"],
-        ProjectionExpression="pk, sk, #b",
+        ProjectionExpression="pk, sk, #b, content_key",
         ExpressionAttributeNames={"#b": "body"},
     ):
         for it in page["Items"]:
             pk, sk = it["pk"]["S"], it["sk"]["S"]
+            if pk.startswith("M#") and sk == "C":  # a content item (issue 40): the content
+                content.add(pk[2:])
+                continue
             if pk.startswith("M#"):
                 items.add((pk[2:], "M" if sk == "M" else sk.removeprefix("G#")))
                 if sk == "M" and "body" in it:  # a small mail's content, in its mail item
@@ -162,6 +165,9 @@ def stored_state(ready: dict[str, Any]) -> Stored:
                 if sk.startswith("G#") and "body" in it:  # a solo mail: its one item holds
                     content.add(pk[2:])  # the content and stands for the mail item
                     items.add((pk[2:], "M"))
+                key = it.get("content_key", {}).get("S", "")
+                if sk.startswith("G#") and key.endswith("|C"):  # a content item's group
+                    items.add((pk[2:], "M"))  # item stands for the mail item
     triggers = 0
     for url in sqs.list_queues().get("QueueUrls", []):
         if "delivery" not in url.rsplit("/", 1)[-1]:

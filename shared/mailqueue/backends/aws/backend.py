@@ -1645,8 +1645,13 @@ class AwsStorage:
                 # finder removes it once TTL has taken the item (`find_orphans`)
                 with translate("s3:DeleteObject"):
                     self.c.s3.delete_object(Bucket=self.s.bucket, Key=object_key(group.content_key))
-            elif is_content_item(group.content_key) and self.s.content_item_delete:
-                # its content item, at once instead of by TTL (its size in write units)
+            elif is_content_item(group.content_key) and (
+                self.s.content_item_delete
+                or any(r.state == RecipientState.DELETED for r in group.recipients)
+            ):
+                # its content item, at once instead of by TTL (its size in write units):
+                # when told to, and always after an operator's delete (a purge removes the
+                # content, as `postsuper -d` removes the queue file)
                 with translate("dynamodb:DeleteItem"):
                     self.c.dynamodb.delete_item(
                         TableName=self.s.table,
