@@ -6,9 +6,10 @@ Sendmail, Exchange, webmail providers); they name the failed recipient and the r
 reply in prose. The rules (the phrases in data/bounce-rules.json, read by rules.py; the
 address rules in addresses.py) were written against the Sisimai project's corpus
 (tests/data/sisimai, checked against Sisimai itself in tests/feedback/test_sisimai.py) and
-Mail::DeliveryStatus::BounceParser's (tests/data/bounceparser), and are measured on one
-they were not tuned on, Crisp's email-bounce-parser fixtures (tests/data/crisp;
-bench/bounce_corpora.py), with Sisimai's
+Mail::DeliveryStatus::BounceParser's (tests/data/bounceparser) and Crisp's
+email-bounce-parser fixtures (tests/data/crisp), and are measured on corpora they were not
+tuned on, Dada Mail's and MailBounceDetector's (tests/data/dadamail,
+tests/data/mailbouncedetector; bench/bounce_corpora.py), with Sisimai's
 reason vocabulary for the verdict: a bounce is *hard* when the address
 itself is dead (no such user, no such domain, moved, the domain accepts no mail) and
 *soft* otherwise (full mailbox, blocked, policy, spam, expired, network...), since only
