@@ -6,9 +6,10 @@ Sendmail, Exchange, webmail providers); they name the failed recipient and the r
 reply in prose. The rules (the phrases in data/bounce-rules.json, read by rules.py; the
 address rules in addresses.py) were written against the Sisimai project's corpus
 (tests/data/sisimai, checked against Sisimai itself in tests/feedback/test_sisimai.py) and
-Mail::DeliveryStatus::BounceParser's (tests/data/bounceparser), and are measured on one
-they were not tuned on, Crisp's email-bounce-parser fixtures (tests/data/crisp;
-bench/bounce_corpora.py), with Sisimai's
+Mail::DeliveryStatus::BounceParser's (tests/data/bounceparser) and Crisp's
+email-bounce-parser fixtures (tests/data/crisp), and are measured on corpora they were not
+tuned on, Dada Mail's and MailBounceDetector's (tests/data/dadamail,
+tests/data/mailbouncedetector; bench/bounce_corpora.py), with Sisimai's
 reason vocabulary for the verdict: a bounce is *hard* when the address
 itself is dead (no such user, no such domain, moved, the domain accepts no mail) and
 *soft* otherwise (full mailbox, blocked, policy, spam, expired, network...), since only
@@ -143,9 +144,10 @@ def is_hard(status: str, text: str, command: str = "") -> bool:
     is hard; a dead-address phrase is hard unless it answered DATA (a content filter
     speaking, as Sisimai's "filtered" says)."""
     t = text or ""
-    if _DEAD_FIRST.search(t):
+    w = _words(t)  # the phrases are read without the addresses the reply names
+    if _DEAD_FIRST.search(w):
         return True
-    if _SOFT_TEXT.search(t):
+    if _SOFT_TEXT.search(w):
         return False
     if status.startswith("4.") or status in ("5.1.7", "5.1.8"):  # later, or the sender
         return False
@@ -155,11 +157,11 @@ def is_hard(status: str, text: str, command: str = "") -> bool:
         return True
     if command == "MAIL":  # refused the sender, not the address
         return False
-    if _HOST_TEXT.search(t):
+    if _HOST_TEXT.search(w):
         return True
-    if _USER_STRONG.search(t):
+    if _USER_STRONG.search(w):
         return True
-    if _HARD_TEXT.search(t):
+    if _HARD_TEXT.search(w):
         if command:
             return command == "RCPT"
         if _NAMES_ADDRESS.search(t):  # "550 <a@b>... User unknown": a RCPT reply's form
@@ -168,6 +170,14 @@ def is_hard(status: str, text: str, command: str = "") -> bool:
         # filter spoke, as Sisimai reads it
         return status in _HARD_STATUS
     return False
+
+
+def _words(text: str) -> str:
+    """A reply's words, as its phrases are read: without the addresses it names (an
+    address is no phrase: `dmarc@reports.example` says nothing of DMARC, and "mailbox a@b
+    unavailable" reads as "mailbox unavailable"), and a phrase folded over lines
+    ("Host or domain" / "    name not found") read as one."""
+    return re.sub(r"\s+", " ", ADDR_RE.sub("", text))
 
 
 def find_status(text: str) -> str:
@@ -201,9 +211,11 @@ _BOUNCE_SUBJECT = re.compile(
     re.I,
 )
 _HELP_DESK = re.compile(r"contact|write to|send (?:an )?e-?mail to", re.I)
-# a transcript's MAIL FROM, or a field naming the sender: not a recipient
+# a transcript's MAIL FROM, or a field naming the sender (Office 365's "Sender Address:"
+# in its "Original Message Details"): the return path, not a recipient
 _SENDER_CONTEXT = re.compile(
-    r"(?:mail\s+from|envelope[- ]from|return-path|sender|message sent by)\s*[:=]?\s*<?\s*$",
+    r"(?:mail\s+from|envelope[- ]from|return-path|(?:original\s+)?sender(?:'s)?(?:\s+address)?|"
+    r"from\s+address|message sent by)\s*[:=]?\s*<?\s*$",
     re.I,
 )
 # the report speaking to its reader (the sender it returns the mail to) by address
@@ -249,11 +261,14 @@ def parse(raw: bytes) -> Report:
     if ses is not None:
         return replace(ses, original=original)
     failures: list[Failure] = []
-    ds = [
-        p
-        for p in parts
-        if _ctype(p) in ("message/delivery-status", "message/global-delivery-status")
-    ]
+    # the report's own delivery-status parts, not those of the message it returns (a
+    # bounce of a bounce returns the first report, whose recipients are not this one's);
+    # a report with none of its own that returns another whole (a gateway passing a
+    # report on: X5) is read by the one it carries
+    ds_types = ("message/delivery-status", "message/global-delivery-status")
+    ds = [p for p in _own_parts(msg) if _ctype(p) in ds_types]
+    if not ds:
+        ds = [p for p in parts if _ctype(p) in ds_types]
     text = _text_body(msg, parts)[:MAX_PROSE]
     if ds:
         for p in ds:
@@ -278,6 +293,19 @@ def parse(raw: bytes) -> Report:
     if ct == "multipart/report" or _looks_like_bounce(msg):
         return Report("unknown", original=original)
     return Report("unknown", original=original)
+
+
+_RETURNED = ("message/rfc822", "message/global", "text/rfc822-headers", "message/rfc822-headers")
+
+
+def _own_parts(msg: Message) -> list[Message]:
+    """The parts of a report, without descending into the message it returns."""
+    out = [msg]
+    if msg.is_multipart() and _ctype(msg) not in _RETURNED:
+        for sub in msg.get_payload():
+            if isinstance(sub, Message):
+                out += _own_parts(sub)
+    return out
 
 
 def _is_challenge(f: Failure) -> bool:
@@ -566,12 +594,8 @@ def ip_of(remote_mta: str) -> str:
 
 
 def _says_something(text: str) -> bool:
-    return bool(
-        _SOFT_TEXT.search(text)
-        or _HARD_TEXT.search(text)
-        or _HOST_TEXT.search(text)
-        or _USER_STRONG.search(text)
-    )
+    w = _words(text)
+    return any(r.search(w) for r in (_SOFT_TEXT, _HARD_TEXT, _HOST_TEXT, _USER_STRONG))
 
 
 def _command_near(text: str, address: str, low: str = "") -> str:
@@ -645,11 +669,32 @@ def _prose(msg: Message, text: str, original: tuple[tuple[str, str], ...]) -> li
     ]
     spans: dict[str, None] = {}
     not_rcpt: set[str] = set(ids)
+    # alias expansion: "<final> (expanded from <alias>)" (Postfix), "final\n (generated
+    # from alias)" (Exim): one failure, of the final address, whose original recipient
+    # (what the sender gave, as a DSN's Original-Recipient) is the alias; the alias is no
+    # failed recipient of its own
+    aliases: dict[str, str] = {}
+    for m in _EXPANDED.finditer(own):
+        final, alias = clean_address(m.group(1)), clean_address(m.group(2))
+        if final and alias and final != alias:
+            aliases.setdefault(final, alias)
+    not_rcpt |= set(aliases.values()) - set(aliases)
+    heads = _recipient_paragraphs(own)
+    has_fields = bool(re.search(r"^[ \t]*final-recipient[ \t]*:", own, re.I | re.M))
     for m in ADDR_RE.finditer(own):
         if m.start() and _LOCAL_CHAR_RE.match(own, m.start() - 1):
             continue  # the tail of a local part longer than 64: no address
         a = clean_address(m.group(0))
         if not a:
+            continue
+        head = _head_at(heads, m.start())
+        if head and head != a:
+            # in a Postfix recipient paragraph ("<a@b>: host x said: 550 <c@d>: ..."),
+            # another address is the reply's or the alias's, not a failed recipient
+            continue
+        if has_fields and _IN_DIAGNOSTIC.match(own[own.rfind("\n", 0, m.start()) + 1 : m.start()]):
+            # the same in a report's fields written out as prose: the address a
+            # Diagnostic-Code quotes is the reply's; the recipient is Final-Recipient's
             continue
         before = own[max(0, m.start() - 40) : m.start()]
         if _HELP_DESK.search(before) or _SENDER_CONTEXT.search(before) or _GREETING.search(before):
@@ -660,6 +705,17 @@ def _prose(msg: Message, text: str, original: tuple[tuple[str, str], ...]) -> li
         if re.match(r"(?:mailer-daemon|postmaster)$", a.split("@")[0]):
             continue
         spans.setdefault(a, None)
+    admin = _ADMIN_SECTION.search(own)
+    if admin:
+        # Exchange's "Diagnostic information for administrators" repeats the recipients
+        # its user part names, as the next hop spelt them (a forwarding, an alias): an
+        # address only there is taken when the user part names none
+        users = {
+            clean_address(m.group(0)) for m in ADDR_RE.finditer(own, 0, admin.start())
+        } & set(spans)
+        if users:
+            for a in set(spans) - users:
+                spans.pop(a, None)
     for a in not_rcpt:
         spans.pop(a, None)
     if not named:
@@ -671,9 +727,11 @@ def _prose(msg: Message, text: str, original: tuple[tuple[str, str], ...]) -> li
         if not _says_something(reason):
             reason = own
         command = command_of(reason) or _command_near(own, a, own_low)
-        line = _diagnostic_line(reason)
-        if _says_something(line):
-            reason = line
+        if _says_something(_diagnostic_line(reason, whole=False)):
+            # the reply starts on the line with its code: read it whole, folded lines and
+            # all ("552 5.2.2 <a@b>: Recipient address rejected:" / "Mailbox quota
+            # exceeded"); a code alone on its line leaves the verdict to the paragraph
+            reason = _diagnostic_line(reason)
         status = find_status(reason)
         diag_line = _diagnostic_line(reason)
         reply = re.search(r"(?<![\d.])[245]\d\d(?:[ -].*|$)", diag_line)
@@ -686,16 +744,61 @@ def _prose(msg: Message, text: str, original: tuple[tuple[str, str], ...]) -> li
                 reply_code=find_reply(reason),
                 # the remote reply the prose quotes, from its code on, as SES would type it
                 diagnostic_code=f"smtp; {_one_line(reply.group(0))}" if reply else "",
+                original_recipient=aliases.get(a, ""),
             )
         )
     return out
 
 
-def _diagnostic_line(text: str) -> str:
-    """The line of a prose bounce that carries the reply (a 5xx/4xx code), if any."""
-    for line in text.splitlines():
+_ADMIN_SECTION = re.compile(r"^[ \t]*diagnostic information for administrators", re.I | re.M)
+_IN_DIAGNOSTIC = re.compile(r"[ \t]*diagnostic[- ]code[ \t]*:", re.I)
+_EXPANDED = re.compile(
+    rf"<?({_ADDR})>?\s+\((?:expanded|generated) from:?\s*<?({_ADDR})>?\)", re.I
+)
+# a Postfix recipient paragraph: "<a@b>: ..." or "<a@b> (expanded from <c@d>): ..." at the
+# start of a line (not indented: an indented one is the reply folded under it)
+_POSTFIX_HEAD = re.compile(
+    rf"^<({_ADDR})>(?:[ \t]+\(expanded from <[^>\n]*>\))?:[ \t]", re.M | re.I
+)
+
+
+def _recipient_paragraphs(text: str) -> list[tuple[int, int, str]]:
+    """(start, end, recipient) of each Postfix recipient paragraph: up to a blank line or
+    the next recipient's line."""
+    heads = list(_POSTFIX_HEAD.finditer(text))
+    out = []
+    for i, m in enumerate(heads):
+        end = re.search(r"\n[ \t]*\n", text[m.end() :])
+        stop = m.end() + end.start() if end else len(text)
+        if i + 1 < len(heads):
+            stop = min(stop, heads[i + 1].start())
+        out.append((m.start(), stop, m.group(1).lower()))
+    return out
+
+
+def _head_at(heads: list[tuple[int, int, str]], pos: int) -> str:
+    """The recipient whose Postfix paragraph holds a position ("" when none)."""
+    return next((clean_address(a) for s, e, a in heads if s <= pos < e), "")
+
+
+def _diagnostic_line(text: str, whole: bool = True) -> str:
+    """The reply a prose bounce quotes (from the line with a 5xx/4xx code), if any, read
+    whole: a reply folded over lines ("552 5.2.2 <a@b>: Recipient address rejected:" /
+    "    Mailbox quota exceeded") goes on in the lines indented under it, up to a blank
+    line or a line indented less (the next recipient). `whole=False`: that line only."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
         if REPLY_RE.search(line) or STATUS_RE.search(line):
-            return line
+            if not whole:
+                return line
+            indent = len(line) - len(line.lstrip(" \t"))
+            got = [line.rstrip()]
+            for nxt in lines[i + 1 : i + 12]:
+                lead = len(nxt) - len(nxt.lstrip(" \t"))
+                if not nxt.strip() or lead == 0 or lead < indent:
+                    break
+                got.append(nxt.strip())
+            return " ".join(got)
     return ""
 
 
