@@ -549,7 +549,8 @@ def _wait(cond: Callable[[], bool], timeout: float, what: str) -> None:
 
 def _count_items(stack: Any, table: str) -> int:
     """Mail and group items still in the table (cleanup removes them; a finished solo
-    mail's expired item is DynamoDB's TTL's to delete, which moto does not run)."""
+    mail's expired item and a delivered mail's content item are DynamoDB's TTL's to
+    delete, which moto does not run; a content item goes with its group otherwise)."""
     now = time.time()
     n = 0
     for page in stack.clients.dynamodb.get_paginator("scan").paginate(TableName=table):
@@ -557,6 +558,7 @@ def _count_items(stack: Any, table: str) -> int:
             1
             for it in page["Items"]
             if it["pk"]["S"].startswith("M#")
+            and it["sk"]["S"] != "C"
             and not ("st" not in it and float(it.get("expires_at", {}).get("N", "inf")) <= now)
         )
     return n
