@@ -9,6 +9,8 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from mailqueue.core.config import StorageSettings
+
 from bench.model import autoscale
 from bench.model.assumptions import ASSUMPTIONS
 from bench.model.dynamodb import item_size, units, write_units
@@ -117,11 +119,19 @@ def state_write_units(run: Run, tpl: Template) -> tuple[float, float]:
     return wru_table, wru_gsi
 
 
-def ttl_storage_gb_months(records: list[dict[str, Any]]) -> float:
+#: StorageSettings' default margin a content item outlives its mail's lifetime by
+_CONTENT_MARGIN_S = float(
+    StorageSettings.__dataclass_fields__["content_item_margin_seconds"].default
+)
+
+
+def ttl_storage_gb_months(records: list[dict[str, Any]], content_keep_s: float = 0.0) -> float:
     """GB-months the run's items left to DynamoDB's TTL are stored (issue 40: a content
     item is kept for the mail's lifetime and a margin): each item whose last image has
     `expires_at` and no REMOVE, from its mail's arrival to `expires_at` plus the TTL's
-    deletion lag, at its size plus DynamoDB's per-item overhead."""
+    deletion lag, at its size plus DynamoDB's per-item overhead. A content item is kept
+    at least `content_keep_s` (the deployed lifetime and margin: a run's stack may use a
+    short lifetime for its retries)."""
     lag = float(ASSUMPTIONS["ttl_delete_lag_days"]) * 86400
     overhead = int(ASSUMPTIONS["item_storage_overhead_bytes"])
     last: dict[tuple[str, str], dict[str, Any]] = {}
@@ -136,12 +146,15 @@ def ttl_storage_gb_months(records: list[dict[str, Any]]) -> float:
         if at and pk not in arrival:
             arrival[pk] = datetime.fromisoformat(at.replace("Z", "+00:00")).timestamp()
     gb_s = 0.0
-    for (pk, _sk), r in last.items():
+    for (pk, sk), r in last.items():
         img = (r.get("dynamodb") or {}).get("NewImage") or {}
         ttl = img.get("expires_at", {}).get("N")
         if r.get("eventName") == "REMOVE" or ttl is None or pk not in arrival:
             continue
-        kept = max(0.0, float(ttl) - arrival[pk]) + lag
+        kept = max(0.0, float(ttl) - arrival[pk])
+        if sk == "C":
+            kept = max(kept, content_keep_s)
+        kept += lag
         gb_s += (item_size(img) + overhead) / 1e9 * kept
     return gb_s / (SECONDS_PER_MONTH)
 
@@ -255,7 +268,12 @@ def lines(run: Run, tpl: Template, m: Month) -> list[Line]:
     add(
         "DynamoDB",
         "table storage of items left to TTL (content items, finished solo items)",
-        ttl_storage_gb_months(state_records(run.records)) * per * ddb["storage_per_gb_month"],
+        ttl_storage_gb_months(
+            state_records(run.records),
+            content_keep_s=tpl.queue_lifetime_s + _CONTENT_MARGIN_S,
+        )
+        * per
+        * ddb["storage_per_gb_month"],
     )
     if run.counters_by_batch:  # a run of a revision with queue-size counters
         # the upper bound (no netting within a batch): the run's mails are few and quick,

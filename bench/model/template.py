@@ -47,6 +47,9 @@ class Template:
     # the stream source's ParallelizationFactor: a shard's records over that many batches
     events_parallelization: int = 1
     events_transition_days: int = 30  # EventsTransitionDays: events/ to STANDARD_IA
+    # MaxQueueLifetimeSeconds: how long a content item is kept past its mail's due time
+    # (with StorageSettings' margin), whatever the run's own (short) lifetime was
+    queue_lifetime_s: int = 5 * 86400
     # functions whose START/REPORT lines reach CloudWatch Logs: all but those whose
     # LoggingConfig sets SystemLogLevel WARN (those lines are INFO: "Log-level filtering",
     # docs.aws.amazon.com/lambda/latest/dg/monitoring-cloudwatchlogs-log-level.html)
@@ -123,6 +126,7 @@ class Template:
                 and v["Properties"].get("FunctionName") == {"Ref": "DeliveryFunction"}
             )
             or 30,
+            queue_lifetime_s=int(default("MaxQueueLifetimeSeconds", 5 * 86400)),
             state_capacity=str(default("StateTableCapacity", "on-demand")),
             state_min_units=(
                 int(default("StateTableWriteCapacityMin", 0)),
