@@ -434,7 +434,7 @@ def waits(ns: argparse.Namespace, argv: list[str] | None) -> int:
             f"limiter {r.limiter_per_mail:.2f} requests/mail {dict(r.site_ops)} "
             f"(warm: {r.warm_limiter_per_mail:.2f}), "
             f"re-arms {r.rearms_per_mail:.2f}/mail (warm: {r.warm_rearms_per_mail:.2f}), "
-            f"{r.throttled} x 421, "
+            f"{r.throttled} x 421, peak {r.peak_connections} connections at the peer, "
             f"wall {r.wall_s:.0f} s",
             flush=True,
         )

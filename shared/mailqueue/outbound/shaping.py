@@ -669,6 +669,63 @@ def shard_of(record: str, n: int) -> int:
     return int.from_bytes(hashlib.blake2b(record.encode(), digest_size=8).digest(), "big") % n
 
 
+# ----------------------------------------------------------------------------- timed connections
+
+# A site of fewer than this many connections counts them by time, not by holders (issue
+# 40), where its rate allows it (`timed_connections`). Such a site keeps no slot between
+# invocations (Shaper.release: a kept slot there starves the other containers), so every
+# mail paid a booking, a connection take and a give-back: ~2.5 limiter requests a mail.
+TIMED_CONNECTIONS_BELOW = 3
+# The shortest lane a timed connection is given (H's floor, seconds): connect, greeting,
+# EHLO, MAIL FROM by the middle of it (`TimedConnections.send_by`), the transaction and
+# QUIT in the rest. A site whose rate would give a shorter lane (C x interval < this)
+# keeps counting holders: its rate is never capped by the lane.
+TIMED_CONNECTION_FLOOR = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class TimedConnections:
+    """A site's connection limit counted by time. Every send at the site is one
+    connection of one transaction (delivery closes it after its transaction), opened at
+    or after its GCRA slot; with the site's burst cut to `burst` (at most its
+    connections), slots are such that any half-open span of `lane` = (C - burst + 1) x
+    interval holds at most C of them. So while each connection is closed within `lane`
+    of its slot, at most C are open at once, and no slot is taken or given back: the
+    booking's one write is all. The SMTP client starts no transaction after
+    `send_by` past the slot (the late check before MAIL FROM), leaving the rest of the
+    lane to the transaction; a transaction that ends later overruns its lane by what it
+    takes past `lane`, and a receiver may then see C + ceil(overrun / interval)
+    connections at once (tests/shaping/test_timed_connections.py)."""
+
+    limits: Limits  # the site's limits, its connection limit folded into its rate
+    lane: float  # H: how long a connection may live after its slot (seconds)
+    send_by: float  # MAIL FROM no later than this after the slot (seconds)
+
+
+def timed_connections(
+    limits: Limits, floor: float = TIMED_CONNECTION_FLOOR
+) -> TimedConnections | None:
+    """The site's connections counted by time, or None (counted by holders: a site of
+    TIMED_CONNECTIONS_BELOW connections or more, or without one rate, or whose rate is
+    too fast for a lane of `floor` at its connections: C x interval < floor).
+
+    The burst is the largest b <= min(burst, C) whose lane (C - b + 1) x interval is at
+    least `floor`; the rate itself is unchanged (same messages, period and TAT key)."""
+    c = limits.max_connections
+    if c is None or c >= TIMED_CONNECTIONS_BELOW or len(limits.rates) != 1:
+        return None
+    rate = limits.rates[0]
+    i = rate.interval()
+    if c * i < floor - _EPS:
+        return None
+    burst = min(rate.burst, c)
+    while burst > 1 and (c - burst + 1) * i < floor - _EPS:
+        burst -= 1
+    lane = (c - burst + 1) * i
+    paced = replace(limits, rates=(Rate(rate.messages, rate.per, burst),), max_connections=None)
+    return TimedConnections(paced, lane, lane / 2)
+
+
 # ----------------------------------------------------------------------------- the port
 
 
@@ -801,8 +858,10 @@ class Shaper:
         inline_wait: float = 2.0,
         shard_max_rate: float = SITE_SHARD_MAX_RATE,
         late_tolerance: float = LATE_TOLERANCE,
+        timed_floor: float = TIMED_CONNECTION_FLOOR,
     ) -> None:
         self.shard_max_rate = shard_max_rate  # a setting only so tests can scale it down
+        self.timed_floor = timed_floor  # 0: every connection limit counted by holders
         self.late_tolerance = late_tolerance  # see late_by
         self.rules = rules
         self.backoff = backoff
@@ -843,7 +902,22 @@ class Shaper:
         return site
 
     def limits(self, site: str) -> Limits:
+        """The site's limits as its rules give them (delivery decides from these how it
+        uses connections: `max_connections`, messages per connection)."""
         return self.rules.limits_for(site)
+
+    def timed(self, site: str) -> TimedConnections | None:
+        """The site's connections counted by time (`timed_connections`), or None: also
+        with the late tolerance off (a send up to 10 s late would outlive its lane)."""
+        if self.timed_floor <= 0 or self.late_tolerance <= 0:
+            return None
+        return timed_connections(self.limits(site), self.timed_floor)
+
+    def _pacing(self, site: str) -> Limits:
+        """What the limiter admits with: the site's limits, a connection limit counted
+        by time folded into its rate (no slot to take or give back)."""
+        timed = self.timed(site)
+        return timed.limits if timed is not None else self.limits(site)
 
     def _note_pace(self, site: str, now: float) -> None:
         """This container's mean time from a permit to its next request for the site:
@@ -908,7 +982,7 @@ class Shaper:
                 if spare:  # booked by another record's write a moment ago, for us
                     slot = spare.pop(0)
                     return Wait(site, max(0.0, slot - self.clock()), "rate", slot)
-            limits = self.limits(site)
+            limits = self._pacing(site)
             n = site_shards(limits, self.shard_max_rate)
             if n == 1:
                 got = self._admit(site, holder, messages, reserve, extra)
@@ -949,7 +1023,7 @@ class Shaper:
         a slot taken first would be held with no grant to use it). Suspensions and slowdowns
         are written to every shard (`on_reply`), so each shard's own conditions see them.
         """
-        limits = self.limits(site)
+        limits = self._pacing(site)
         now = self.clock()
         until = max(
             self._suspended.get(site, 0.0),
@@ -989,6 +1063,9 @@ class Shaper:
         limits = self.limits(site)
         interval = min((r.interval() for r in limits.rates), default=self.late_tolerance)
         tolerance = min(self.late_tolerance, max(LATE_FLOOR, interval))
+        timed = self.timed(site)
+        if timed is not None:  # the rest of the lane is the transaction's
+            tolerance = min(tolerance, timed.send_by)
         return self.clock() > slot + tolerance
 
     def holds_slot(self, site: str, holder: str) -> bool:
@@ -1003,7 +1080,7 @@ class Shaper:
         than the tolerance (`late_by`) is given up too: Wait(0, "late"), the caller books
         again (sent now it would bunch with the on-time sends after it)."""
         with self._lock:
-            limits = self.limits(site)
+            limits = self._pacing(site)
             now = self.clock()
             until = self._suspended.get(site, 0.0)
             if until > now:
@@ -1062,7 +1139,7 @@ class Shaper:
         """`extra`: records of this container waiting to ask the same (booking for them
         too, in the same write, saves their writes and the conflicts between them).
         `limits`: a shard's (`shard_limits`), else the site's own."""
-        limits = limits or self.limits(site)
+        limits = limits or self._pacing(site)
         now = self.clock()
         until = self._suspended.get(site, 0.0)
         if until > now:

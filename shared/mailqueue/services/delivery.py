@@ -91,6 +91,7 @@ from mailqueue.outbound.routing import (
 )
 from mailqueue.outbound.shaping import (
     SITE_SHARD_MAX_RATE,
+    TIMED_CONNECTION_FLOOR,
     Limits,
     Permit,
     Reservation,
@@ -197,6 +198,10 @@ class DeliverySettings:
     # at least 1 s: shaping.LATE_FLOOR) is booked afresh: a late send would bunch with the
     # on-time ones (issue 40). 0 turns it off: sent up to 10 s late, as before issue 40
     shaping_late_tolerance_seconds: float = 1.0
+    # a site of 1-2 connections counts them by time where its rate allows a connection
+    # this long at least (shaping.timed_connections: no slot taken or given back, MAIL
+    # FROM by the middle of the lane); 0: counted by holders, as before
+    shaping_timed_connection_seconds: float = TIMED_CONNECTION_FLOOR
     # grants a second per item of a site's state (shaping.site_shards: a faster site is
     # spread over more items); DynamoDB's per-key share, scaled down only by tests
     shaping_shard_max_rate: float = SITE_SHARD_MAX_RATE
@@ -246,6 +251,8 @@ class DeliverySettings:
             raise ConfigError("batch_concurrency must be within 1..100")
         if not 0 <= self.shaping_late_tolerance_seconds <= 60:
             raise ConfigError("shaping_late_tolerance_seconds must be within 0..60")
+        if not 0 <= self.shaping_timed_connection_seconds <= 60:
+            raise ConfigError("shaping_timed_connection_seconds must be within 0..60")
         if not 0 < self.shaping_shard_max_rate <= 1000:
             raise ConfigError("shaping_shard_max_rate must be within 0..1000 (above 0)")
         if self.egress_mode not in ("relay", "direct"):
@@ -539,6 +546,7 @@ class DeliveryService:
                 inline_wait=settings.shaping_inline_wait_seconds,
                 shard_max_rate=settings.shaping_shard_max_rate,
                 late_tolerance=settings.shaping_late_tolerance_seconds,
+                timed_floor=settings.shaping_timed_connection_seconds,
             )
 
     @contextmanager
@@ -925,7 +933,11 @@ class Invocation:
                 # SMTP client asks `_late_check`'s predicate just before MAIL FROM
                 if recheck:
                     self._lane.slot = (site, booked.at if booked is not None else shaper.clock())
-                per_conn = 1 if _at_once(got.limits) else got.limits.max_messages_per_connection
+                # the rules' limits: a site whose connections are counted by time has
+                # its connection limit folded into the permit's rate (Shaper.timed), and
+                # its connection must close after its one transaction all the same
+                rules = shaper.limits(site)
+                per_conn = 1 if _at_once(rules) else rules.max_messages_per_connection
                 if per_conn and self.client.pool is not None:
                     for h in hops:
                         self.client.pool.per_key_max[h.pool_key] = per_conn
