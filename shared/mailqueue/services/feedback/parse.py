@@ -16,6 +16,12 @@ itself is dead (no such user, no such domain, moved, the domain accepts no mail)
 a dead address belongs on the suppression list.
 Addresses only ever come from the report's own fields and prose, never from the returned
 message; a delay warning, in whatever form, is a "delay" report, not a bounce.
+
+One piece (~860 lines): a report's kinds are told apart by the same reading of its
+parts (the report's own delivery-status parts, its prose, the returned message set
+aside), and the prose readers for each MTA's form share one address filter (return
+path, help desk, quoted replies, alias expansions): split up, each would need the
+others' exclusions.
 """
 
 from __future__ import annotations
