@@ -279,7 +279,12 @@ def default_deployment(
 #: quotas, the table's warm throughput)
 NAMED = {
     "EventsParallelizationFactor": 1,  # the model: 1 suffices at one vCPU (the stream row)
-    "NatGateways": 3,
+    # direct: the operator's own network (SubnetIds, Pool2SubnetIds), each private subnet
+    # routed through a NAT gateway of its own: 20 gateways, one subnet (one Hyperplane ENI)
+    # each, split over two egress pools (the default and Pool2: a Lambda function's
+    # VpcConfig takes at most 16 subnets, "Giving Lambda functions access to resources in
+    # an Amazon VPC"), 160 sending IPs; relay: the template's own three
+    "NatGateways": {"relay": 3, "direct": 20},
     "eips_per_nat": 8,  # quota increase: Elastic IP addresses per public NAT gateway 2 -> 8
     "smtp_share": 0.05,  # submission by the batch API; the SMTP door for up to 5 %
     "SmtpDesiredCount": 50,
@@ -305,7 +310,7 @@ def named_deployment(egress: str, smtp_parallel: float = 1.0) -> Deployment:
         events_parallelization=int(NAMED["EventsParallelizationFactor"]),
         delivery_memory_mb=int(NAMED["DeliveryMemorySize"][egress]),  # type: ignore[index]
         warm_partitions=float(scale.HIGH_VOLUME["warm_units"]) / scale.PARTITION_WCU,
-        nat_gateways=int(NAMED["NatGateways"]),
+        nat_gateways=int(NAMED["NatGateways"][egress]),  # type: ignore[index]
         eips_per_nat=int(NAMED["eips_per_nat"]),
         smtp_tasks=int(NAMED["SmtpDesiredCount"]),
         smtp_share=float(NAMED["smtp_share"]),
