@@ -28,8 +28,11 @@ CORPUS = DATA / "sisimai" / "messages"
 LISTED = DATA / "sisimai-disagreements.txt"
 SCRIPT = HERE / "sisimai_verdicts.pl"
 # 0.95 before issue 42; its rules (never an address only the returned message names, a
-# valid address or none) cost 4 recipients Sisimai takes from there, each listed
-MIN_AGREEMENT = 0.94
+# valid address or none) cost 4 recipients Sisimai takes from there, each listed; 0.94
+# until Yahoo's "doesn't have a ... account" and "[#102] disabled or discontinued" were
+# read as dead addresses (Yahoo's own error-code page; BounceParser's and Dada Mail's
+# answers), where Sisimai 4.25 says filtered or suspend: 7 recipients, each listed
+MIN_AGREEMENT = 0.93
 REQUIRE_ENV = "MAILQUEUE_REQUIRE_SISIMAI"  # set by `make test` when it can install Sisimai
 UNDECIDED = ("onhold", "undefined")  # Sisimai's "could not tell"
 

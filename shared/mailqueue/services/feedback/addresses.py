@@ -109,6 +109,24 @@ def own_text(text: str) -> str:
     return "\n".join(out)
 
 
+_SUMMARY_TO = re.compile(r"^[ \t]*to[ \t]*:[ \t]*(.+)$", re.I | re.M)
+
+
+def summary_recipient(text: str) -> str:
+    """The one address of the `To:` lines a notice names the failed message by, in its own
+    text ("I'm afraid I wasn't able to deliver the following message. ... Subject: s /
+    To: a@b": Yahoo's), lower case; "" when there is none or more than one. Read only
+    when the notice names no recipient otherwise: a To: line is the returned message's,
+    and a list's address would be one, so the caller takes it as a last resort."""
+    found = {
+        a
+        for m in _SUMMARY_TO.finditer(text)
+        for a in (clean_address(x) for x in re.split(r"[,\s]+", m.group(1)))
+        if a
+    }
+    return next(iter(found)) if len(found) == 1 else ""
+
+
 def message_ids(text: str) -> set[str]:
     """Addresses that are message ids (`Message-ID: <x@y>`, "message id <x@y>"), lower
     case: the addr-spec form of an id is not a mailbox."""

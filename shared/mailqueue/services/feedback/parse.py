@@ -35,7 +35,13 @@ from dataclasses import dataclass, field, replace
 from email.message import Message
 from email.utils import getaddresses, parseaddr
 
-from mailqueue.services.feedback.addresses import clean_address, message_ids, own_text
+from mailqueue.services.feedback.addresses import (
+    clean_address,
+    message_ids,
+    own_text,
+    summary_recipient,
+)
+from mailqueue.services.feedback.headers import mend_folding
 from mailqueue.services.feedback.rules import load_bounce_rules
 
 # ------------------------------------------------------------------ the results
@@ -239,6 +245,7 @@ _COPY_START = re.compile(
     r"the header of the original|original message header)|"
     r"-+ ?(?:begin|start) (?:of )?(?:the )?(?:original|returned|forwarded)|"
     r"-+\s*(?:original|returned) (?:message|mail)|"
+    r"-+ ?unsent message follows|"  # sendmail's
     r"content-type: message/rfc822|"
     r"your message reads \(in part\)|"
     r"-{3,} ?\S*original|"
@@ -250,7 +257,7 @@ _COPY_START = re.compile(
 
 def parse(raw: bytes) -> Report:
     """Classify and read one received report."""
-    msg = email.message_from_bytes(raw, policy=email.policy.compat32)
+    msg = email.message_from_bytes(mend_folding(raw), policy=email.policy.compat32)
     ct = _ctype(msg)
     parts = list(msg.walk())
     types = [_ctype(p) for p in parts]
@@ -726,6 +733,12 @@ def _prose(msg: Message, text: str, original: tuple[tuple[str, str], ...]) -> li
         spans.pop(a, None)
     if not named:
         named = [a for a in spans if a not in senders] or list(spans)[:1]
+    if not named:
+        # a notice naming the failed message only by its summary ("Subject: s", "To:
+        # a@b") in its own text: the summary's one recipient, as a last resort
+        last = summary_recipient(_cut_copy(text))
+        if last and last not in senders and last not in not_rcpt:
+            named = [last]
     own_low = own.lower()
     out = []
     for a in named[:MAX_FAILURES]:
