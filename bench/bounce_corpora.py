@@ -1,4 +1,4 @@
-"""The bounce parser on four public corpora (`make bench`; issue 42).
+"""The bounce parser on five public corpora (`make bench`; issue 42).
 
     .venv/bin/python -m bench.bounce_corpora [--misses] [--tuning-only]
 
@@ -16,30 +16,34 @@
   read as tests/data/crisp/README.md says; each fixture is a bounce's text body, given
   one fixed header (CRISP_HEADER) before parsing.
 * **Dada Mail's and MailBounceDetector's test corpora** (tests/data/dadamail, GPL-2.0;
-  tests/data/mailbouncedetector, MIT): held out, never tuned on, measured as one corpus.
-  Their answers are the projects' tests, transcribed in each expected.jsonl and read as
-  each README.md says (fixed before the first measurement). `--tuning-only` leaves them
-  out (what the rules are worked on with: the held-out figures are not looked at while
-  tuning).
+  tests/data/mailbouncedetector, MIT): held out third, measured as one corpus, tuned on
+  since. Their answers are the projects' tests, transcribed in each expected.jsonl and
+  read as each README.md says (fixed before their first measurement).
+* **Sympa's bounce-parsing test corpus** (tests/data/sympa, GPL-2.0): held out, never
+  tuned on. Its answers are the project's t/tools_bounce.t, transcribed in expected.jsonl
+  and read as tests/data/sympa/README.md says (fixed before the first measurement).
+  `--tuning-only` leaves it out (what the rules are worked on with: the held-out figures
+  are not looked at while tuning).
 
 Figures, per corpus: address precision (of the addresses we report as failed where the
 corpus states the answer — its addresses, "no report", or "not a bounce" — the share it
 names), recall (of the addresses it names, the share we report), hard/soft agreement
-(files with a verdict; a file we report nothing for counts as a disagreement), and the
-delay reports dropped. A report we drop as a delay warning (docs/feedback.md, "Delay
-warnings in any form") where the corpus's answer is a temporary failure (Sisimai's: any,
-its action does not tell delays apart) is counted apart, in neither precision, recall nor
-hard/soft: the delay rule gives it no event, which is what a temporary failure asks. There
-is no queue record here, so the rule that an address must be one the mail was sent to
-(services/feedback/service.py) does not apply: only the parser's own normalisation and
-validation do.
+(files with a verdict, Sympa's per address, one a file; a file or address we report
+nothing for counts as a disagreement), and the delay reports dropped. A report we drop
+as a delay warning (docs/feedback.md, "Delay warnings in any form") where the corpus's
+answer is a temporary failure (Sisimai's: any, its action does not tell delays apart) is
+counted apart, in neither precision, recall nor hard/soft: the delay rule gives it no
+event, which is what a temporary failure asks. There is no queue record here, so the rule
+that an address must be one the mail was sent to (services/feedback/service.py) does not
+apply: only the parser's own normalisation and validation do.
 
 BounceParser's reasons are mapped to hard/soft by what they say about the address, as our
 verdict is defined (docs/feedback.md "Hard or soft"): `user_unknown` and `domain_error`
 hard; `over_quota`, `user_disabled`, `spam`, `message_too_large` soft; `unknown` is no
 answer. Crisp's: tests/data/crisp/README.md (CRISP_HARD, CRISP_SOFT below); Dada Mail's
-and MailBounceDetector's: their README.md files (DADA_HARD, DADA_SOFT, MBD_*). Each
-mapping was fixed before its corpus was first measured.
+and MailBounceDetector's: their README.md files (DADA_HARD, DADA_SOFT, mbd_verdict);
+Sympa's: its README.md (sympa_verdict, from the status code). Each mapping was fixed
+before its corpus was first measured.
 """
 
 from __future__ import annotations
@@ -67,6 +71,8 @@ CRISP_FIXTURES = CRISP / "test" / "fixtures"
 DADA = DATA / "dadamail"
 DADA_MESSAGES = DADA / "t" / "corpus" / "email_messages"
 MBD = DATA / "mailbouncedetector"
+SYMPA = DATA / "sympa"
+SYMPA_SAMPLES = SYMPA / "t" / "samples"
 
 BP_HARD = {"user_unknown": True, "domain_error": True}
 BP_SOFT = {"over_quota", "user_disabled", "spam", "message_too_large"}
@@ -325,9 +331,10 @@ def _score_verdict(fig: Figures, name: str, mine: dict[str, bool], hard: bool, t
         )
 
 
-def measure_held_out() -> Figures:
-    """Dada Mail's and MailBounceDetector's corpora, one held-out corpus (their READMEs)."""
-    fig = Figures("Dada Mail + MailBounceDetector (held out)")
+def measure_dada_mbd() -> Figures:
+    """Dada Mail's and MailBounceDetector's corpora, one corpus (their READMEs): held out
+    until Sympa's took its place, tuned on since."""
+    fig = Figures("Dada Mail + MailBounceDetector (tuned on)")
     for e in _jsonl(DADA / "expected.jsonl"):
         name, rule = e["file"], e["rule"]
         rep = parse((DADA_MESSAGES / name).read_bytes())
@@ -365,6 +372,69 @@ def measure_held_out() -> Figures:
             _score_verdict(
                 fig, f"mbd {name}", mine, hard, f"hard={e['is_hard']} {e['combined_status']}"
             )
+    return fig
+
+
+_STATUS = re.compile(r"[245]\.\d{1,3}\.\d{1,3}")
+
+
+def sympa_verdict(value: str) -> bool | None:
+    """hard (True) / soft (False) / no answer, from the value Sympa's test states for an
+    address (tests/data/sympa/README.md): a status code; hard only for an addressing one
+    (5.1.x), soft for a temporary failure (4.x.x), a mailbox status (5.2.x) or a policy
+    one (5.7.x); any other permanent status, and a diagnostic's text, no answer."""
+    if not _STATUS.fullmatch(value):
+        return None
+    if value.startswith("4."):
+        return False
+    if value.startswith("5.1."):
+        return True
+    if value.startswith(("5.2.", "5.7.")):
+        return False
+    return None
+
+
+def sympa_answer(e: dict[str, Any]) -> tuple[dict[str, str] | None, set[str]]:
+    """The answer Sympa's bounce daemon acts on (its RFC 1891 reading; the other
+    notification reading only when that found no recipient), {address: value} or None (no
+    answer), and the addresses only the other answer names (undecided)."""
+    acted, other = e["rfc1891"], e["notification"]
+    if not acted:
+        acted, other = other, acted
+    if not acted:
+        return None, set()
+    want = {a.lower(): v for a, v in acted.items()}
+    return want, {a.lower() for a in other or {}} - set(want)
+
+
+def measure_sympa() -> Figures:
+    """Sympa's t/samples, the held-out corpus (tests/data/sympa/README.md)."""
+    fig = Figures("Sympa t/samples (held out)")
+    for e in _jsonl(SYMPA / "expected.jsonl"):
+        name = e["file"]
+        rep = parse((SYMPA_SAMPLES / name).read_bytes())
+        fig.files += 1
+        if rep.kind == "delay":
+            fig.delays_dropped += 1
+        want, undecided = sympa_answer(e)
+        if want is None:
+            fig.no_answer += 1
+            continue
+        if rep.kind == "delay" and all(v.startswith("4.") for v in want.values()):
+            fig.misses.append(f"sympa {name}: dropped as a delay (corpus: {want})")
+            continue
+        mine = {a: h for a, h in failed(rep, want).items() if a not in undecided}
+        fig.score(f"sympa {name}", mine, want, f"corpus: {want}", rep.kind)
+        for a, v in want.items():
+            hard = sympa_verdict(v)
+            if hard is None:
+                continue
+            fig.verdicts += 1
+            if a in mine and mine[a] == hard:
+                fig.verdicts_agree += 1
+            else:
+                ours = ("hard" if mine[a] else "soft") if a in mine else "nothing"
+                fig.misses.append(f"sympa {name}: verdict {a} {v}, ours {ours}")
     return fig
 
 
@@ -454,8 +524,9 @@ def main(argv: list[str] | None = None) -> int:
         figs.append(sis)
     figs.append(measure_bounceparser())
     figs.append(measure_crisp())
+    figs.append(measure_dada_mbd())
     if not args.tuning_only:
-        figs.append(measure_held_out())
+        figs.append(measure_sympa())
     for f in figs:
         print(f.row())
     if args.misses:

@@ -1,9 +1,9 @@
-"""The parser on the held-out corpus (Dada Mail's and MailBounceDetector's test corpora, their
-answers as their tests state them) and on the three it is tuned on (Sisimai's
-set-of-emails, BounceParser's t/corpus, Crisp's email-bounce-parser fixtures);
-bench.bounce_corpora prints all four corpora's figures. Also the address rules, the rules
-file's validation, and the classes of error fixed on the tuning corpora. Deterministic: no
-randomness, ~3 s (perl's Sisimai once)."""
+"""The parser on the held-out corpus (Sympa's bounce-parsing test corpus, its answers as its
+test states them) and on the four it is tuned on (Sisimai's set-of-emails, BounceParser's
+t/corpus, Crisp's email-bounce-parser fixtures, Dada Mail's and MailBounceDetector's test
+corpora); bench.bounce_corpora prints all five corpora's figures. Also the address rules,
+the rules file's validation, and the classes of error fixed on the tuning corpora.
+Deterministic: no randomness, ~3 s (perl's Sisimai once)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,8 @@ from bench.bounce_corpora import (
     DADA,
     DADA_MESSAGES,
     MBD,
+    SYMPA,
+    SYMPA_SAMPLES,
     Figures,
     crisp_verdict,
     dada_verdict,
@@ -30,18 +32,23 @@ from bench.bounce_corpora import (
     mbd_verdict,
     measure_bounceparser,
     measure_crisp,
-    measure_held_out,
+    measure_dada_mbd,
     measure_sisimai,
+    measure_sympa,
+    sympa_answer,
+    sympa_verdict,
 )
 
 # issue 42's floors on the held-out corpus
 FLOOR_PRECISION, FLOOR_RECALL, FLOOR_AGREEMENT = 0.98, 0.93, 0.95
-# what the parser measured, per corpus (docs/feedback.md "Four corpora"): a fall below is
-# a regression. The held-out one's were measured once, after the tuning, and not worked on.
+# what the parser measured, per tuning corpus (docs/feedback.md "Four corpora"): a fall
+# below is a regression. Dada Mail + MailBounceDetector's are its held-out measurement
+# (once, after the tuning), before it moved to the tuning side; the held-out corpus
+# (Sympa's) has none yet: it is measured once, after the parser's fixes, and not worked on.
 MEASURED = {
     # Dada Mail + MailBounceDetector: 19/21, 19/20, 8/11 held out (measured once); tuned on
     # since its misses were read (docs/feedback.md)
-    "held_out": (22, 19 / 19, 19 / 20, 11 / 11),
+    "dada_mbd": (22, 19 / 19, 19 / 20, 11 / 11),
     "crisp": (111, 107 / 107, 107 / 107, 81 / 86),
     "bounceparser": (127, 39 / 39, 39 / 42, 95 / 102),
     # hard/soft 532/552 until Yahoo's dead-address replies were read as Yahoo documents
@@ -52,7 +59,20 @@ MEASURED = {
 
 @pytest.fixture(scope="module")
 def held_out() -> Figures:
-    return measure_held_out()
+    return measure_sympa()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 42's floors on the held-out corpus (Sympa's t/samples) are not known to "
+    "be met: not measured yet (the first measurement is made once, after the parser's "
+    "fixes); strict: passing fails it, and the mark goes",
+)
+def test_held_out_floors(held_out: Figures) -> None:
+    # no misses in the messages: the held-out corpus's are not looked at while tuning
+    assert held_out.precision >= FLOOR_PRECISION
+    assert held_out.recall >= FLOOR_RECALL
+    assert held_out.agreement >= FLOOR_AGREEMENT
 
 
 def _do_not_fall(fig: Figures, corpus: str) -> None:
@@ -63,8 +83,8 @@ def _do_not_fall(fig: Figures, corpus: str) -> None:
     assert fig.agreement >= agreement - 1e-9, fig.misses
 
 
-def test_held_out_figures_do_not_fall(held_out: Figures) -> None:
-    _do_not_fall(held_out, "held_out")
+def test_dada_mbd_figures_do_not_fall() -> None:
+    _do_not_fall(measure_dada_mbd(), "dada_mbd")
 
 
 def test_crisp_figures_do_not_fall() -> None:
@@ -82,7 +102,7 @@ def test_sisimai_figures_do_not_fall() -> None:
     _do_not_fall(fig, "sisimai")
 
 
-def test_the_held_out_corpus_travels_with_its_licences_and_origins() -> None:
+def test_the_tuning_corpus_dada_mbd_travels_with_its_licences_and_origins() -> None:
     assert "GNU GENERAL PUBLIC LICENSE" in (DADA / "LICENSE").read_text()
     readme = (DADA / "README.md").read_text()
     assert "a4e7e65506245ff8620470e61e4e474ab01c5886" in readme
@@ -142,6 +162,81 @@ def test_mailbouncedetectors_answers_are_read_as_its_readme_says(
     answer: dict[str, object], want: bool | None
 ) -> None:
     assert mbd_verdict(answer) is want
+
+
+def _sympa_hash(test: str, name: str) -> str:
+    m = re.search(rf"my %{name} = \((.*?)\n\);", test, re.S)
+    assert m, name
+    return m.group(1)
+
+
+def test_the_held_out_corpus_sympa_travels_with_its_licence_origin_and_answers() -> None:
+    assert "GNU GENERAL PUBLIC LICENSE" in (SYMPA / "COPYING").read_text()
+    assert "Version 2, June 1991" in (SYMPA / "COPYING").read_text()
+    readme = (SYMPA / "README.md").read_text()
+    assert "0a57d592ebfacbc62d415e3daa6f38691405bc4f" in readme
+    assert "https://github.com/sympa-community/historic-sympa" in readme
+    test = (SYMPA / "t" / "tools_bounce.t").read_text()
+    hashes = {
+        k: _sympa_hash(test, n)
+        for k, n in (("rfc1891", "tests_rfc1891"), ("notification", "tests"))
+    }
+    answers = [json.loads(x) for x in (SYMPA / "expected.jsonl").read_text().splitlines()]
+    # every answer has its sample and every sample its answer; each hash lists every file
+    assert {e["file"] for e in answers} == {p.name for p in SYMPA_SAMPLES.glob("*.eml")}
+    assert len(answers) == 67
+    for body in hashes.values():
+        assert len(re.findall(r"^\t'[^']+\.eml' =>", body, re.M)) == 67
+    for e in answers:  # each answer is the test's, in the hash it came from
+        for key, body in hashes.items():
+            f = re.escape(e["file"])
+            if e[key] is None:
+                assert re.search(rf"^\t'{f}' => undef,", body, re.M), (e["file"], key)
+                continue
+            block = re.search(rf"^\t'{f}' => {{\n(.*?)\n\t}},", body, re.M | re.S)
+            assert block, (e["file"], key)
+            pairs = re.findall(r"'((?:[^'\\]|\\.)*)'\s*=>\s*'((?:[^'\\]|\\.)*)'", block.group(1))
+            unescaped = {k: re.sub(r"\\(.)", r"\1", v) for k, v in pairs}
+            assert unescaped == e[key], (e["file"], key)
+            raw = (SYMPA_SAMPLES / e["file"]).read_bytes().lower()
+            assert all(a.lower().encode() in raw for a in e[key]), e["file"]
+
+
+def test_every_held_out_file_loads_and_parses() -> None:
+    """Each listed sample is there and the parser runs on it without raising (what it
+    reports is not looked at here: the held-out figures are measured once, by the bench)."""
+    for e in (json.loads(x) for x in (SYMPA / "expected.jsonl").read_text().splitlines()):
+        raw = (SYMPA_SAMPLES / e["file"]).read_bytes()
+        assert raw.startswith(b"Return-Path:") or b"\nFrom:" in raw[:4000], e["file"]
+        parse(raw)
+
+
+@pytest.mark.parametrize(
+    ("value", "want"),
+    [
+        ("5.1.1", True),
+        ("5.1.2", True),
+        ("4.4.1", False),
+        ("4.7.1", False),
+        ("5.2.1", False),
+        ("5.2.2", False),
+        ("5.7.1", False),
+        ("5.0.0", None),
+        ("5.4.4", None),
+        ("5.3.0", None),
+        ("user unknown", None),
+    ],
+)
+def test_sympas_answers_are_read_as_its_readme_says(value: str, want: bool | None) -> None:
+    assert sympa_verdict(value) is want
+
+
+def test_sympas_answer_acted_on_is_the_rfc1891_reading_else_the_other() -> None:
+    both = {"rfc1891": {"List@x.example": "5.7.1"}, "notification": {"a@y.example": "5.7.1"}}
+    assert sympa_answer(both) == ({"list@x.example": "5.7.1"}, {"a@y.example"})
+    prose = {"rfc1891": None, "notification": {"b@y.example": "5.1.1"}}
+    assert sympa_answer(prose) == ({"b@y.example": "5.1.1"}, set())
+    assert sympa_answer({"rfc1891": None, "notification": None}) == (None, set())
 
 
 def test_the_tuning_corpus_crisp_travels_with_its_licence_and_origin() -> None:
