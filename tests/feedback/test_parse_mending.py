@@ -1,7 +1,8 @@
 """The classes of error fixed once Dada Mail's and MailBounceDetector's corpus moved to the
-tuning side (issue 42, fourth round; docs/feedback.md), each by a report of its own, not by
-a corpus file: a header block with broken folding, a notice naming the failed message
-only by its summary, receivers that answer a dead address at end of DATA."""
+tuning side (issue 42, fourth round; docs/feedback.md), and Sympa's once its one held-out
+measurement was made, each by a report of its own, not by a corpus file: a header block
+with broken folding, a notice naming the failed message only by its summary, receivers
+that answer a dead address at end of DATA, a help desk named on the line above."""
 
 from __future__ import annotations
 
@@ -180,3 +181,33 @@ def test_receivers_answering_a_dead_address_at_end_of_data_are_read_hard() -> No
         assert [(f.address, f.hard) for f in rep.failures] == [
             ("someone@receiver.example.org", False)
         ], reply
+
+
+QMAIL = """Hi. This is the qmail-send program at mx.receiver.example.org.
+I'm afraid I wasn't able to deliver your message to the following addresses.
+This is a permanent error; I've given up. Sorry it didn't work out.
+For further assistance, contact support@receiver.example.org
+
+<someone@receiver.example.org>:
+Sorry, no mailbox here by that name. (#5.1.1)
+
+--- Below this line is a copy of the message.
+"""
+
+
+def test_a_help_desk_sentence_above_the_recipient_does_not_hide_it() -> None:
+    """Sympa's error6 (read after its held-out measurement): the help desk named at the end
+    of one line, the recipient on its own line below a blank one."""
+    for text in (QMAIL, QMAIL.replace("\n", "\r\n")):
+        rep = parse(_notice(text))
+        assert [(f.address, f.hard) for f in rep.failures] == [
+            ("someone@receiver.example.org", True)
+        ]
+    # the help desk itself is never a recipient: on its line, or folded onto the next
+    folded = QMAIL.replace(
+        "contact support@receiver.example.org\n", "contact\n  support@receiver.example.org\n"
+    )
+    for text in (QMAIL, folded):
+        assert "support@receiver.example.org" not in [
+            f.address for f in parse(_notice(text)).failures
+        ]
