@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import base64
 import contextvars
+import gc
 import json
 import threading
 import time
@@ -428,6 +429,7 @@ def measure(
                     log = stack.log_dir / f"{n}.log"
                     for line in log.read_bytes()[at:].splitlines() if log.exists() else ():
                         _emf(line, run.metrics)
+            _freeze_heap()
             for name, f in stack.functions.items():
                 f.handler = _wrap(name, f.handler, run.cpu_s, run.records_in)
             base = {n: (f.invocations, f.busy_seconds) for n, f in stack.functions.items()}
@@ -490,9 +492,22 @@ def measure(
             # (runs of revisions with queue-size counters replayed the records through
             # `mailqueue.counters` into `counters_by_batch`; the model still prices those)
     finally:
+        gc.unfreeze()
         if tmp:
             tmp.cleanup()
     return run
+
+
+def _freeze_heap() -> None:
+    """What exists before the measured window (moto's state, the whole stack, every
+    function's warm service) moved out of the collector's reach (`gc.freeze`), as a
+    Lambda container's heap holds only its own function: the run's process holds ~500,000
+    objects, a full collection of which costs ~260 ms of CPU and is charged to whichever
+    handler thread happens to trigger it. Measured (5 notification runs in one process,
+    20 mails each): delivery 12.4, 25.5, 12.3, 10.0, 26.4 ms a mail unfrozen; 12.5, 12.8,
+    9.9, 11.6, 12.2 frozen. Objects made in the window are collected as ever."""
+    gc.collect()
+    gc.freeze()
 
 
 def _scheduled_event() -> dict[str, Any]:
