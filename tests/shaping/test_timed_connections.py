@@ -166,6 +166,24 @@ def _site_rules() -> str:
     )
 
 
+def _three_rigs_with_mail(rig: RigFactory, aws: AwsEnv, port: int, n: int) -> list[Any]:
+    """Three delivery invocations shaping against the 2-connection site relayed to the
+    peer on `port`, and `n` one-recipient mails queued for it."""
+    rigs = [
+        rig(
+            routes=relay_to(port),
+            shaping=True,
+            shaping_rules=_site_rules(),
+            backoff_rules=NO_BACKOFF,
+        )
+        for _ in range(3)
+    ]
+    st = aws.storage()
+    for i in range(n):
+        st.enqueue(f.envelope(f"u{i}@peer.example"), f.content())
+    return rigs
+
+
 def test_delivered_with_a_booking_a_mail_and_at_most_the_sites_connections(
     rig: RigFactory, aws: AwsEnv
 ) -> None:
@@ -175,18 +193,7 @@ def test_delivered_with_a_booking_a_mail_and_at_most_the_sites_connections(
     bookings, the site's first writes and the bookings of slots missed)."""
     n = 16
     with smtp_sink(Behaviour()) as peer:
-        rigs = [
-            rig(
-                routes=relay_to(peer.port),
-                shaping=True,
-                shaping_rules=_site_rules(),
-                backoff_rules=NO_BACKOFF,
-            )
-            for _ in range(3)
-        ]
-        st = aws.storage()
-        for i in range(n):
-            st.enqueue(f.envelope(f"u{i}@peer.example"), f.content())
+        rigs = _three_rigs_with_mail(rig, aws, peer.port, n)
         _drive(rigs, peer, n, n / 2 + 40)
         requests = sum(r.service.shaper.store.requests for r in rigs if r.service.shaper)
         print(
@@ -207,18 +214,7 @@ def test_transactions_that_outlast_their_lane_see_the_bound(rig: RigFactory, aws
     n = 10
     delay = 1.2
     with smtp_sink(Behaviour(data_delay=delay)) as peer:
-        rigs = [
-            rig(
-                routes=relay_to(peer.port),
-                shaping=True,
-                shaping_rules=_site_rules(),
-                backoff_rules=NO_BACKOFF,
-            )
-            for _ in range(3)
-        ]
-        st = aws.storage()
-        for i in range(n):
-            st.enqueue(f.envelope(f"u{i}@peer.example"), f.content())
+        rigs = _three_rigs_with_mail(rig, aws, peer.port, n)
         _drive(rigs, peer, n, n / 2 + 60)
         t = timed_connections(limits(2, 2))
         assert t is not None

@@ -501,13 +501,16 @@ class AwsStorage:
         None when neither fits (the caller stores it as before)."""
         from mailqueue.backends.aws.limits import item_size
 
+        # built once: the solo item is these items with the content folded in (its key
+        # is SOLO_MARK, whatever this one), the content item's group item these as they are
+        items = self._items_for(
+            mail_id, sha, envelope, recipients, groups, now, due, content_item_key(mail_id),
+            len(content),
+        )  # fmt: skip
         solo = None
         if len(packed) <= self.s.inline_content_max_bytes:
-            items = self._items_for(
-                mail_id, sha, envelope, recipients, groups, now, due, inline_key(mail_id),
-                len(content), body=packed,
-            )  # fmt: skip
-            solo = self._solo_item(items)
+            mail, grp = items
+            solo = self._solo_item([{**mail, _BODY: {"B": packed}}, grp])
         on = self._content_items()
         if solo is not None and (not on or item_size(solo) <= self.s.content_item_above_bytes):
             return self._put_solo(solo, answer, groups, envelope, now, due)
@@ -522,10 +525,6 @@ class AwsStorage:
                 "expires_at": {"N": str(int((max(now, due) + keep).timestamp()))},
             }
             if item_size(citem) <= self.s.content_item_max_bytes:
-                items = self._items_for(
-                    mail_id, sha, envelope, recipients, groups, now, due,
-                    content_item_key(mail_id), len(content),
-                )  # fmt: skip
                 grp = _folded(items)
                 _add_headers(grp, content, reserve=CLAIM_GROWTH)
                 # the content first, durable before any group names it (a crash between
