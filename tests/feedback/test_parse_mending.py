@@ -2,14 +2,28 @@
 tuning side (issue 42, fourth round; docs/feedback.md), and Sympa's once its one held-out
 measurement was made, each by a report of its own, not by a corpus file: a header block
 with broken folding, a notice naming the failed message only by its summary, receivers
-that answer a dead address at end of DATA, a help desk named on the line above."""
+that answer a dead address at end of DATA, a help desk named on the line above; and two
+of them through the real ingress handler on moto (SES receipt -> Bounce event ->
+suppression), each failing without its fix."""
 
 from __future__ import annotations
 
 import email
 
+from mailqueue.core.verp import encode
 from mailqueue.services.feedback.headers import mend_folding
 from mailqueue.services.feedback.parse import parse
+
+from tests.events.test_ses_schema import errors
+from tests.feedback.test_feedback_flow import (
+    BOUNCES,
+    RING,
+    feedback_ingress,
+    finished_mail,
+    receive,
+    suppressed,
+)
+from tests.support.aws import AwsEnv
 
 EXIM_BODY = b"""This message was created automatically by mail delivery software.
 
@@ -211,3 +225,56 @@ def test_a_help_desk_sentence_above_the_recipient_does_not_hide_it() -> None:
         assert "support@receiver.example.org" not in [
             f.address for f in parse(_notice(text)).failures
         ]
+
+
+# ------------------------------------------------------------------ through the stack: the
+# real ingress handler on moto receives each report by SES for a delivered mail's VERP
+# return path; what the parser reads becomes the Bounce event and the suppression entry
+
+
+def test_yahoos_after_data_dead_address_reaches_suppression_through_the_ingress(
+    aws: AwsEnv,
+) -> None:
+    ing = feedback_ingress(aws)
+    mail_id = finished_mail(aws, "gone@x.example")
+    to = encode(RING, mail_id, "0", BOUNCES)
+    raw = (
+        f"From: MAILER-DAEMON@mx.x.example\r\nTo: {to}\r\nSubject: failure notice\r\n\r\n"
+        "Hi. This is the qmail-send program at mx.x.example.\r\n"
+        "I'm afraid I wasn't able to deliver your message to the following addresses.\r\n"
+        "This is a permanent error; I've given up. Sorry it didn't work out.\r\n\r\n"
+        "<gone@x.example>:\r\n192.0.2.9 failed after I sent the message.\r\n"
+        "Remote host said: 554 delivery error: dd This user doesn't have a yahoo.com account "
+        "(gone@x.example) [0] - mta1.mail.x.example\r\n"
+    ).encode()
+    receive(ing, to, raw, "late-yahoo-dd")
+    (doc,) = [e.to_json() for e in ing.events.of_type("Bounce")]
+    assert errors(doc) == []
+    assert doc["bounce"]["bounceType"] == "Permanent"
+    assert doc["bounce"]["bouncedRecipients"][0]["emailAddress"] == "gone@x.example"
+    entry = suppressed(aws, "gone@x.example")
+    assert entry is not None and entry.source == mail_id
+
+
+def test_a_summary_only_notice_becomes_its_recipients_bounce_through_the_ingress(
+    aws: AwsEnv,
+) -> None:
+    """Verizon's "Original Message: From / To / Subject" names the recipient nowhere else;
+    a broken fold in the report's header is mended on the way (its Received-SPF line)."""
+    ing = feedback_ingress(aws)
+    mail_id = finished_mail(aws, "0000000000@sms.x.example")
+    to = encode(RING, mail_id, "0", BOUNCES)
+    raw = (
+        "Received-SPF: pass (mx: domain of x.example designates 192.0.2.1 as permitted\r\n"
+        "sender) client-ip=192.0.2.1;\r\n"
+        f"From: postmaster@sms.x.example\r\nTo: {to}\r\nSubject: Undeliverable Message\r\n\r\n"
+        "Message could not be delivered to mobile.\r\nError: No valid recipients for this MM\r\n"
+        "\r\n\r\nOriginal Message:\r\nFrom: Alice <alice@example.org>\r\n"
+        "To: 0000000000@sms.x.example\r\nSubject: your code\r\n"
+    ).encode()
+    receive(ing, to, raw, "late-summary")
+    (doc,) = [e.to_json() for e in ing.events.of_type("Bounce")]
+    assert errors(doc) == []
+    assert doc["bounce"]["bouncedRecipients"][0]["emailAddress"] == "0000000000@sms.x.example"
+    assert suppressed(aws, "0000000000@sms.x.example") is not None
+    assert suppressed(aws, "alice@example.org") is None
